@@ -1,0 +1,118 @@
+// Finds the way to a sandbox's supervisor: directly when this replica holds its session,
+// otherwise through the owner replica's peer port (found in Redis).
+import { credentials, makeGenericClientConstructor, Metadata, type Client, type ClientDuplexStream } from '@grpc/grpc-js';
+import type { Duplex } from 'node:stream';
+import { serviceDefinition, type ExecFrame, type ExecStart } from '@sandgate/protocols';
+import { GatewayError, Code } from '@sandgate/core';
+import type { OwnershipStore, ReplicaRegistry } from '@sandgate/store';
+import type { Logger } from '@sandgate/telemetry';
+import { endWithError, type SessionRegistry } from './sessions.ts';
+
+/** One exec's frame stream to the supervisor, wherever it is, and how to tear it down. */
+export interface ExecPath {
+  readonly stream: Duplex;
+  readonly via: 'local' | 'peer';
+  /** Break the path: the supervisor then kills the exec's process tree. */
+  abort(reason: string): void;
+}
+
+const PeerClient = makeGenericClientConstructor(serviceDefinition('sandgate.v1.Peer'), 'Peer');
+
+type PeerClientInstance = Client & { Exec(metadata: Metadata): ClientDuplexStream<ExecFrame, ExecFrame> };
+
+export interface RouterDeps {
+  replicaId: string;
+  sessions: SessionRegistry;
+  ownership: OwnershipStore;
+  replicas: ReplicaRegistry;
+  peerSecret: string;
+  log: Logger;
+}
+
+export class ExecRouter {
+  private readonly deps: RouterDeps;
+  private readonly peers = new Map<string, PeerClientInstance>();
+
+  constructor(deps: RouterDeps) {
+    this.deps = deps;
+  }
+
+  /** Is the sandbox's supervisor session live anywhere: here, or a fresh owner record naming a live replica. */
+  async sessionLive(sandboxId: string): Promise<boolean> {
+    if (this.deps.sessions.get(sandboxId)) return true;
+    const owner = await this.deps.ownership.get(sandboxId);
+    if (!owner || owner.replica === this.deps.replicaId) return false;
+    return (await this.deps.replicas.get(owner.replica)) !== null;
+  }
+
+  /** Opens the exec on the owner replica, wherever that is. `start` is sent as the first frame. */
+  async open(sandboxId: string, start: ExecStart): Promise<ExecPath> {
+    if (this.deps.sessions.get(sandboxId)) return this.openLocal(sandboxId, start);
+    const owner = await this.deps.ownership.get(sandboxId);
+    if (!owner || owner.replica === this.deps.replicaId) {
+      throw new GatewayError(Code.UNAVAILABLE, 'supervisor relay failed: supervisor session not connected');
+    }
+    const info = await this.deps.replicas.get(owner.replica);
+    if (!info) {
+      throw new GatewayError(
+        Code.UNAVAILABLE,
+        `supervisor relay failed: the session is held by replica ${owner.replica}, which is not live; the supervisor is reconnecting, retry`,
+      );
+    }
+    return this.openPeer(info.peerAddress, start);
+  }
+
+  /** This replica holds the session: ask the supervisor for an ExecChannel. */
+  async openLocal(sandboxId: string, start: ExecStart): Promise<ExecPath> {
+    const session = this.deps.sessions.get(sandboxId);
+    if (!session) throw new GatewayError(Code.UNAVAILABLE, 'supervisor relay failed: supervisor session not connected');
+    const call = await this.deps.sessions.openExec(session, start);
+    return {
+      stream: call as unknown as Duplex,
+      via: 'local',
+      abort: (reason) => endWithError(call, new GatewayError(Code.CANCELLED, reason)),
+    };
+  }
+
+  private openPeer(address: string, start: ExecStart): ExecPath {
+    const client = this.peerClient(address);
+    const metadata = new Metadata();
+    metadata.set('x-sandgate-peer-secret', this.deps.peerSecret);
+    metadata.set('x-sandgate-from-replica', this.deps.replicaId);
+    const call = client.Exec(metadata);
+    call.on('error', (err: { code?: number }) => {
+      // Drop the cached channel on transport failures so the next call re-resolves the owner.
+      if (err.code === Code.UNAVAILABLE) this.evict(address);
+    });
+    call.write({ start });
+    return { stream: call as unknown as Duplex, via: 'peer', abort: () => call.cancel() };
+  }
+
+  private peerClient(address: string): PeerClientInstance {
+    let client = this.peers.get(address);
+    if (!client) {
+      client = new PeerClient(address, credentials.createInsecure(), {
+        'grpc.keepalive_time_ms': 10_000,
+        'grpc.keepalive_timeout_ms': 5_000,
+        'grpc.keepalive_permit_without_calls': 1,
+        'grpc.initial_reconnect_backoff_ms': 100,
+        'grpc.max_reconnect_backoff_ms': 1000,
+      }) as unknown as PeerClientInstance;
+      this.peers.set(address, client);
+    }
+    return client;
+  }
+
+  private evict(address: string): void {
+    const client = this.peers.get(address);
+    if (client) {
+      this.peers.delete(address);
+      client.close();
+    }
+  }
+
+  close(): void {
+    for (const client of this.peers.values()) client.close();
+    this.peers.clear();
+  }
+}

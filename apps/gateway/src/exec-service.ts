@@ -1,0 +1,200 @@
+// Exec, as clients and peers see it. The entry replica validates, applies the access rule and
+// opens an ExecPath to the supervisor (local or through the owner); frames are then relayed
+// unchanged, with back-pressure, until the supervisor reports the exit.
+import { randomUUID } from 'node:crypto';
+import type { ServerDuplexStream, ServerWritableStream } from '@grpc/grpc-js';
+import type { Writable } from 'node:stream';
+import type { ExecFrame, ExecSandboxEvent, ExecSandboxInput, ExecSandboxRequest, ExecStart } from '@sandgate/protocols';
+import { GatewayError, Code, decideAccess, validateExec, notFound, EXIT_TIMEOUT } from '@sandgate/core';
+import type { SandboxStore } from '@sandgate/store';
+import type { Logger, Metrics } from '@sandgate/telemetry';
+import type { ExecPath, ExecRouter } from './exec-router.ts';
+import { endWithError } from './sessions.ts';
+import { pump } from './relay.ts';
+import { toServiceError } from './grpc-errors.ts';
+
+/** After the deadline, how long the supervisor has to report its own timeout before the gateway does. */
+const TIMEOUT_BACKSTOP_GRACE_MS = 3_000;
+
+export interface ExecServiceDeps {
+  store: SandboxStore;
+  router: ExecRouter;
+  peerSecret: string;
+  log: Logger;
+  metrics: Metrics;
+}
+
+function toClientEvent(frame: ExecFrame): ExecSandboxEvent | null {
+  if (frame.stdout) return { stdout: { data: frame.stdout } };
+  if (frame.stderr) return { stderr: { data: frame.stderr } };
+  if (frame.exit) return { exit: { exit_code: frame.exit.exit_code ?? 0 } };
+  return null;
+}
+
+export class ExecService {
+  private readonly deps: ExecServiceDeps;
+
+  constructor(deps: ExecServiceDeps) {
+    this.deps = deps;
+  }
+
+  /** Validation, existence and the access rule; returns the start frame for the supervisor. */
+  private async prepare(req: ExecSandboxRequest, stdinEof: boolean): Promise<ExecStart> {
+    const sandboxId = validateExec(req);
+    const record = await this.deps.store.get(sandboxId);
+    if (!record) throw notFound();
+    const phase = record.sandbox.status?.phase;
+    const decision = decideAccess(phase, phase === 2 ? true : await this.deps.router.sessionLive(sandboxId));
+    if (!decision.allowed) throw new GatewayError(Code.FAILED_PRECONDITION, decision.message);
+    return {
+      exec_id: randomUUID(),
+      sandbox_id: sandboxId,
+      argv: req.command,
+      workdir: req.workdir ?? '',
+      env: req.environment,
+      timeout_seconds: req.timeout_seconds ?? 0,
+      tty: req.tty ?? false,
+      cols: req.tty ? req.cols || 80 : 0,
+      rows: req.tty ? req.rows || 24 : 0,
+      stdin: req.stdin ?? Buffer.alloc(0),
+      stdin_eof: stdinEof,
+    };
+  }
+
+  /** ExecSandbox: server-streaming; stdin is the request's whole payload. */
+  handleUnary(call: ServerWritableStream<ExecSandboxRequest, ExecSandboxEvent>): void {
+    this.deps.metrics.inc('sandgate_exec_started_total');
+    this.prepare(call.request, true)
+      .then(async (start) => {
+        if (call.cancelled) return;
+        const path = await this.deps.router.open(start.sandbox_id!, start);
+        this.relayToClient(path, call, start);
+      })
+      .catch((err: unknown) => endWithError(call, toServiceError(err, this.deps.log)));
+  }
+
+  /** ExecSandboxInteractive: bidi; the first message must be `start`. */
+  handleInteractive(call: ServerDuplexStream<ExecSandboxInput, ExecSandboxEvent>): void {
+    this.deps.metrics.inc('sandgate_exec_started_total');
+    let started = false;
+    const onEarlyEnd = () => {
+      if (!started) endWithError(call, new GatewayError(Code.INVALID_ARGUMENT, 'empty stream: expected start message'));
+    };
+    call.on('end', onEarlyEnd);
+    call.once('data', (first: ExecSandboxInput) => {
+      started = true;
+      call.off('end', onEarlyEnd);
+      call.pause(); // keep later stdin frames buffered until the path is open
+      if (!first.start) {
+        endWithError(call, new GatewayError(Code.INVALID_ARGUMENT, 'first message must be a start payload'));
+        return;
+      }
+      this.prepare(first.start, false)
+        .then(async (start) => {
+          if (call.cancelled) return;
+          const path = await this.deps.router.open(start.sandbox_id!, start);
+          this.relayToClient(path, call, start);
+          pump(call, path.stream, (input: ExecSandboxInput): ExecFrame | null => {
+            if (input.stdin) return { stdin: input.stdin };
+            if (input.resize) return { resize: { cols: input.resize.cols ?? 0, rows: input.resize.rows ?? 0 } };
+            return null;
+          });
+          // The client's half-close is stdin EOF; the exec goes on until it exits.
+          call.on('end', () => {
+            if (!path.stream.writableEnded) path.stream.write({ stdin_eof: {} });
+          });
+        })
+        .catch((err: unknown) => endWithError(call, toServiceError(err, this.deps.log)));
+    });
+  }
+
+  /** Output of the path to the client, and every way the exec can end. */
+  private relayToClient(path: ExecPath, client: Writable & { cancelled: boolean; on(e: 'cancelled', f: () => void): unknown }, start: ExecStart): void {
+    const { log, metrics } = this.deps;
+    let exitSeen = false;
+    let finished = false;
+    let backstop: NodeJS.Timeout | undefined;
+    const finish = (err?: unknown) => {
+      if (finished) return;
+      finished = true;
+      stop();
+      clearTimeout(backstop);
+      if (err) endWithError(client, toServiceError(err, log));
+      else client.end();
+      if (!path.stream.writableEnded) path.stream.end();
+    };
+    const stop = pump(path.stream, client, (frame: ExecFrame) => {
+      if (frame.error) {
+        finish(new GatewayError((frame.error.code ?? Code.UNAVAILABLE) as Code, frame.error.message ?? 'exec path failed'));
+        return null;
+      }
+      if (frame.exit) {
+        exitSeen = true;
+        metrics.inc('sandgate_exec_finished_total');
+      }
+      return toClientEvent(frame);
+    });
+    path.stream.on('end', () =>
+      finish(exitSeen ? undefined : new GatewayError(Code.UNAVAILABLE, 'exec relay closed before the command reported an exit status')),
+    );
+    const broken = (err: unknown) => {
+      if (exitSeen) return finish();
+      const e = err as { code?: number; details?: string } | undefined;
+      const code = e?.code && e.code !== Code.CANCELLED ? e.code : Code.UNAVAILABLE;
+      finish(new GatewayError(code as Code, e?.details ? `exec relay failed: ${e.details}` : 'relay channel dropped'));
+    };
+    path.stream.on('error', broken);
+    path.stream.on('cancelled', () => broken(undefined));
+    client.on('cancelled', () => {
+      metrics.inc('sandgate_exec_cancelled_total');
+      path.abort('client cancelled the exec');
+      finished = true;
+      stop();
+      clearTimeout(backstop);
+    });
+    if (start.timeout_seconds) {
+      // The supervisor enforces the deadline itself; this only answers the client if it cannot.
+      backstop = setTimeout(() => {
+        if (exitSeen || finished) return;
+        metrics.inc('sandgate_exec_timeout_backstop_total');
+        path.abort('exec deadline passed');
+        client.write({ exit: { exit_code: EXIT_TIMEOUT } });
+        exitSeen = true;
+        finish();
+      }, start.timeout_seconds * 1000 + TIMEOUT_BACKSTOP_GRACE_MS);
+    }
+  }
+
+  /** Peer.Exec on the owner replica: the entry replica relays one exec here. */
+  handlePeer(call: ServerDuplexStream<ExecFrame, ExecFrame>): void {
+    const secret = call.metadata.get('x-sandgate-peer-secret')[0];
+    if (secret !== this.deps.peerSecret) {
+      endWithError(call, new GatewayError(Code.PERMISSION_DENIED, 'bad peer secret'));
+      return;
+    }
+    call.once('data', (first: ExecFrame) => {
+      call.pause();
+      const start = first.start;
+      if (!start?.sandbox_id || !start.exec_id) {
+        endWithError(call, new GatewayError(Code.INVALID_ARGUMENT, 'first peer frame must be start with sandbox_id and exec_id'));
+        return;
+      }
+      this.deps.router
+        .openLocal(start.sandbox_id, start)
+        .then((path) => {
+          if (call.cancelled) return path.abort('peer went away');
+          pump(path.stream, call, (f: ExecFrame) => f);
+          pump(call, path.stream, (f: ExecFrame) => (f.stdin || f.stdin_eof || f.resize || f.signal ? f : null));
+          path.stream.on('end', () => {
+            call.end();
+            path.stream.end();
+          });
+          const broken = () => endWithError(call, new GatewayError(Code.UNAVAILABLE, 'supervisor exec channel dropped'));
+          path.stream.on('error', broken);
+          path.stream.on('cancelled', broken);
+          call.on('cancelled', () => path.abort('peer relay cancelled'));
+        })
+        .catch((err: unknown) => endWithError(call, toServiceError(err, this.deps.log)));
+    });
+  }
+}

@@ -1,0 +1,25 @@
+// The replica's HTTP surface: liveness, readiness and metrics. Readiness means this replica can
+// do its job: Redis answers and the replica's liveness key is registered.
+import Fastify, { type FastifyInstance } from 'fastify';
+import type { Metrics } from '@sandgate/telemetry';
+
+export interface HttpDeps {
+  replicaId: string;
+  ready: () => Promise<{ ok: boolean; detail: string }>;
+  metrics: Metrics;
+}
+
+export function buildHttp(deps: HttpDeps): FastifyInstance {
+  const app = Fastify({ logger: false });
+  app.get('/healthz', async () => ({ status: 'ok', replica: deps.replicaId }));
+  app.get('/readyz', async (_req, reply) => {
+    const r = await deps.ready().catch((err: unknown) => ({ ok: false, detail: err instanceof Error ? err.message : String(err) }));
+    reply.code(r.ok ? 200 : 503);
+    return { status: r.ok ? 'ready' : 'not ready', detail: r.detail, replica: deps.replicaId };
+  });
+  app.get('/metrics', async (_req, reply) => {
+    reply.type('text/plain; version=0.0.4');
+    return deps.metrics.render();
+  });
+  return app;
+}

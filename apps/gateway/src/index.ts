@@ -1,0 +1,2 @@
+export { startReplica, createDriver } from './replica.ts';
+export * from './config.ts';

@@ -1,0 +1,51 @@
+// The public openshell.v1.OpenShell service: binds handlers to the wire; everything else in the
+// service answers UNIMPLEMENTED with the method's name.
+import { type UntypedServiceImplementation, type handleUnaryCall, type sendUnaryData, type ServerUnaryCall } from '@grpc/grpc-js';
+import { serviceDefinition, ServiceStatus } from '@sandgate/protocols';
+import { GatewayError, Code } from '@sandgate/core';
+import type { Logger } from '@sandgate/telemetry';
+import type { SandboxService } from './sandbox-service.ts';
+import type { ExecService } from './exec-service.ts';
+import { toServiceError } from './grpc-errors.ts';
+
+export const openShellDefinition = serviceDefinition('openshell.v1.OpenShell');
+
+export const GATEWAY_VERSION = '0.1.0';
+
+function unary<Req, Res>(log: Logger, fn: (req: Req) => Promise<Res>): handleUnaryCall<Req, Res> {
+  return (call: ServerUnaryCall<Req, Res>, callback: sendUnaryData<Res>) => {
+    fn(call.request).then(
+      (res) => callback(null, res),
+      (err: unknown) => callback(toServiceError(err, log)),
+    );
+  };
+}
+
+export function openShellImplementation(sandboxes: SandboxService, exec: ExecService, log: Logger): UntypedServiceImplementation {
+  const implemented: UntypedServiceImplementation = {
+    Health: unary(log, async () => ({ status: ServiceStatus.HEALTHY, version: GATEWAY_VERSION })),
+    CreateSandbox: unary(log, (req: Parameters<SandboxService['create']>[0]) => sandboxes.create(req)),
+    GetSandbox: unary(log, (req: Parameters<SandboxService['get']>[0]) => sandboxes.get(req)),
+    ListSandboxes: unary(log, (req: Parameters<SandboxService['list']>[0]) => sandboxes.list(req)),
+    DeleteSandbox: unary(log, (req: Parameters<SandboxService['delete']>[0]) => sandboxes.delete(req)),
+    ExecSandbox: (call: Parameters<ExecService['handleUnary']>[0]) => exec.handleUnary(call),
+    ExecSandboxInteractive: (call: Parameters<ExecService['handleInteractive']>[0]) => exec.handleInteractive(call),
+  };
+  for (const method of Object.keys(openShellDefinition)) {
+    if (implemented[method]) continue;
+    const def = openShellDefinition[method]!;
+    const err = new GatewayError(Code.UNIMPLEMENTED, `method ${method} is not implemented by sandgate yet`);
+    implemented[method] = unimplementedHandler(def.requestStream, def.responseStream, err, log);
+  }
+  return implemented;
+}
+
+function unimplementedHandler(requestStream: boolean, responseStream: boolean, err: GatewayError, log: Logger) {
+  if (!requestStream && !responseStream) {
+    return (_call: unknown, callback: sendUnaryData<unknown>) => callback(toServiceError(err, log));
+  }
+  if (requestStream && !responseStream) {
+    return (_call: unknown, callback: sendUnaryData<unknown>) => callback(toServiceError(err, log));
+  }
+  return (call: { emit(e: 'error', v: unknown): void }) => call.emit('error', toServiceError(err, log));
+}

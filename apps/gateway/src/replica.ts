@@ -1,0 +1,155 @@
+// One gateway replica: the public gRPC listener (OpenShell API + supervisor protocol), the peer
+// listener (replica-to-replica relay), the HTTP listener, and the loops that keep its Redis
+// facts fresh. Stateless apart from the supervisor sessions it holds, which any other replica
+// can take over.
+import { Server, ServerCredentials } from '@grpc/grpc-js';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { Redis } from 'ioredis';
+import { serviceDefinition } from '@sandgate/protocols';
+import { OwnershipStore, ReplicaRegistry, SandboxStore } from '@sandgate/store';
+import { LocalDriver, type ComputeDriver } from '@sandgate/compute';
+import { createLogger, Metrics } from '@sandgate/telemetry';
+import type { ReplicaConfig, RunningReplica } from './config.ts';
+import { SessionRegistry, type ControlCall, type ExecChannelCall } from './sessions.ts';
+import { ExecRouter } from './exec-router.ts';
+import { ExecService } from './exec-service.ts';
+import { SandboxService } from './sandbox-service.ts';
+import { openShellDefinition, openShellImplementation } from './openshell-service.ts';
+import { buildHttp } from './http.ts';
+
+const supervisorEntry = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../supervisor/src/main.ts');
+
+const GRPC_SERVER_OPTIONS = {
+  'grpc.keepalive_time_ms': 10_000,
+  'grpc.keepalive_timeout_ms': 5_000,
+  'grpc.keepalive_permit_without_calls': 1,
+};
+
+function bindGrpc(server: Server, host: string, port: number): Promise<number> {
+  return new Promise((resolve, reject) => {
+    server.bindAsync(`${host}:${port}`, ServerCredentials.createInsecure(), (err, bound) => (err ? reject(err) : resolve(bound)));
+  });
+}
+
+export function createDriver(config: ReplicaConfig): ComputeDriver {
+  if (config.driver === 'local') return new LocalDriver({ stateDir: config.stateDir, supervisorEntry });
+  throw new Error(`driver '${config.driver}' is not available in this build; use --driver local`);
+}
+
+export async function startReplica(config: ReplicaConfig): Promise<RunningReplica> {
+  const log = createLogger({ component: 'gateway', replica: config.replicaId });
+  const metrics = new Metrics();
+  const redis = new Redis(config.redisUrl, { maxRetriesPerRequest: 2, lazyConnect: true });
+  redis.on('error', (err: Error) => log.warn('redis error', { err: err.message }));
+  await redis.connect();
+
+  const store = new SandboxStore(redis);
+  const ownership = new OwnershipStore(redis, config.ownerTtlMs);
+  const replicas = new ReplicaRegistry(redis, config.ownerTtlMs);
+  const driver = createDriver(config);
+  // The peer secret is shared through Redis on first start (replicas trust the same Redis).
+  const peerSecret = process.env.SANDGATE_PEER_SECRET || (await sharedPeerSecret(redis));
+
+  const sessions = new SessionRegistry({
+    replicaId: config.replicaId,
+    store,
+    ownership,
+    heartbeatIntervalMs: config.heartbeatIntervalMs,
+    heartbeatMisses: config.heartbeatMisses,
+    log,
+    metrics,
+  });
+  const router = new ExecRouter({ replicaId: config.replicaId, sessions, ownership, replicas, peerSecret, log });
+  const exec = new ExecService({ store, router, peerSecret, log, metrics });
+
+  const publicServer = new Server(GRPC_SERVER_OPTIONS);
+  const peerServer = new Server(GRPC_SERVER_OPTIONS);
+  const grpcPort = await bindGrpc(publicServer, config.host, config.grpcPort);
+  const peerPort = await bindGrpc(peerServer, config.host, config.peerPort);
+  const grpcAddress = `${config.host}:${grpcPort}`;
+  const peerAddress = `${config.advertiseHost || config.host}:${peerPort}`;
+  const supervisorEndpoint = config.supervisorEndpoint || grpcAddress;
+
+  const sandboxes = new SandboxService({
+    store,
+    driver,
+    defaultImage: config.driver === 'local' ? 'host' : 'sandgate-sandbox:latest',
+    supervisorEndpoint: () => supervisorEndpoint,
+    log,
+    metrics,
+  });
+  publicServer.addService(openShellDefinition, openShellImplementation(sandboxes, exec, log));
+  publicServer.addService(serviceDefinition('sandgate.v1.SupervisorGateway'), {
+    Control: (call: ControlCall) => sessions.handleControl(call),
+    ExecChannel: (call: ExecChannelCall) => sessions.handleExecChannel(call),
+  });
+  peerServer.addService(serviceDefinition('sandgate.v1.Peer'), {
+    Exec: (call: Parameters<ExecService['handlePeer']>[0]) => exec.handlePeer(call),
+  });
+
+  const info = { replicaId: config.replicaId, peerAddress, grpcAddress, pid: process.pid, startedAtMs: Date.now() };
+  let registered = false;
+  const heartbeat = async () => {
+    try {
+      await replicas.heartbeat(info);
+      registered = true;
+    } catch (err) {
+      registered = false;
+      log.warn('replica heartbeat failed', { err });
+    }
+  };
+  await heartbeat();
+  const heartbeatTimer = setInterval(() => void heartbeat(), Math.max(200, Math.floor(config.ownerTtlMs / 3)));
+
+  const http = buildHttp({
+    replicaId: config.replicaId,
+    metrics,
+    ready: async () => {
+      const pong = await redis.ping();
+      const ok = pong === 'PONG' && registered;
+      return { ok, detail: ok ? 'redis reachable, replica registered' : `redis=${pong} registered=${registered}` };
+    },
+  });
+  await http.listen({ host: config.host, port: config.httpPort });
+  const httpAddress = http.server.address();
+  const httpPort = typeof httpAddress === 'object' && httpAddress ? httpAddress.port : config.httpPort;
+  const httpUrl = `http://${config.host}:${httpPort}`;
+  log.info('replica listening', { grpcAddress, peerAddress, httpUrl, supervisorEndpoint });
+
+  let closing: Promise<void> | undefined;
+  const close = () => {
+    closing ??= (async () => {
+      clearInterval(heartbeatTimer);
+      await sessions.drain();
+      await replicas.remove(config.replicaId).catch(() => undefined);
+      router.close();
+      await Promise.all([shutdownGrpc(publicServer), shutdownGrpc(peerServer), http.close()]);
+      redis.disconnect();
+      log.info('replica stopped');
+    })();
+    return closing;
+  };
+
+  return { replicaId: config.replicaId, grpcAddress, httpUrl, peerAddress, close };
+}
+
+/** Waits briefly for calls to finish, then forces the rest closed. */
+function shutdownGrpc(server: Server): Promise<void> {
+  return new Promise((resolve) => {
+    const timer = setTimeout(() => {
+      server.forceShutdown();
+      resolve();
+    }, 2000);
+    server.tryShutdown(() => {
+      clearTimeout(timer);
+      resolve();
+    });
+  });
+}
+
+async function sharedPeerSecret(redis: Redis): Promise<string> {
+  const candidate = (await import('node:crypto')).randomBytes(24).toString('base64url');
+  await redis.set('sg:peer-secret', candidate, 'NX');
+  return (await redis.get('sg:peer-secret')) ?? candidate;
+}

@@ -1,0 +1,266 @@
+// Supervisor sessions held by this replica. A session is one supervisor's Control stream: it is
+// authenticated by the sandbox credential, claims ownership of the sandbox in Redis (fenced),
+// renews it while heartbeats flow, and carries `open_exec` requests. Exec data then arrives on a
+// separate ExecChannel call, matched to its pending request by exec id.
+import { randomUUID } from 'node:crypto';
+import type { ServerDuplexStream } from '@grpc/grpc-js';
+import type { ExecFrame, ExecStart, GatewayMessage, SupervisorMessage } from '@sandgate/protocols';
+import { GatewayError, Code, Phase, readyCondition } from '@sandgate/core';
+import type { OwnershipStore, SandboxStore } from '@sandgate/store';
+import type { Logger, Metrics } from '@sandgate/telemetry';
+import { verifyCredential } from './credentials.ts';
+
+export type ControlCall = ServerDuplexStream<SupervisorMessage, GatewayMessage>;
+export type ExecChannelCall = ServerDuplexStream<ExecFrame, ExecFrame>;
+
+/** How long a supervisor has to open the ExecChannel after `open_exec`. */
+const EXEC_ATTACH_TIMEOUT_MS = 10_000;
+
+interface PendingExec {
+  resolve(call: ExecChannelCall): void;
+  reject(err: Error): void;
+  timer: NodeJS.Timeout;
+}
+
+export class Session {
+  readonly sandboxId: string;
+  readonly sessionId = randomUUID();
+  readonly instanceId: string;
+  readonly call: ControlCall;
+  fence = 0;
+  lastSeenMs = Date.now();
+  closed = false;
+  readonly pending = new Map<string, PendingExec>();
+  readonly timers: NodeJS.Timeout[] = [];
+
+  constructor(sandboxId: string, instanceId: string, call: ControlCall) {
+    this.sandboxId = sandboxId;
+    this.instanceId = instanceId;
+    this.call = call;
+  }
+}
+
+export interface SessionDeps {
+  replicaId: string;
+  store: SandboxStore;
+  ownership: OwnershipStore;
+  heartbeatIntervalMs: number;
+  heartbeatMisses: number;
+  log: Logger;
+  metrics: Metrics;
+}
+
+export class SessionRegistry {
+  private readonly sessions = new Map<string, Session>();
+  private readonly deps: SessionDeps;
+  private draining = false;
+
+  constructor(deps: SessionDeps) {
+    this.deps = deps;
+    deps.metrics.gauge('sandgate_supervisor_sessions', () => this.sessions.size);
+  }
+
+  /** The live session for a sandbox on this replica, if any. */
+  get(sandboxId: string): Session | undefined {
+    const s = this.sessions.get(sandboxId);
+    return s && !s.closed ? s : undefined;
+  }
+
+  get size(): number {
+    return this.sessions.size;
+  }
+
+  /** Handles one supervisor Control stream for its whole life. */
+  handleControl(call: ControlCall): void {
+    const log = this.deps.log;
+    let session: Session | undefined;
+    const helloTimer = setTimeout(() => {
+      if (!session) endWithError(call, new GatewayError(Code.DEADLINE_EXCEEDED, 'expected hello within 10s'));
+    }, 10_000);
+
+    call.on('data', (msg: SupervisorMessage) => {
+      if (!session) {
+        if (!msg.hello) {
+          endWithError(call, new GatewayError(Code.INVALID_ARGUMENT, 'first supervisor message must be hello'));
+          return;
+        }
+        clearTimeout(helloTimer);
+        // Hold further messages until the session is established.
+        call.pause();
+        this.accept(call, msg.hello.sandbox_id ?? '', msg.hello.instance_id ?? '')
+          .then((s) => {
+            session = s;
+            call.resume();
+          })
+          .catch((err: unknown) => {
+            log.warn('supervisor hello refused', { err, sandboxId: msg.hello?.sandbox_id });
+            endWithError(call, err);
+          });
+        return;
+      }
+      session.lastSeenMs = Date.now();
+      if (msg.exec_open_failed) {
+        const p = session.pending.get(msg.exec_open_failed.exec_id ?? '');
+        p?.reject(new GatewayError(Code.UNAVAILABLE, `supervisor could not open exec: ${msg.exec_open_failed.message ?? ''}`));
+      }
+    });
+    const onGone = () => {
+      clearTimeout(helloTimer);
+      if (session) void this.close(session, 'control stream ended');
+    };
+    call.on('end', onGone);
+    call.on('error', onGone);
+    call.on('cancelled', onGone);
+    call.on('close', onGone);
+  }
+
+  private async accept(call: ControlCall, sandboxId: string, instanceId: string): Promise<Session> {
+    const { store, ownership, replicaId, heartbeatIntervalMs, heartbeatMisses, log, metrics } = this.deps;
+    if (this.draining) throw new GatewayError(Code.UNAVAILABLE, 'replica is shutting down');
+    if (!sandboxId || !instanceId) throw new GatewayError(Code.INVALID_ARGUMENT, 'hello needs sandbox_id and instance_id');
+    const record = await store.get(sandboxId);
+    const credential = call.metadata.get('x-sandgate-credential')[0];
+    if (!record || !verifyCredential(typeof credential === 'string' ? credential : '', record.credentialHash)) {
+      // One answer for both, so a credential cannot be used to probe for sandbox ids.
+      throw new GatewayError(Code.PERMISSION_DENIED, 'unknown sandbox or bad credential');
+    }
+    if (call.cancelled) throw new GatewayError(Code.CANCELLED, 'supervisor went away during hello');
+
+    const session = new Session(sandboxId, instanceId, call);
+    const previous = this.sessions.get(sandboxId);
+    if (previous) void this.close(previous, 'superseded by a new session of the same sandbox');
+    session.fence = await ownership.claim(sandboxId, replicaId, session.sessionId, instanceId);
+    this.sessions.set(sandboxId, session);
+    metrics.inc('sandgate_supervisor_sessions_accepted_total');
+
+    await store.mutate(sandboxId, (cur) => {
+      const sb = cur.sandbox;
+      const phase = sb.status?.phase ?? Phase.UNSPECIFIED;
+      const extra = { ownfence: String(session.fence) };
+      if (phase !== Phase.PROVISIONING && phase !== Phase.STARTING && phase !== Phase.UNSPECIFIED) {
+        return { sandbox: sb, extra };
+      }
+      sb.status = {
+        ...sb.status!,
+        phase: Phase.READY,
+        main_process_instance_id: instanceId,
+        conditions: [readyCondition('True', 'SupervisorConnected', 'Supervisor session is connected', new Date())],
+      };
+      return { sandbox: sb, extra };
+    });
+
+    call.write({ hello_ack: { session_id: session.sessionId, heartbeat_interval_ms: heartbeatIntervalMs, replica_id: replicaId, fence: session.fence } });
+    log.info('supervisor session accepted', { sandboxId, sessionId: session.sessionId, fence: session.fence, instanceId });
+
+    // Heartbeats: send ours, and close the session after `heartbeatMisses` silent intervals.
+    session.timers.push(
+      setInterval(() => {
+        if (Date.now() - session.lastSeenMs > heartbeatIntervalMs * heartbeatMisses) {
+          metrics.inc('sandgate_supervisor_sessions_timed_out_total');
+          void this.close(session, 'heartbeats stopped');
+          return;
+        }
+        call.write({ heartbeat: { sent_at_ms: Date.now() } });
+      }, heartbeatIntervalMs),
+    );
+    // Ownership renewal at a third of the TTL; losing it means another replica took over.
+    session.timers.push(
+      setInterval(() => {
+        ownership
+          .renew(sandboxId, session.fence)
+          .then((ok) => {
+            if (!ok) void this.close(session, 'ownership lost to a newer session');
+          })
+          .catch((err: unknown) => log.warn('ownership renew failed', { sandboxId, err }));
+      }, Math.max(200, Math.floor(ownership.ttlMs / 3))),
+    );
+    return session;
+  }
+
+  /** Ends a session: stops timers, fails pending execs, releases ownership if still ours. */
+  async close(session: Session, reason: string): Promise<void> {
+    if (session.closed) return;
+    session.closed = true;
+    for (const t of session.timers) clearInterval(t);
+    if (this.sessions.get(session.sandboxId) === session) this.sessions.delete(session.sandboxId);
+    for (const [, p] of session.pending) p.reject(new GatewayError(Code.UNAVAILABLE, `supervisor session closed: ${reason}`));
+    endWithError(session.call, new GatewayError(Code.UNAVAILABLE, `session closed: ${reason}`));
+    this.deps.log.info('supervisor session closed', { sandboxId: session.sandboxId, sessionId: session.sessionId, reason });
+    try {
+      const released = await this.deps.ownership.release(session.sandboxId, session.fence);
+      if (released) await this.markDisconnected(session);
+    } catch (err) {
+      this.deps.log.warn('ownership release failed', { sandboxId: session.sandboxId, err });
+    }
+  }
+
+  /** Ready → Provisioning when the supervisor is gone, unless a newer session already moved it. */
+  private async markDisconnected(session: Session): Promise<void> {
+    await this.deps.store.mutate(session.sandboxId, (cur) => {
+      if (cur.ownerFence !== session.fence || cur.sandbox.status?.phase !== Phase.READY) return null;
+      const sb = cur.sandbox;
+      sb.status = {
+        ...sb.status!,
+        phase: Phase.PROVISIONING,
+        conditions: [readyCondition('False', 'SupervisorDisconnected', 'Supervisor session is not connected', new Date())],
+      };
+      return { sandbox: sb };
+    });
+  }
+
+  /** Asks the supervisor to open an exec and resolves with its ExecChannel once attached. */
+  openExec(session: Session, start: ExecStart): Promise<ExecChannelCall> {
+    const execId = start.exec_id!;
+    return new Promise<ExecChannelCall>((resolve, reject) => {
+      const timer = setTimeout(() => {
+        session.pending.delete(execId);
+        reject(new GatewayError(Code.DEADLINE_EXCEEDED, 'relay open timed out'));
+      }, EXEC_ATTACH_TIMEOUT_MS);
+      session.pending.set(execId, {
+        resolve: (call) => {
+          clearTimeout(timer);
+          session.pending.delete(execId);
+          resolve(call);
+        },
+        reject: (err) => {
+          clearTimeout(timer);
+          session.pending.delete(execId);
+          reject(err);
+        },
+        timer,
+      });
+      session.call.write({ open_exec: start });
+    });
+  }
+
+  /** An ExecChannel call from a supervisor: its first frame names the pending exec. */
+  handleExecChannel(call: ExecChannelCall): void {
+    const timer = setTimeout(() => endWithError(call, new GatewayError(Code.DEADLINE_EXCEEDED, 'expected attach frame')), 10_000);
+    call.once('data', (frame: ExecFrame) => {
+      clearTimeout(timer);
+      const sandboxId = call.metadata.get('x-sandgate-sandbox-id')[0];
+      const session = typeof sandboxId === 'string' ? this.get(sandboxId) : undefined;
+      const execId = frame.attach?.exec_id ?? '';
+      const pending = session && frame.attach?.session_id === session.sessionId ? session.pending.get(execId) : undefined;
+      if (!pending) {
+        endWithError(call, new GatewayError(Code.NOT_FOUND, 'unknown or expired exec channel'));
+        return;
+      }
+      // Stop the flow until the relay pipes this call somewhere (back-pressure from the start).
+      call.pause();
+      pending.resolve(call);
+    });
+  }
+
+  /** Graceful shutdown: release every session at once so supervisors move without waiting for expiry. */
+  async drain(): Promise<void> {
+    this.draining = true;
+    await Promise.all([...this.sessions.values()].map((s) => this.close(s, 'replica shutting down')));
+  }
+}
+
+export function endWithError(call: { emit(event: 'error', err: unknown): boolean; writableEnded?: boolean; destroyed?: boolean }, err: unknown): void {
+  if (call.writableEnded || call.destroyed) return;
+  const e = err instanceof GatewayError ? { code: err.code, details: err.message, message: err.message } : err;
+  call.emit('error', e);
+}

@@ -1,0 +1,42 @@
+// The compute driver interface. A driver turns a sandbox record into a running supervisor (and
+// its main process) somewhere, and can find, stop and remove it again from any replica: all it
+// needs is the sandbox id and the handle it returned at create time (persisted in Redis).
+// Shaped so that `local` (bubblewrap processes), `docker` and Kubernetes fit behind it.
+
+/** Opaque, JSON-serialisable facts a driver needs to find its compute again (pid, container id…). */
+export type ComputeHandle = Record<string, unknown>;
+
+export interface LaunchSpec {
+  sandboxId: string;
+  /** Main process argv, run without a shell. */
+  command: string[];
+  tty: boolean;
+  /** Environment for the main process and every exec (spec.environment + template.environment). */
+  environment: Record<string, string>;
+  image: string;
+  /** What the supervisor dials: comma-separated gRPC endpoints (a load balancer, or replicas). */
+  gatewayEndpoints: string;
+  /** Secret the supervisor presents; drivers hand it over as a file, never as an environment variable. */
+  credential: string;
+  logLevel: string;
+}
+
+export type ComputeState = 'running' | 'stopped' | 'gone';
+
+export interface ObservedCompute {
+  sandboxId: string;
+  handle: ComputeHandle;
+  state: ComputeState;
+}
+
+export interface ComputeDriver {
+  readonly name: string;
+  /** Starts provisioning and returns quickly; readiness is the supervisor connecting. */
+  create(spec: LaunchSpec): Promise<ComputeHandle>;
+  /** Current state of one sandbox's compute. */
+  inspect(sandboxId: string, handle: ComputeHandle | null): Promise<ComputeState>;
+  /** Idempotent. Resolves true if anything existed and was removed. */
+  delete(sandboxId: string, handle: ComputeHandle | null): Promise<boolean>;
+  /** All compute this driver manages on this host/cluster (for reconciliation). */
+  list(): Promise<ObservedCompute[]>;
+}

@@ -1,0 +1,24 @@
+// Validation limits, as the upstream gateway enforces them (shared/spec/openshell-v1-behaviour.md §1, §2).
+export const MAX_NAME_LEN = 19;
+export const MAX_MAP_ENTRIES = 128;
+export const MAX_LABEL_NAME_LEN = 63;
+export const MAX_LABEL_PREFIX_LEN = 253;
+export const MAX_LABEL_VALUE_LEN = 63;
+export const MAX_ANNOTATION_KEY_LEN = 256;
+export const MAX_ANNOTATION_VALUE_LEN = 8192;
+export const MAX_SPEC_ENV_TOTAL_BYTES = 256 * 1024;
+export const MAX_MAIN_ARGS = 256;
+export const MAX_MAIN_ARGV_TOTAL_BYTES = 256 * 1024;
+export const MAX_ARG_BYTES = 32 * 1024;
+export const MAX_EXEC_ARGS = 1024;
+export const MAX_EXEC_ENV_VALUE_BYTES = 32 * 1024;
+export const MAX_WORKDIR_BYTES = 4096;
+export const MAX_LOG_LEVEL_LEN = 32;
+export const MAX_TEMPLATE_STRING_LEN = 1024;
+export const MAX_STRUCT_BYTES = 64 * 1024;
+export const MAX_POLICY_BYTES = 256 * 1024;
+export const MAX_PROVIDERS = 32;
+export const MAX_SELECTOR_PAIRS = 64;
+export const LIST_DEFAULT_LIMIT = 100;
+export const LIST_MAX_LIMIT = 1000;
+export const DEFAULT_WORKSPACE = 'default';

@@ -1,0 +1,36 @@
+// gRPC status codes as plain numbers, so the core stays free of any transport dependency.
+export const Code = {
+  OK: 0,
+  CANCELLED: 1,
+  UNKNOWN: 2,
+  INVALID_ARGUMENT: 3,
+  DEADLINE_EXCEEDED: 4,
+  NOT_FOUND: 5,
+  ALREADY_EXISTS: 6,
+  PERMISSION_DENIED: 7,
+  RESOURCE_EXHAUSTED: 8,
+  FAILED_PRECONDITION: 9,
+  ABORTED: 10,
+  OUT_OF_RANGE: 11,
+  UNIMPLEMENTED: 12,
+  INTERNAL: 13,
+  UNAVAILABLE: 14,
+  DATA_LOSS: 15,
+  UNAUTHENTICATED: 16,
+} as const;
+export type Code = (typeof Code)[keyof typeof Code];
+
+/** An error meant for the client: a status code and a message that says what to fix. */
+export class GatewayError extends Error {
+  readonly code: Code;
+  constructor(code: Code, message: string) {
+    super(message);
+    this.name = 'GatewayError';
+    this.code = code;
+  }
+}
+
+export const invalid = (message: string) => new GatewayError(Code.INVALID_ARGUMENT, message);
+export const notFound = (message = 'sandbox not found') => new GatewayError(Code.NOT_FOUND, message);
+export const unavailable = (message: string) => new GatewayError(Code.UNAVAILABLE, message);
+export const failedPrecondition = (message: string) => new GatewayError(Code.FAILED_PRECONDITION, message);

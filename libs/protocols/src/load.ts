@@ -1,0 +1,91 @@
+// Loads sandgate's .proto files with protobufjs and turns their services into grpc-js service
+// definitions. We do this ourselves (instead of @grpc/proto-loader) so one protobufjs Root serves
+// gRPC, Redis persistence (records are stored as encoded `Sandbox` bytes) and proto3 JSON output.
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import protobuf from 'protobufjs';
+import type { ServiceDefinition, MethodDefinition } from '@grpc/grpc-js';
+
+const protoDir = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', 'proto');
+
+const PROTO_FILES = [
+  'openshell/datamodel/v1/datamodel.proto',
+  'openshell/v1/openshell.proto',
+  'sandgate/v1/sandgate.proto',
+];
+
+function loadRoot(): protobuf.Root {
+  const root = new protobuf.Root();
+  root.resolvePath = (_origin, target) => (path.isAbsolute(target) ? target : path.join(protoDir, target));
+  root.loadSync(PROTO_FILES, { keepCase: true });
+  root.resolveAll();
+  return root;
+}
+
+export const root = loadRoot();
+
+/**
+ * How decoded messages look in TypeScript: snake_case keys as in the .proto, int64 as JS numbers
+ * (all our int64s are millisecond timestamps or counters far below 2^53), enums as numbers,
+ * bytes as Buffers, absent scalars left undefined (so explicit presence stays visible), and
+ * repeated/map fields always present.
+ */
+const TO_OBJECT: protobuf.IConversionOptions = {
+  longs: Number,
+  enums: Number,
+  bytes: Buffer,
+  defaults: false,
+  arrays: true,
+  objects: true,
+  oneofs: false,
+};
+
+export function messageType(fullName: string): protobuf.Type {
+  return root.lookupType(fullName);
+}
+
+export function encodeMessage(type: protobuf.Type, value: object): Buffer {
+  const message = type.fromObject(value as Record<string, unknown>);
+  const bytes = type.encode(message).finish();
+  return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+}
+
+export function decodeMessage<T>(type: protobuf.Type, bytes: Uint8Array): T {
+  return type.toObject(type.decode(bytes), TO_OBJECT) as T;
+}
+
+/** A codec for one message type, by full name (e.g. `openshell.v1.Sandbox`). */
+export interface Codec<T> {
+  encode(value: T): Buffer;
+  decode(bytes: Uint8Array): T;
+}
+
+export function codec<T extends object>(fullName: string): Codec<T> {
+  const type = messageType(fullName);
+  return {
+    encode: (value) => encodeMessage(type, value),
+    decode: (bytes) => decodeMessage<T>(type, bytes),
+  };
+}
+
+/** grpc-js service definition for a protobufjs service, e.g. `openshell.v1.OpenShell`. */
+export function serviceDefinition(fullName: string): ServiceDefinition {
+  const service = root.lookupService(fullName);
+  const definition: Record<string, MethodDefinition<unknown, unknown>> = {};
+  for (const method of service.methodsArray) {
+    method.resolve();
+    const requestType = method.resolvedRequestType!;
+    const responseType = method.resolvedResponseType!;
+    definition[method.name] = {
+      path: `/${fullName}/${method.name}`,
+      requestStream: Boolean(method.requestStream),
+      responseStream: Boolean(method.responseStream),
+      requestSerialize: (value: unknown) => encodeMessage(requestType, value as object),
+      requestDeserialize: (bytes: Buffer) => decodeMessage(requestType, bytes),
+      responseSerialize: (value: unknown) => encodeMessage(responseType, value as object),
+      responseDeserialize: (bytes: Buffer) => decodeMessage(responseType, bytes),
+      originalName: method.name,
+    };
+  }
+  return definition as ServiceDefinition;
+}

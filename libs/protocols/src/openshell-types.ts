@@ -1,0 +1,151 @@
+// TypeScript shapes of the decoded OpenShell messages sandgate touches (see load.ts for the
+// conversion rules: snake_case keys, absent scalars undefined, repeated/map always present).
+
+export const SandboxPhase = {
+  UNSPECIFIED: 0,
+  PROVISIONING: 1,
+  READY: 2,
+  ERROR: 3,
+  DELETING: 4,
+  UNKNOWN: 5,
+  STOPPING: 6,
+  STOPPED: 7,
+  STARTING: 8,
+  COMPLETED: 9,
+} as const;
+export type SandboxPhase = (typeof SandboxPhase)[keyof typeof SandboxPhase];
+
+export const ServiceStatus = { UNSPECIFIED: 0, HEALTHY: 1, DEGRADED: 2, UNHEALTHY: 3 } as const;
+
+export type StringMap = Record<string, string>;
+
+export interface ObjectMeta {
+  id?: string;
+  name?: string;
+  created_at_ms?: number;
+  labels: StringMap;
+  resource_version?: number;
+  annotations: StringMap;
+  workspace?: string;
+  deletion_timestamp_ms?: number;
+}
+
+export interface SandboxTemplate {
+  image?: string;
+  runtime_class_name?: string;
+  agent_socket?: string;
+  labels: StringMap;
+  annotations: StringMap;
+  environment: StringMap;
+  resources?: Buffer;
+  user_namespaces?: boolean;
+  driver_config?: Buffer;
+}
+
+export interface SandboxSpec {
+  log_level?: string;
+  environment: StringMap;
+  template?: SandboxTemplate;
+  policy?: Buffer;
+  providers: string[];
+  resource_requirements?: Buffer;
+  command: string[];
+  tty?: boolean;
+  restart_policy?: number;
+}
+
+export interface SandboxCondition {
+  type?: string;
+  status?: string;
+  reason?: string;
+  message?: string;
+  last_transition_time?: string;
+}
+
+export interface SandboxStatus {
+  sandbox_name?: string;
+  agent_pod?: string;
+  agent_fd?: string;
+  sandbox_fd?: string;
+  conditions: SandboxCondition[];
+  phase?: number;
+  current_policy_version?: number;
+  main_process_instance_id?: string;
+  exit_code?: number;
+  restart_count?: number;
+  next_restart_at_ms?: number;
+  main_process_started_at_ms?: number;
+}
+
+export interface Sandbox {
+  metadata?: ObjectMeta;
+  spec?: SandboxSpec;
+  status?: SandboxStatus;
+}
+
+export interface CreateSandboxRequest {
+  spec?: SandboxSpec;
+  name?: string;
+  labels: StringMap;
+  annotations: StringMap;
+  workspace?: string;
+}
+
+export interface SandboxResponse {
+  sandbox?: Sandbox;
+}
+
+export interface GetSandboxRequest {
+  name?: string;
+  workspace?: string;
+}
+
+export interface ListSandboxesRequest {
+  limit?: number;
+  offset?: number;
+  label_selector?: string;
+  workspace?: string;
+  all_workspaces?: boolean;
+}
+
+export interface ListSandboxesResponse {
+  sandboxes: Sandbox[];
+}
+
+export interface DeleteSandboxRequest {
+  name?: string;
+  workspace?: string;
+}
+
+export interface DeleteSandboxResponse {
+  deleted?: boolean;
+}
+
+export interface ExecSandboxRequest {
+  sandbox_id?: string;
+  command: string[];
+  workdir?: string;
+  environment: StringMap;
+  timeout_seconds?: number;
+  stdin?: Buffer;
+  tty?: boolean;
+  cols?: number;
+  rows?: number;
+}
+
+export interface ExecSandboxEvent {
+  stdout?: { data?: Buffer };
+  stderr?: { data?: Buffer };
+  exit?: { exit_code?: number };
+}
+
+export interface ExecSandboxInput {
+  start?: ExecSandboxRequest;
+  stdin?: Buffer;
+  resize?: { cols?: number; rows?: number };
+}
+
+export interface HealthResponse {
+  status: number;
+  version: string;
+}

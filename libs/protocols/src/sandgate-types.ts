@@ -1,0 +1,60 @@
+// TypeScript shapes of sandgate's own protocol messages (proto/sandgate/v1/sandgate.proto).
+import type { StringMap } from './openshell-types.ts';
+
+export interface ExecStart {
+  exec_id?: string;
+  sandbox_id?: string;
+  argv: string[];
+  workdir?: string;
+  env: StringMap;
+  timeout_seconds?: number;
+  tty?: boolean;
+  cols?: number;
+  rows?: number;
+  stdin?: Buffer;
+  stdin_eof?: boolean;
+}
+
+export interface ExecExit {
+  exit_code?: number;
+  timed_out?: boolean;
+  signal?: number;
+}
+
+export interface PathError {
+  code?: number;
+  message?: string;
+}
+
+/** One frame of an exec, on the supervisor channel and on the peer relay alike. */
+export interface ExecFrame {
+  start?: ExecStart;
+  attach?: { exec_id?: string; session_id?: string };
+  stdin?: Buffer;
+  stdin_eof?: Record<string, never>;
+  resize?: { cols?: number; rows?: number };
+  signal?: { signo?: number };
+  stdout?: Buffer;
+  stderr?: Buffer;
+  exit?: ExecExit;
+  error?: PathError;
+}
+
+export interface Hello {
+  sandbox_id?: string;
+  instance_id?: string;
+  supervisor_version?: string;
+  main_pid?: number;
+}
+
+export interface SupervisorMessage {
+  hello?: Hello;
+  heartbeat?: { sent_at_ms?: number };
+  exec_open_failed?: { exec_id?: string; message?: string };
+}
+
+export interface GatewayMessage {
+  hello_ack?: { session_id?: string; heartbeat_interval_ms?: number; replica_id?: string; fence?: number };
+  heartbeat?: { sent_at_ms?: number };
+  open_exec?: ExecStart;
+}

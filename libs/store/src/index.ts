@@ -1,0 +1,5 @@
+export * from './keys.ts';
+export * from './lua.ts';
+export * from './sandbox-store.ts';
+export * from './ownership.ts';
+export * from './replicas.ts';

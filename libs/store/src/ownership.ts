@@ -1,0 +1,75 @@
+// Who holds a sandbox's supervisor session. One expiring hash per sandbox, written only through
+// these scripts. Every claim takes a fresh fencing token; renew and release act only while the
+// caller's token is still the current one, so a replica that lost ownership (it stalled, or the
+// supervisor reconnected elsewhere) can never extend or delete the newer owner's record.
+import type { Redis } from 'ioredis';
+import { keys } from './keys.ts';
+import { LuaScript } from './lua.ts';
+
+const CLAIM = new LuaScript(
+  `
+local fence = redis.call('INCR', KEYS[2])
+redis.call('DEL', KEYS[1])
+redis.call('HSET', KEYS[1], 'replica', ARGV[1], 'session', ARGV[2], 'fence', fence, 'instance', ARGV[4])
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+return fence
+`,
+  2,
+);
+
+const RENEW = new LuaScript(
+  `
+if redis.call('HGET', KEYS[1], 'fence') == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+return 0
+`,
+  1,
+);
+
+const RELEASE = new LuaScript(
+  `
+if redis.call('HGET', KEYS[1], 'fence') == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  return 1
+end
+return 0
+`,
+  1,
+);
+
+export interface OwnerRecord {
+  replica: string;
+  session: string;
+  fence: number;
+  instance: string;
+}
+
+export class OwnershipStore {
+  private readonly redis: Redis;
+  readonly ttlMs: number;
+  constructor(redis: Redis, ttlMs: number) {
+    this.redis = redis;
+    this.ttlMs = ttlMs;
+  }
+
+  async claim(sandboxId: string, replicaId: string, sessionId: string, instanceId: string): Promise<number> {
+    const fence = await CLAIM.run(this.redis, [keys.owner(sandboxId), keys.fence(sandboxId)], [replicaId, sessionId, this.ttlMs, instanceId]);
+    return Number(fence);
+  }
+
+  async renew(sandboxId: string, fence: number): Promise<boolean> {
+    return (await RENEW.run(this.redis, [keys.owner(sandboxId)], [String(fence), this.ttlMs])) === 1;
+  }
+
+  async release(sandboxId: string, fence: number): Promise<boolean> {
+    return (await RELEASE.run(this.redis, [keys.owner(sandboxId)], [String(fence)])) === 1;
+  }
+
+  async get(sandboxId: string): Promise<OwnerRecord | null> {
+    const h = await this.redis.hgetall(keys.owner(sandboxId));
+    if (!h.replica) return null;
+    return { replica: h.replica, session: h.session ?? '', fence: Number(h.fence), instance: h.instance ?? '' };
+  }
+}

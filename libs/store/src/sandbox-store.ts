@@ -1,0 +1,159 @@
+// Sandbox records in Redis. Writes are compare-and-swap on `rv` (resource_version), done in Lua
+// so that a read-modify-write from any replica either applies whole or reports a conflict.
+import type { Redis } from 'ioredis';
+import { codec, type Sandbox } from '@sandgate/protocols';
+import { GatewayError, Code } from '@sandgate/core';
+import { keys } from './keys.ts';
+import { LuaScript } from './lua.ts';
+
+const sandboxCodec = codec<Sandbox>('openshell.v1.Sandbox');
+
+const CREATE = new LuaScript(
+  `
+if redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
+redis.call('SET', KEYS[2], ARGV[1])
+redis.call('HSET', KEYS[1], 'pb', ARGV[2], 'rv', 0, 'ws', ARGV[3], 'name', ARGV[4], 'cred', ARGV[5])
+redis.call('SADD', KEYS[3], ARGV[1])
+return 1
+`,
+  3,
+);
+
+// Returns the new rv, -1 when the record is gone, -2 on a version conflict.
+const UPDATE = new LuaScript(
+  `
+local rv = redis.call('HGET', KEYS[1], 'rv')
+if not rv then return -1 end
+if tonumber(rv) ~= tonumber(ARGV[1]) then return -2 end
+local next = tonumber(rv) + 1
+redis.call('HSET', KEYS[1], 'pb', ARGV[2], 'rv', next)
+for i = 3, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
+return next
+`,
+  1,
+);
+
+// KEYS: record, name index, id set, owner, fence. Returns 1 if the record existed.
+const REMOVE = new LuaScript(
+  `
+local existed = redis.call('EXISTS', KEYS[1])
+local id = ARGV[1]
+if redis.call('GET', KEYS[2]) == id then redis.call('DEL', KEYS[2]) end
+redis.call('DEL', KEYS[1], KEYS[4], KEYS[5])
+redis.call('SREM', KEYS[3], id)
+return existed
+`,
+  5,
+);
+
+export interface StoredSandbox {
+  sandbox: Sandbox;
+  resourceVersion: number;
+  credentialHash: string;
+  compute: Record<string, unknown> | null;
+  /** Fence of the supervisor session that last moved the phase (guards disconnect handling). */
+  ownerFence: number;
+}
+
+function fromHash(id: string, hash: Record<string, Buffer>): StoredSandbox | null {
+  if (!hash.pb || !hash.rv) return null;
+  const sandbox = sandboxCodec.decode(hash.pb);
+  const resourceVersion = Number(hash.rv.toString());
+  sandbox.metadata = { ...sandbox.metadata!, id, resource_version: resourceVersion };
+  return {
+    sandbox,
+    resourceVersion,
+    credentialHash: hash.cred?.toString() ?? '',
+    compute: hash.compute ? (JSON.parse(hash.compute.toString()) as Record<string, unknown>) : null,
+    ownerFence: Number(hash.ownfence?.toString() ?? 0),
+  };
+}
+
+export class SandboxStore {
+  private readonly redis: Redis;
+  constructor(redis: Redis) {
+    this.redis = redis;
+  }
+
+  async create(sandbox: Sandbox, credentialHash: string): Promise<void> {
+    const { id, name, workspace } = sandbox.metadata!;
+    const created = await CREATE.run(
+      this.redis,
+      [keys.sandbox(id!), keys.sandboxName(workspace!, name!), keys.sandboxIndex()],
+      [id!, sandboxCodec.encode(sandbox), workspace!, name!, credentialHash],
+    );
+    if (created !== 1) throw new GatewayError(Code.ALREADY_EXISTS, `sandbox '${name}' already exists`);
+  }
+
+  async get(id: string): Promise<StoredSandbox | null> {
+    const hash = (await this.redis.hgetallBuffer(keys.sandbox(id))) as Record<string, Buffer>;
+    return fromHash(id, hash);
+  }
+
+  async idByName(workspace: string, name: string): Promise<string | null> {
+    return this.redis.get(keys.sandboxName(workspace, name));
+  }
+
+  async getByName(workspace: string, name: string): Promise<StoredSandbox | null> {
+    const id = await this.idByName(workspace, name);
+    return id ? this.get(id) : null;
+  }
+
+  /** Every record, in creation order. Records are small; the set is the source of truth. */
+  async list(): Promise<StoredSandbox[]> {
+    const ids = await this.redis.smembers(keys.sandboxIndex());
+    const pipeline = this.redis.pipeline();
+    for (const id of ids) pipeline.hgetallBuffer(keys.sandbox(id));
+    const results = (await pipeline.exec()) ?? [];
+    const out: StoredSandbox[] = [];
+    results.forEach(([err, hash], i) => {
+      if (err) return;
+      const rec = fromHash(ids[i]!, hash as Record<string, Buffer>);
+      if (rec) out.push(rec);
+    });
+    return out.sort(
+      (a, b) =>
+        (a.sandbox.metadata!.created_at_ms ?? 0) - (b.sandbox.metadata!.created_at_ms ?? 0) ||
+        a.sandbox.metadata!.id!.localeCompare(b.sandbox.metadata!.id!),
+    );
+  }
+
+  /**
+   * Read-modify-write with compare-and-swap. `change` may return null to leave the record as is.
+   * Retries on a conflict (another replica wrote in between) a bounded number of times.
+   */
+  async mutate(
+    id: string,
+    change: (current: StoredSandbox) => { sandbox: Sandbox; extra?: Record<string, string> } | null,
+    attempts = 8,
+  ): Promise<StoredSandbox | null> {
+    for (let i = 0; i < attempts; i++) {
+      const current = await this.get(id);
+      if (!current) return null;
+      const next = change(current);
+      if (!next) return current;
+      const extra = Object.entries(next.extra ?? {}).flat();
+      const rv = (await UPDATE.run(this.redis, [keys.sandbox(id)], [current.resourceVersion, sandboxCodec.encode(next.sandbox), ...extra])) as number;
+      if (rv === -1) return null;
+      if (rv >= 0) {
+        next.sandbox.metadata = { ...next.sandbox.metadata!, resource_version: rv };
+        return { ...current, sandbox: next.sandbox, resourceVersion: rv };
+      }
+    }
+    const latest = await this.get(id);
+    throw new GatewayError(
+      Code.ABORTED,
+      `update failed due to concurrent modification (current resource_version: ${latest?.resourceVersion ?? 'gone'})`,
+    );
+  }
+
+  /** Removes the record and everything keyed by it. Returns whether it existed. */
+  async remove(id: string, workspace: string, name: string): Promise<boolean> {
+    const existed = await REMOVE.run(
+      this.redis,
+      [keys.sandbox(id), keys.sandboxName(workspace, name), keys.sandboxIndex(), keys.owner(id), keys.fence(id)],
+      [id],
+    );
+    return existed === 1;
+  }
+}

@@ -1,0 +1,107 @@
+// Against a real redis-server: the CAS record store and the fenced ownership scripts.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Redis } from 'ioredis';
+import { OwnershipStore, ReplicaRegistry, SandboxStore, keys } from '@sandgate/store';
+import { Code, GatewayError } from '@sandgate/core';
+import type { Sandbox } from '@sandgate/protocols';
+import { startRedis, type TestRedis } from '../../../test/harness/redis.ts';
+import { sleep } from '../../../test/harness/wait.ts';
+
+let redis: TestRedis;
+let client: Redis;
+
+beforeAll(async () => {
+  redis = await startRedis();
+  client = redis.client();
+});
+afterAll(async () => redis.stop());
+
+const sandbox = (id: string, name: string): Sandbox => ({
+  metadata: { id, name, workspace: 'default', labels: { app: 'x' }, annotations: {}, created_at_ms: Date.now() },
+  spec: { environment: {}, providers: [], command: ['sleep', '1'] },
+  status: { conditions: [], phase: 1 },
+});
+
+describe('SandboxStore', () => {
+  it('creates, reads back and enforces unique names', async () => {
+    const store = new SandboxStore(client);
+    await store.create(sandbox('id-1', 'one'), 'hash');
+    const rec = await store.getByName('default', 'one');
+    expect(rec?.sandbox.metadata?.id).toBe('id-1');
+    expect(rec?.resourceVersion).toBe(0);
+    expect(rec?.credentialHash).toBe('hash');
+    await expect(store.create(sandbox('id-2', 'one'), 'h')).rejects.toMatchObject({ code: Code.ALREADY_EXISTS, message: "sandbox 'one' already exists" });
+  });
+
+  it('lets exactly one of many concurrent creates with one name win', async () => {
+    const store = new SandboxStore(client);
+    const results = await Promise.allSettled(Array.from({ length: 20 }, (_, i) => store.create(sandbox(`race-${i}`, 'race'), 'h')));
+    expect(results.filter((r) => r.status === 'fulfilled')).toHaveLength(1);
+    expect((await store.list()).filter((r) => r.sandbox.metadata?.name === 'race')).toHaveLength(1);
+  });
+
+  it('bumps resource_version on every write and survives concurrent writers', async () => {
+    const store = new SandboxStore(client);
+    await store.create(sandbox('cas', 'cas'), 'h');
+    await Promise.all(
+      Array.from({ length: 10 }, (_, i) =>
+        store.mutate('cas', (cur) => {
+          cur.sandbox.metadata!.labels = { ...cur.sandbox.metadata!.labels, [`k${i}`]: 'v' };
+          return { sandbox: cur.sandbox };
+        }, 50),
+      ),
+    );
+    const rec = await store.get('cas');
+    expect(rec?.resourceVersion).toBe(10);
+    expect(Object.keys(rec!.sandbox.metadata!.labels).filter((k) => k.startsWith('k'))).toHaveLength(10);
+  });
+
+  it('removes the record, its name and its owner keys', async () => {
+    const store = new SandboxStore(client);
+    await store.create(sandbox('gone', 'gone'), 'h');
+    await new OwnershipStore(client, 5000).claim('gone', 'r1', 's1', 'i1');
+    expect(await store.remove('gone', 'default', 'gone')).toBe(true);
+    expect(await store.remove('gone', 'default', 'gone')).toBe(false);
+    expect(await client.exists(keys.sandbox('gone'), keys.sandboxName('default', 'gone'), keys.owner('gone'), keys.fence('gone'))).toBe(0);
+  });
+});
+
+describe('OwnershipStore', () => {
+  it('fences: a replica that lost ownership can neither renew nor release the new owner record', async () => {
+    const own = new OwnershipStore(client, 5000);
+    const fenceA = await own.claim('sbx', 'replica-a', 'session-a', 'inst');
+    const fenceB = await own.claim('sbx', 'replica-b', 'session-b', 'inst');
+    expect(fenceB).toBeGreaterThan(fenceA);
+    expect(await own.renew('sbx', fenceA)).toBe(false);
+    expect(await own.release('sbx', fenceA)).toBe(false);
+    expect((await own.get('sbx'))?.replica).toBe('replica-b');
+    expect(await own.renew('sbx', fenceB)).toBe(true);
+    expect(await own.release('sbx', fenceB)).toBe(true);
+    expect(await own.get('sbx')).toBeNull();
+  });
+
+  it('expires when not renewed', async () => {
+    const own = new OwnershipStore(client, 200);
+    await own.claim('short', 'r', 's', 'i');
+    await sleep(400);
+    expect(await own.get('short')).toBeNull();
+  });
+
+  it('replica liveness keys expire', async () => {
+    const reg = new ReplicaRegistry(client, 200);
+    await reg.heartbeat({ replicaId: 'r9', peerAddress: '127.0.0.1:1', grpcAddress: '127.0.0.1:2', pid: 1, startedAtMs: 0 });
+    expect((await reg.get('r9'))?.peerAddress).toBe('127.0.0.1:1');
+    await sleep(400);
+    expect(await reg.get('r9')).toBeNull();
+  });
+
+  it('uses EVAL when the script cache was flushed (Redis restarted)', async () => {
+    await client.script('FLUSH');
+    const own = new OwnershipStore(client, 5000);
+    expect(await own.claim('flushed', 'r', 's', 'i')).toBeGreaterThan(0);
+  });
+});
+
+describe('errors', () => {
+  it('GatewayError carries a code', () => expect(new GatewayError(Code.NOT_FOUND, 'x').code).toBe(5));
+});

@@ -1,0 +1,158 @@
+// N gateway replicas as separate processes (`sandgate gateway`), on one Redis. Supervisors are
+// given every replica's gRPC address, as they would be given a load balancer's.
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { freePorts } from './ports.ts';
+import { waitFor } from './wait.ts';
+
+export const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
+export const cliBin = path.join(repoRoot, 'apps/cli/bin/sandgate.js');
+
+export interface ReplicaProcess {
+  id: string;
+  grpcPort: number;
+  httpPort: number;
+  peerPort: number;
+  grpcAddress: string;
+  httpUrl: string;
+  proc: ChildProcess | null;
+  logs: string[];
+}
+
+export interface ClusterOptions {
+  replicas?: number;
+  redisUrl: string;
+  env?: Record<string, string>;
+}
+
+export class Cluster {
+  readonly replicas: ReplicaProcess[] = [];
+  readonly stateDir: string;
+  readonly redisUrl: string;
+  private readonly env: Record<string, string>;
+
+  private constructor(redisUrl: string, env: Record<string, string>) {
+    this.redisUrl = redisUrl;
+    this.env = env;
+    this.stateDir = mkdtempSync(path.join(os.tmpdir(), 'sg-state-'));
+  }
+
+  static async start(opts: ClusterOptions): Promise<Cluster> {
+    const cluster = new Cluster(opts.redisUrl, opts.env ?? {});
+    const n = opts.replicas ?? 3;
+    const ports = await freePorts(n * 3);
+    for (let i = 0; i < n; i++) {
+      const [grpcPort, httpPort, peerPort] = [ports[i * 3]!, ports[i * 3 + 1]!, ports[i * 3 + 2]!];
+      cluster.replicas.push({
+        id: `r${i}`,
+        grpcPort,
+        httpPort,
+        peerPort,
+        grpcAddress: `127.0.0.1:${grpcPort}`,
+        httpUrl: `http://127.0.0.1:${httpPort}`,
+        proc: null,
+        logs: [],
+      });
+    }
+    await Promise.all(cluster.replicas.map((_, i) => cluster.startReplica(i)));
+    return cluster;
+  }
+
+  get supervisorEndpoint(): string {
+    return this.replicas.map((r) => r.grpcAddress).join(',');
+  }
+
+  /** (Re)starts replica i on its ports and waits until it is ready. */
+  async startReplica(i: number): Promise<void> {
+    const r = this.replicas[i]!;
+    const args = [
+      cliBin,
+      'gateway',
+      '--host', '127.0.0.1',
+      '--grpc-port', String(r.grpcPort),
+      '--http-port', String(r.httpPort),
+      '--peer-port', String(r.peerPort),
+      '--redis', this.redisUrl,
+      '--replica-id', r.id,
+      '--driver', 'local',
+      '--state-dir', this.stateDir,
+      '--supervisor-endpoint', this.supervisorEndpoint,
+    ];
+    const proc = spawn(process.execPath, args, {
+      env: { ...process.env, SANDGATE_LOG_LEVEL: 'info', ...this.env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    r.proc = proc;
+    const collect = (chunk: Buffer) => {
+      r.logs.push(chunk.toString());
+      if (r.logs.length > 2000) r.logs.splice(0, 1000);
+    };
+    proc.stdout!.on('data', collect);
+    proc.stderr!.on('data', collect);
+    await waitFor(`replica ${r.id} ready`, async () => {
+      if (proc.exitCode !== null) throw new Error(`replica ${r.id} exited ${proc.exitCode}: ${r.logs.join('').slice(-2000)}`);
+      const res = await fetch(`${r.httpUrl}/readyz`).catch(() => null);
+      return res?.status === 200;
+    }, 20_000);
+  }
+
+  /** Sends a signal to replica i and waits for the process to exit. */
+  async signal(i: number, sig: NodeJS.Signals): Promise<void> {
+    const proc = this.replicas[i]!.proc;
+    if (!proc || proc.exitCode !== null || proc.signalCode !== null) return;
+    const exited = new Promise((res) => proc.once('exit', res));
+    proc.kill(sig);
+    await exited;
+    this.replicas[i]!.proc = null;
+  }
+
+  /** Every replica's log so far (for failure messages). */
+  logs(): string {
+    return this.replicas.map((r) => `--- ${r.id}\n${r.logs.join('').slice(-4000)}`).join('\n');
+  }
+
+  async stop(): Promise<void> {
+    await Promise.all(this.replicas.map((_, i) => this.signal(i, 'SIGTERM')));
+  }
+
+  /** Removes the state dir (after sandboxes were deleted or killed). */
+  cleanup(): void {
+    rmSync(this.stateDir, { recursive: true, force: true });
+  }
+}
+
+export interface CliResult {
+  code: number | null;
+  signal: NodeJS.Signals | null;
+  stdout: Buffer;
+  stderr: string;
+}
+
+/** Runs the CLI against a gateway endpoint. `input` is piped to its stdin (or /dev/null). */
+export function runCli(args: string[], opts: { gateway: string; input?: Buffer | string; env?: Record<string, string>; timeoutMs?: number }): Promise<CliResult> {
+  return new Promise((resolve, reject) => {
+    const proc = spawn(process.execPath, [cliBin, ...args], {
+      env: { ...process.env, SANDGATE_GATEWAY: opts.gateway, ...opts.env },
+      stdio: ['pipe', 'pipe', 'pipe'],
+    });
+    const out: Buffer[] = [];
+    let err = '';
+    proc.stdout.on('data', (c: Buffer) => out.push(c));
+    proc.stderr.on('data', (c: Buffer) => (err += c.toString()));
+    const timer = setTimeout(() => {
+      proc.kill('SIGKILL');
+      reject(new Error(`sandgate ${args.join(' ')} timed out; stderr: ${err}`));
+    }, opts.timeoutMs ?? 60_000);
+    // 'close' fires after the process exited and its pipes drained.
+    proc.on('close', (code, signal) => {
+      clearTimeout(timer);
+      resolve({ code, signal, stdout: Buffer.concat(out), stderr: err });
+    });
+    proc.stdin.on('error', () => undefined);
+    if (opts.input !== undefined) proc.stdin.end(opts.input);
+    else proc.stdin.end();
+  });
+}
