@@ -10,7 +10,7 @@ import type { SandboxStore } from '@sandgate/store';
 import type { Logger, Metrics } from '@sandgate/telemetry';
 import type { ExecPath, ExecRouter } from './exec-router.ts';
 import { endWithError } from './sessions.ts';
-import { pump } from './relay.ts';
+import { pump } from '@sandgate/relay';
 import { toServiceError } from './grpc-errors.ts';
 
 /** After the deadline, how long the supervisor has to report its own timeout before the gateway does. */

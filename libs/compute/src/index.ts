@@ -1,0 +1,4 @@
+// @sandgate/compute: the driver interface and the drivers this build ships.
+export type { ComputeDriver, ComputeHandle, ComputeState, LaunchSpec, ObservedCompute } from './driver.ts';
+export { LocalDriver, type LocalDriverOptions } from './local-driver.ts';
+export type { LocalHandle } from './validate.ts';

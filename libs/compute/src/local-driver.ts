@@ -1,0 +1,365 @@
+// The `local` compute driver: each sandbox is a supervisor process tree on this host, isolated by
+// bubblewrap (own PID/IPC/UTS namespaces, read-only host root, private /tmp, /run and /sandbox).
+//
+// Lifetime: the tree belongs to no replica. bwrap is spawned detached (its own session and process
+// group) and unref'd, and without --die-with-parent, so a replica can crash or restart and its
+// sandboxes keep running; any replica on the host can later find and delete them from the id and
+// the handle alone (or from <stateDir>/sandboxes/<id>/handle.json).
+//
+// Layout: <stateDir>/sandboxes/<id>/{work/, credential, supervisor.log, handle.json}
+import { spawn, type ChildProcess } from 'node:child_process';
+import fs from 'node:fs';
+import fsp from 'node:fs/promises';
+import path from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { ComputeDriver, ComputeHandle, ComputeState, LaunchSpec, ObservedCompute } from './driver.ts';
+import { buildBwrapArgs, buildSandboxEnv, SANDBOX_MOUNT, type RootEntry } from './bwrap-launch.ts';
+import { isAlive, isDead, killQuietly, listPids, readCmdline, readPidNamespace, readStat, type ProcStat } from './proc.ts';
+import { assertLaunchSpec, assertSandboxId, parseHandle, type LocalHandle } from './validate.ts';
+
+export interface LocalDriverOptions {
+  stateDir: string;
+  /** Absolute path of apps/supervisor/src/main.ts (run with nodePath inside the sandbox). */
+  supervisorEntry: string;
+  /** Defaults to process.execPath. */
+  nodePath?: string;
+  /** Defaults to /usr/bin/bwrap. */
+  bwrapPath?: string;
+  /** How long create() watches for bwrap exiting straight away (bad mounts, missing binaries). */
+  startupCheckMs?: number;
+  /** How long delete() waits for the sandbox's processes to disappear before giving up. */
+  deleteTimeoutMs?: number;
+}
+
+const HANDLE_FILE = 'handle.json';
+const LOG_FILE = 'supervisor.log';
+
+export class LocalDriver implements ComputeDriver {
+  readonly name = 'local';
+  private readonly stateDir: string;
+  private readonly supervisorEntry: string;
+  private readonly nodePath: string;
+  private readonly bwrapPath: string;
+  private readonly startupCheckMs: number;
+  private readonly deleteTimeoutMs: number;
+  /** Real path of stateDir, resolved once it exists (bwrap mounts need real paths). */
+  private stateRoot: string | null = null;
+
+  constructor(opts: LocalDriverOptions) {
+    if (!opts.stateDir) throw new Error('LocalDriver: stateDir is required');
+    if (!path.isAbsolute(opts.supervisorEntry ?? '')) {
+      throw new Error(`LocalDriver: supervisorEntry must be an absolute path (got ${JSON.stringify(opts.supervisorEntry)})`);
+    }
+    this.stateDir = path.resolve(opts.stateDir);
+    if (this.stateDir === '/') throw new Error('LocalDriver: stateDir must not be /');
+    this.supervisorEntry = opts.supervisorEntry;
+    this.nodePath = opts.nodePath ?? process.execPath;
+    if (!path.isAbsolute(this.nodePath)) throw new Error('LocalDriver: nodePath must be an absolute path');
+    this.bwrapPath = opts.bwrapPath ?? '/usr/bin/bwrap';
+    this.startupCheckMs = opts.startupCheckMs ?? 200;
+    this.deleteTimeoutMs = opts.deleteTimeoutMs ?? 5000;
+    // The state directory is hidden (tmpfs) inside sandboxes, so nothing launched may live in it.
+    for (const p of [this.supervisorEntry, this.nodePath]) {
+      if (isWithin(this.stateDir, p)) throw new Error(`LocalDriver: ${p} is inside stateDir, which sandboxes cannot see`);
+    }
+  }
+
+  async create(spec: LaunchSpec): Promise<ComputeHandle> {
+    assertLaunchSpec(spec);
+    await this.checkExecutables();
+    const root = await this.root();
+    const dir = path.join(root, 'sandboxes', spec.sandboxId);
+    await this.claimDir(spec.sandboxId, dir);
+    let handle: LocalHandle | null = null;
+    try {
+      await fsp.mkdir(path.join(dir, 'work'), { mode: 0o755 });
+      // The credential only ever exists as this file; the sandbox sees a read-only bind of it.
+      await fsp.writeFile(path.join(dir, 'credential'), spec.credential, { mode: 0o600, flag: 'wx' });
+      const args = buildBwrapArgs({
+        sandboxId: spec.sandboxId,
+        stateRoot: root,
+        sandboxDir: dir,
+        rootEntries: await readRootEntries(),
+        nodePath: this.nodePath,
+        supervisorEntry: this.supervisorEntry,
+        command: spec.command,
+      });
+      const child = await this.spawnBwrap(dir, args, buildSandboxEnv(spec));
+      handle = { pid: child.pid!, startTime: startTimeOf(child.pid!), dir };
+      // Persist before anything else can fail, so list()/delete() find it even if we crash now.
+      await writeJsonAtomic(path.join(dir, HANDLE_FILE), handle);
+      const early = await exitWithin(child, this.startupCheckMs);
+      if (early) {
+        const tail = await readTail(path.join(dir, LOG_FILE), 2048);
+        throw new Error(
+          `sandbox ${spec.sandboxId}: launch failed, bwrap exited immediately (${early})${tail ? `: ${tail.trim()}` : ''}`,
+        );
+      }
+      return { ...handle };
+    } catch (err) {
+      // Nothing half-made survives a failed create: kill whatever started and drop the directory.
+      await this.destroy(dir, handle ? [handle] : []).catch(() => {});
+      throw err;
+    }
+  }
+
+  async inspect(sandboxId: string, handle: ComputeHandle | null): Promise<ComputeState> {
+    assertSandboxId(sandboxId);
+    const dir = path.join(await this.root(), 'sandboxes', sandboxId);
+    const h = parseHandle(handle) ?? (await readHandleFile(dir));
+    return h && isAlive(h.pid, h.startTime) ? 'running' : 'gone';
+  }
+
+  async delete(sandboxId: string, handle: ComputeHandle | null): Promise<boolean> {
+    assertSandboxId(sandboxId);
+    const dir = path.join(await this.root(), 'sandboxes', sandboxId);
+    // Both the caller's handle and handle.json: they differ if the id was re-created meanwhile.
+    const handles = [parseHandle(handle), await readHandleFile(dir)].filter((h): h is LocalHandle => h !== null);
+    return this.destroy(dir, handles);
+  }
+
+  async list(): Promise<ObservedCompute[]> {
+    const base = path.join(await this.root(), 'sandboxes');
+    let entries: fs.Dirent[];
+    try {
+      entries = await fsp.readdir(base, { withFileTypes: true });
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === 'ENOENT') return [];
+      throw err;
+    }
+    const out: ObservedCompute[] = [];
+    for (const e of entries) {
+      if (!e.isDirectory()) continue;
+      try {
+        assertSandboxId(e.name);
+      } catch {
+        continue;
+      }
+      const h = await readHandleFile(path.join(base, e.name));
+      out.push({
+        sandboxId: e.name,
+        handle: h ? { ...h } : {},
+        state: h && isAlive(h.pid, h.startTime) ? 'running' : 'gone',
+      });
+    }
+    return out;
+  }
+
+  /** Kills every process of the sandbox at `dir`, then removes the directory. */
+  private async destroy(dir: string, handles: LocalHandle[]): Promise<boolean> {
+    const killed = await this.killSandbox(dir, handles);
+    let existed = false;
+    try {
+      await fsp.access(dir);
+      existed = true;
+    } catch {
+      // already gone
+    }
+    if (existed) await fsp.rm(dir, { recursive: true, force: true });
+    return existed || killed;
+  }
+
+  /**
+   * Finds the sandbox's bwrap processes — the outer one (the handle's pid, checked against its
+   * start time) and its child, which is PID 1 of the sandbox's PID namespace — and SIGKILLs them.
+   * The kernel then kills every other process in that namespace, however it forked or setsid'd.
+   * bwrap processes are also recognised by their argv (which binds <dir>/work), so a sandbox is
+   * found even without a handle (crash between spawn and handle.json) or if its outer bwrap died.
+   * Waits until no process is left in the namespace. Returns true if anything was running.
+   */
+  private async killSandbox(dir: string, handles: LocalHandle[]): Promise<boolean> {
+    const workDir = path.join(dir, 'work');
+    const bwrapComm = path.basename(this.bwrapPath).slice(0, 15);
+    const stats = scanProcesses();
+    const targets = new Map<number, number>(); // pid -> start time
+    for (const h of handles) {
+      const s = stats.get(h.pid);
+      if (s && s.startTime === h.startTime) targets.set(s.pid, s.startTime);
+    }
+    for (const s of stats.values()) {
+      if (s.comm === bwrapComm && isSandboxBwrap(readCmdline(s.pid), workDir)) targets.set(s.pid, s.startTime);
+    }
+    for (const s of stats.values()) {
+      if (targets.has(s.ppid) && s.comm === bwrapComm) targets.set(s.pid, s.startTime);
+    }
+    if (targets.size === 0) return false;
+
+    const ownNs = readPidNamespace('self');
+    const namespaces = new Set<string>();
+    for (const pid of targets.keys()) {
+      const ns = readPidNamespace(pid);
+      if (ns && ns !== ownNs) namespaces.add(ns);
+    }
+    const deadline = Date.now() + this.deleteTimeoutMs;
+    for (;;) {
+      let remaining = 0;
+      for (const pid of listPids()) {
+        const s = readStat(pid);
+        if (!s || isDead(s)) continue;
+        const ours =
+          targets.get(pid) === s.startTime || (namespaces.size > 0 && namespaces.has(readPidNamespace(pid) ?? ''));
+        if (!ours) continue;
+        remaining++;
+        killQuietly(pid);
+      }
+      if (remaining === 0) return true;
+      if (Date.now() >= deadline) {
+        throw new Error(`sandbox at ${dir}: ${remaining} process(es) still alive ${this.deleteTimeoutMs} ms after SIGKILL`);
+      }
+      await sleep(25);
+    }
+  }
+
+  private async spawnBwrap(dir: string, args: string[], env: Record<string, string>): Promise<ChildProcess> {
+    const logFd = fs.openSync(path.join(dir, LOG_FILE), 'a', 0o600);
+    let child: ChildProcess;
+    try {
+      // detached: bwrap leads its own session/process group, so nothing aimed at the replica's
+      // group (Ctrl-C, a supervisor of the replica) reaches it. env is the complete environment.
+      child = spawn(this.bwrapPath, args, { detached: true, stdio: ['ignore', logFd, logFd], env, cwd: '/' });
+    } finally {
+      // The child has its own copies by now (spawn forks synchronously).
+      fs.closeSync(logFd);
+    }
+    // Never keep the replica's event loop alive for a sandbox; Node still reaps it if it exits.
+    child.unref();
+    await new Promise<void>((resolve, reject) => {
+      child.once('spawn', resolve);
+      child.once('error', (err) => reject(new Error(`cannot start bubblewrap (${this.bwrapPath}): ${err.message}`)));
+    });
+    return child;
+  }
+
+  private async checkExecutables(): Promise<void> {
+    try {
+      await fsp.access(this.bwrapPath, fs.constants.X_OK);
+    } catch {
+      throw new Error(`bubblewrap is not installed or not executable at ${this.bwrapPath} (the local driver needs it)`);
+    }
+    try {
+      await fsp.access(this.nodePath, fs.constants.X_OK);
+    } catch {
+      throw new Error(`node is not executable at ${this.nodePath}`);
+    }
+    try {
+      await fsp.access(this.supervisorEntry, fs.constants.R_OK);
+    } catch {
+      throw new Error(`supervisor entry ${this.supervisorEntry} is not readable`);
+    }
+  }
+
+  /** A fresh directory for the sandbox. Leftovers of a dead sandbox with the same id are cleared. */
+  private async claimDir(id: string, dir: string): Promise<void> {
+    await fsp.mkdir(path.dirname(dir), { recursive: true, mode: 0o700 });
+    try {
+      await fsp.mkdir(dir, { mode: 0o700 });
+      return;
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+    }
+    const h = await readHandleFile(dir);
+    if (h && isAlive(h.pid, h.startTime)) throw new Error(`sandbox ${id} already exists (pid ${h.pid})`);
+    await this.destroy(dir, h ? [h] : []);
+    // EEXIST now means a concurrent create of the same id won the race.
+    await fsp.mkdir(dir, { mode: 0o700 });
+  }
+
+  private async root(): Promise<string> {
+    if (this.stateRoot) return this.stateRoot;
+    await fsp.mkdir(this.stateDir, { recursive: true, mode: 0o700 });
+    this.stateRoot = await fsp.realpath(this.stateDir);
+    return this.stateRoot;
+  }
+}
+
+function isWithin(dir: string, p: string): boolean {
+  const rel = path.relative(dir, path.resolve(p));
+  return rel === '' || (!rel.startsWith('..') && !path.isAbsolute(rel));
+}
+
+/** bwrap's argv for this sandbox contains `--bind <dir>/work /sandbox`; no other process's does. */
+function isSandboxBwrap(argv: string[] | null, workDir: string): boolean {
+  if (!argv) return false;
+  for (let i = 0; i + 2 < argv.length; i++) {
+    if (argv[i] === '--bind' && argv[i + 1] === workDir && argv[i + 2] === SANDBOX_MOUNT) return true;
+  }
+  return false;
+}
+
+function scanProcesses(): Map<number, ProcStat> {
+  const out = new Map<number, ProcStat>();
+  for (const pid of listPids()) {
+    const s = readStat(pid);
+    if (s && !isDead(s)) out.set(pid, s);
+  }
+  return out;
+}
+
+function startTimeOf(pid: number): number {
+  // Read synchronously right after 'spawn': the process exists (at worst as an unreaped zombie).
+  const s = readStat(pid);
+  if (!s) throw new Error(`bwrap (pid ${pid}) vanished right after starting`);
+  return s.startTime;
+}
+
+/** Resolves to a description of the exit if the child exits within `ms`, otherwise null. */
+async function exitWithin(child: ChildProcess, ms: number): Promise<string | null> {
+  if (child.exitCode !== null || child.signalCode !== null) return describeExit(child.exitCode, child.signalCode);
+  const ac = new AbortController();
+  const exited = new Promise<string>((resolve) =>
+    child.once('exit', (code, signal) => resolve(describeExit(code, signal))),
+  );
+  const timeout = sleep(ms, null, { signal: ac.signal }).catch(() => null);
+  try {
+    return await Promise.race([exited, timeout]);
+  } finally {
+    ac.abort();
+  }
+}
+
+function describeExit(code: number | null, signal: NodeJS.Signals | null): string {
+  return signal ? `signal ${signal}` : `exit code ${code}`;
+}
+
+async function readRootEntries(): Promise<RootEntry[]> {
+  const out: RootEntry[] = [];
+  for (const e of await fsp.readdir('/', { withFileTypes: true })) {
+    if (e.isSymbolicLink()) {
+      out.push({ name: e.name, kind: 'symlink', target: await fsp.readlink(`/${e.name}`) });
+    } else {
+      out.push({ name: e.name, kind: e.isDirectory() ? 'dir' : e.isFile() ? 'file' : 'other' });
+    }
+  }
+  return out;
+}
+
+async function readHandleFile(dir: string): Promise<LocalHandle | null> {
+  try {
+    return parseHandle(JSON.parse(await fsp.readFile(path.join(dir, HANDLE_FILE), 'utf8')));
+  } catch {
+    return null;
+  }
+}
+
+async function writeJsonAtomic(file: string, value: unknown): Promise<void> {
+  const tmp = `${file}.${process.pid}.tmp`;
+  await fsp.writeFile(tmp, JSON.stringify(value) + '\n', { mode: 0o600 });
+  await fsp.rename(tmp, file);
+}
+
+async function readTail(file: string, bytes: number): Promise<string> {
+  try {
+    const fh = await fsp.open(file, 'r');
+    try {
+      const { size } = await fh.stat();
+      const start = Math.max(0, size - bytes);
+      const buf = Buffer.alloc(size - start);
+      await fh.read(buf, 0, buf.length, start);
+      return buf.toString('utf8');
+    } finally {
+      await fh.close();
+    }
+  } catch {
+    return '';
+  }
+}

@@ -1,0 +1,321 @@
+// The local driver against real bubblewrap processes (no mocks). Needs /usr/bin/bwrap and root.
+import { spawn } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { fileURLToPath } from 'node:url';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { LaunchSpec } from '../src/driver.ts';
+import { LocalDriver } from '../src/local-driver.ts';
+import { isAlive, isDead, listPids, readCmdline, readPidNamespace, readStat } from '../src/proc.ts';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const fakeSupervisor = path.join(here, 'fixtures', 'fake-supervisor.mjs');
+const createAndHang = path.join(here, 'fixtures', 'create-and-hang.ts');
+
+let stateDir: string;
+let driver: LocalDriver;
+const created: string[] = [];
+
+function spec(sandboxId: string, over: Partial<LaunchSpec> = {}): LaunchSpec {
+  created.push(sandboxId);
+  return {
+    sandboxId,
+    command: ['sleep', '100000'],
+    tty: false,
+    environment: {},
+    image: 'ignored-by-local',
+    gatewayEndpoints: '127.0.0.1:7443',
+    credential: `cred-${sandboxId}-s3cr3t`,
+    logLevel: 'info',
+    ...over,
+  };
+}
+
+async function waitFor<T>(what: string, fn: () => T | null | undefined | false, timeoutMs = 10_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const v = fn();
+    if (v) return v;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await sleep(25);
+  }
+}
+
+function sandboxDir(id: string): string {
+  return path.join(fs.realpathSync(stateDir), 'sandboxes', id);
+}
+
+function readReport(id: string): Record<string, any> | null {
+  try {
+    return JSON.parse(fs.readFileSync(path.join(sandboxDir(id), 'work', 'report.json'), 'utf8'));
+  } catch {
+    return null;
+  }
+}
+
+/** A file the sandbox wrote into /sandbox, trimmed, or null while it does not exist yet. */
+function readWorkFile(id: string, name: string): string | null {
+  try {
+    return fs.readFileSync(path.join(sandboxDir(id), 'work', name), 'utf8').trim() || null;
+  } catch {
+    return null;
+  }
+}
+
+function liveInNamespace(ns: string): number[] {
+  return listPids().filter((p) => {
+    const s = readStat(p);
+    return s !== null && !isDead(s) && readPidNamespace(p) === ns;
+  });
+}
+
+/** Host pids of every live process in the PID namespace of the bwrap at `bwrapPid`. */
+function sandboxProcesses(bwrapPid: number): { ns: string; pids: number[] } {
+  const nsInit = listPids().find((p) => readStat(p)?.ppid === bwrapPid);
+  if (nsInit === undefined) throw new Error(`bwrap ${bwrapPid} has no child`);
+  const ns = readPidNamespace(nsInit)!;
+  return { ns, pids: liveInNamespace(ns) };
+}
+
+function allGone(pids: number[], starts: Map<number, number>): boolean {
+  return pids.every((p) => !isAlive(p, starts.get(p)!));
+}
+
+beforeAll(() => {
+  stateDir = fs.mkdtempSync(path.join(os.tmpdir(), 'sandgate-compute-'));
+  driver = new LocalDriver({ stateDir, supervisorEntry: fakeSupervisor });
+});
+
+afterAll(async () => {
+  const cleaner = new LocalDriver({ stateDir, supervisorEntry: fakeSupervisor });
+  for (const id of created) await cleaner.delete(id, null).catch(() => {});
+  fs.rmSync(stateDir, { recursive: true, force: true });
+});
+
+describe('LocalDriver input validation', () => {
+  it('rejects ids that are not safe path components', async () => {
+    for (const bad of ['', '..', '.', 'a/b', '../etc', 'x'.repeat(129), 'a b', 'é']) {
+      await expect(driver.create({ ...spec('placeholder'), sandboxId: bad })).rejects.toThrow(/invalid sandbox id/);
+      await expect(driver.delete(bad, null)).rejects.toThrow(/invalid sandbox id/);
+      await expect(driver.inspect(bad, null)).rejects.toThrow(/invalid sandbox id/);
+    }
+  });
+
+  it('rejects an empty command and bad environment names', async () => {
+    await expect(driver.create(spec('bad-cmd', { command: [] }))).rejects.toThrow(/command/);
+    await expect(driver.create(spec('bad-env', { environment: { 'A=B': 'x' } }))).rejects.toThrow(/environment/);
+  });
+
+  it('fails clearly when bubblewrap is missing', async () => {
+    const d = new LocalDriver({ stateDir, supervisorEntry: fakeSupervisor, bwrapPath: '/nonexistent/bwrap' });
+    await expect(d.create(spec('no-bwrap'))).rejects.toThrow(/bubblewrap is not installed/);
+    expect(fs.existsSync(sandboxDir('no-bwrap'))).toBe(false);
+  });
+
+  it('fails clearly when the launch fails immediately, leaving nothing behind', async () => {
+    // bwrap runs /bin/false as the "supervisor", which exits at once; a generous check window
+    // keeps this deterministic on a loaded machine.
+    const d = new LocalDriver({ stateDir, supervisorEntry: fakeSupervisor, nodePath: '/bin/false', startupCheckMs: 3000 });
+    await expect(d.create(spec('fails-fast'))).rejects.toThrow(/launch failed.*exit code 1/);
+    expect(fs.existsSync(sandboxDir('fails-fast'))).toBe(false);
+    expect(await d.inspect('fails-fast', null)).toBe('gone');
+  });
+});
+
+describe('LocalDriver sandbox lifecycle', () => {
+  const id = 'abcdef0123456789-main';
+  const secret = `cred-${id}-s3cr3t`;
+  let handle: Record<string, unknown>;
+
+  it('creates a bwrap-isolated supervisor with the expected argv, env and view of the host', async () => {
+    process.env.SANDGATE_TEST_LEAK = 'must-not-leak';
+    const t0 = Date.now();
+    handle = await driver.create(
+      spec(id, {
+        tty: true,
+        logLevel: 'debug',
+        environment: {
+          FOO: 'bar',
+          HIDDEN_PROBE: path.join(sandboxDir(id), 'credential'),
+          SANDGATE_GATEWAY: 'spoofed',
+        },
+        command: [
+          'sh',
+          '-c',
+          // $$ and hostname from the main process; then a double-forked, setsid'd grandchild.
+          'echo $$ > /sandbox/main.pid; hostname > /sandbox/hostname; (setsid sleep 31337 &); exec sleep 100000',
+        ],
+      }),
+    );
+    delete process.env.SANDGATE_TEST_LEAK;
+    expect(Date.now() - t0).toBeLessThan(2000);
+
+    // Handle: exactly { pid, startTime, dir }, pid is the outer bwrap, startTime is field 22.
+    expect(Object.keys(handle).sort()).toEqual(['dir', 'pid', 'startTime']);
+    expect(handle.dir).toBe(sandboxDir(id));
+    const stat = readStat(handle.pid as number)!;
+    expect(stat.comm).toBe('bwrap');
+    expect(stat.startTime).toBe(handle.startTime);
+    expect(stat.session).toBe(handle.pid); // its own session, not the replica's
+    expect(JSON.parse(fs.readFileSync(path.join(sandboxDir(id), 'handle.json'), 'utf8'))).toEqual(handle);
+    expect(fs.statSync(path.join(sandboxDir(id), 'credential')).mode & 0o777).toBe(0o600);
+    expect(readCmdline(handle.pid as number)).not.toContain(secret);
+
+    const r = await waitFor('report.json', () => readReport(id));
+    expect(r.argv).toEqual([process.execPath, fakeSupervisor, '--', 'sh', '-c', expect.stringContaining('31337')]);
+    expect(r.env).toEqual({
+      FOO: 'bar',
+      HIDDEN_PROBE: path.join(sandboxDir(id), 'credential'),
+      HOME: '/sandbox',
+      PATH: expect.stringContaining('/usr/bin'),
+      PWD: '/sandbox', // set by bwrap's --chdir
+      SANDGATE_GATEWAY: '127.0.0.1:7443',
+      SANDGATE_SANDBOX_ID: id,
+      SANDGATE_CREDENTIAL_FILE: '/run/sandgate/credential',
+      SANDGATE_MAIN_TTY: '1',
+      SANDGATE_LOG_LEVEL: 'debug',
+    });
+    expect(Object.values(r.env)).not.toContain(secret);
+    expect(r.credential).toBe(secret);
+    expect(r.credentialWrite).toBe('EROFS');
+    expect(r.sandboxWrite).toBe('ok');
+    expect(fs.readFileSync(path.join(sandboxDir(id), 'work', 'probe.txt'), 'utf8')).toBe('probe');
+    expect(r.usrWrite).toBe('EROFS');
+    expect(r.rootWrite).toBe('EROFS');
+    expect(r.tmpWrite).toBe('ok');
+    expect(fs.existsSync('/tmp/probe.txt')).toBe(false); // /tmp is private
+    expect(r.hiddenProbe).toBe(false); // the driver's state dir is masked
+    expect(r.cwd).toBe('/sandbox');
+    expect(r.hostname).toBe('sandbox-abcdef01');
+    expect(r.capEff).toBe('0000000000000000');
+    // Own PID namespace: bwrap's init is 1, the supervisor 2, and only a handful of processes.
+    expect(r.pid).toBe(2);
+    expect(r.procPids.length).toBeLessThan(10);
+    expect(r.runEntries).toEqual(expect.arrayContaining(['sandgate']));
+
+    const mainPid = Number(await waitFor('main.pid', () => readWorkFile(id, 'main.pid')));
+    expect(mainPid).toBeGreaterThan(1);
+    expect(mainPid).toBeLessThan(10);
+    expect(await waitFor('hostname', () => readWorkFile(id, 'hostname'))).toBe('sandbox-abcdef01');
+    expect(await driver.inspect(id, handle)).toBe('running');
+  }, 20_000);
+
+  it('lists the sandbox with its handle', async () => {
+    const all = await driver.list();
+    expect(all).toContainEqual({ sandboxId: id, handle, state: 'running' });
+  });
+
+  it('treats a handle whose start time does not match (pid reuse) as gone', async () => {
+    expect(await driver.inspect(id, { ...handle, startTime: (handle.startTime as number) + 1 })).toBe('gone');
+    expect(await driver.inspect('never-created', null)).toBe('gone');
+  });
+
+  it('refuses to create a second sandbox with the same id while it runs', async () => {
+    await expect(driver.create(spec(id))).rejects.toThrow(/already exists/);
+    expect(await driver.inspect(id, handle)).toBe('running');
+  });
+
+  it('deletes from another driver instance, killing the whole tree including a setsid grandchild', async () => {
+    const pid = handle.pid as number;
+    const before = await waitFor('the grandchild', () => {
+      const found = sandboxProcesses(pid);
+      return found.pids.some((p) => readCmdline(p)?.join(' ') === 'sleep 31337') ? found : null;
+    });
+    const grandchild = before.pids.find((p) => readCmdline(p)?.join(' ') === 'sleep 31337')!;
+    expect(readStat(grandchild)!.session).toBe(grandchild); // it really left the sandbox's session
+    const starts = new Map(before.pids.map((p) => [p, readStat(p)!.startTime]));
+    starts.set(pid, handle.startTime as number);
+    expect(before.pids.length).toBeGreaterThanOrEqual(4); // init, supervisor, main, grandchild
+
+    // A fresh driver (another replica) that only has the id and the handle as stored in Redis.
+    const other = new LocalDriver({ stateDir, supervisorEntry: '/elsewhere/main.ts' });
+    const fromRedis = JSON.parse(JSON.stringify(handle));
+    expect(await other.delete(id, fromRedis)).toBe(true);
+
+    expect(allGone([...before.pids, pid], starts)).toBe(true);
+    expect(liveInNamespace(before.ns)).toEqual([]);
+    expect(fs.existsSync(sandboxDir(id))).toBe(false);
+    expect(await other.delete(id, fromRedis)).toBe(false);
+    expect(await driver.inspect(id, handle)).toBe('gone');
+    expect((await driver.list()).map((o) => o.sandboxId)).not.toContain(id);
+  }, 20_000);
+});
+
+describe('LocalDriver sandbox lifetime', () => {
+  it('outlives the process that created it (SIGKILLed), and is deleted via handle.json', async () => {
+    const id = 'orphan-1';
+    created.push(id);
+    const creator = spawn(process.execPath, [createAndHang, stateDir, fakeSupervisor, id], {
+      stdio: ['ignore', 'pipe', 'inherit'],
+    });
+    let out = '';
+    creator.stdout!.on('data', (b: Buffer) => (out += b.toString()));
+    const line = await waitFor('the handle from the creator', () => (out.includes('\n') ? out.split('\n')[0] : null), 15_000);
+    const handle = JSON.parse(line);
+    const bwrapStat = readStat(handle.pid)!;
+    expect(bwrapStat.ppid).toBe(creator.pid); // still its child until the creator dies
+
+    const creatorGone = new Promise((resolve) => creator.once('exit', resolve));
+    process.kill(creator.pid!, 'SIGKILL');
+    await creatorGone;
+    await sleep(500);
+
+    expect(await driver.inspect(id, handle)).toBe('running');
+    expect(readStat(handle.pid)!.ppid).not.toBe(creator.pid); // re-parented, still alive
+    const r = await waitFor('report.json', () => readReport(id));
+    expect(r.credential).toBe('orphan-credential');
+
+    const { pids } = sandboxProcesses(handle.pid);
+    const starts = new Map(pids.map((p) => [p, readStat(p)!.startTime]));
+    // No handle from Redis: the driver falls back to handle.json.
+    expect(await driver.delete(id, null)).toBe(true);
+    expect(allGone([...pids, handle.pid], new Map([...starts, [handle.pid, handle.startTime]]))).toBe(true);
+    expect(await driver.inspect(id, handle)).toBe('gone');
+  }, 30_000);
+
+  it('finds and kills a sandbox even without any handle (crash before handle.json was written)', async () => {
+    const id = 'no-handle-1';
+    const handle = await driver.create(spec(id));
+    await waitFor('report.json', () => readReport(id));
+    fs.rmSync(path.join(sandboxDir(id), 'handle.json'));
+    expect((await driver.list()).find((o) => o.sandboxId === id)).toEqual({ sandboxId: id, handle: {}, state: 'gone' });
+    const { pids } = sandboxProcesses(handle.pid as number);
+    const starts = new Map(pids.map((p) => [p, readStat(p)!.startTime]));
+    expect(await driver.delete(id, null)).toBe(true);
+    expect(allGone(pids, starts)).toBe(true);
+    expect(isAlive(handle.pid as number, handle.startTime as number)).toBe(false);
+    expect(fs.existsSync(sandboxDir(id))).toBe(false);
+  }, 20_000);
+
+  it('lists several sandboxes and replaces leftovers of a dead one with the same id', async () => {
+    const a = await driver.create(spec('list-a'));
+    const b = await driver.create(spec('list-b'));
+    const listed = await driver.list();
+    expect(listed).toContainEqual({ sandboxId: 'list-a', handle: a, state: 'running' });
+    expect(listed).toContainEqual({ sandboxId: 'list-b', handle: b, state: 'running' });
+
+    // Someone kills only the outer bwrap: inspect and list say gone …
+    await waitFor('list-b report', () => readReport('list-b'));
+    const strays = sandboxProcesses(b.pid as number).pids;
+    const strayStarts = new Map(strays.map((p) => [p, readStat(p)!.startTime]));
+    process.kill(b.pid as number, 'SIGKILL');
+    await waitFor('list-b to be gone', () => !isAlive(b.pid as number, b.startTime as number));
+    expect(await driver.inspect('list-b', b)).toBe('gone');
+    expect((await driver.list()).find((o) => o.sandboxId === 'list-b')?.state).toBe('gone');
+    // … though the namespace (no --die-with-parent) lives on as strays, found by bwrap's argv …
+    expect(allGone(strays, strayStarts)).toBe(false);
+    // … which creating the same id again kills, along with the leftover directory.
+    const b2 = await driver.create(spec('list-b'));
+    expect(allGone(strays, strayStarts)).toBe(true);
+    expect(b2.pid).not.toBe(b.pid);
+    expect(await driver.inspect('list-b', b2)).toBe('running');
+
+    expect(await driver.delete('list-a', a)).toBe(true);
+    expect(await driver.delete('list-b', b2)).toBe(true);
+    const ids = (await driver.list()).map((o) => o.sandboxId);
+    expect(ids).not.toContain('list-a');
+    expect(ids).not.toContain('list-b');
+  }, 20_000);
+});

@@ -1,0 +1,46 @@
+// Helpers for e2e tests that create sandboxes through the CLI and inspect them in Redis.
+import type { Redis } from 'ioredis';
+import { keys } from '@sandgate/store';
+import { runCli } from './cluster.ts';
+import { waitFor } from './wait.ts';
+
+export interface CreatedSandbox {
+  id: string;
+  name: string;
+}
+
+export async function createSandbox(gateway: string, name: string, command: string[] = ['sleep', 'infinity']): Promise<CreatedSandbox> {
+  const res = await runCli(['sandbox', 'create', '--name', name, '--detach', '-o', 'json', '--', ...command], { gateway });
+  if (res.code !== 0) throw new Error(`create failed (${res.code}): ${res.stderr}`);
+  const sb = JSON.parse(res.stdout.toString()) as { metadata: { id: string; name: string }; status: { phase: string } };
+  return { id: sb.metadata.id, name: sb.metadata.name };
+}
+
+/** The replica id named by the sandbox's owner record, waiting until there is one. */
+export async function ownerOf(redis: Redis, sandboxId: string): Promise<string> {
+  return waitFor(`owner record of ${sandboxId}`, async () => (await redis.hget(keys.owner(sandboxId), 'replica')) ?? undefined);
+}
+
+/** Pids of processes whose command line contains `needle` (the whole machine, like `ps`). */
+export async function pidsMatching(needle: string): Promise<number[]> {
+  const { readdir, readFile } = await import('node:fs/promises');
+  const out: number[] = [];
+  for (const entry of await readdir('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const cmd = (await readFile(`/proc/${entry}/cmdline`)).toString().replace(/\0/g, ' ').trim();
+      if (cmd.includes(needle)) out.push(Number(entry));
+    } catch {
+      // the process went away while we looked
+    }
+  }
+  return out.filter((p) => p !== process.pid);
+}
+
+/** Resident memory of a process in bytes. */
+export async function rssBytes(pid: number): Promise<number> {
+  const { readFile } = await import('node:fs/promises');
+  const status = (await readFile(`/proc/${pid}/status`)).toString();
+  const m = /VmRSS:\s+(\d+) kB/.exec(status);
+  return m ? Number(m[1]) * 1024 : 0;
+}
