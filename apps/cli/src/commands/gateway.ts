@@ -1,0 +1,24 @@
+// sandgate gateway [flags]: runs one replica until SIGTERM/SIGINT.
+import type { RunningReplica } from '@sandgate/gateway';
+import type { CommandContext } from '../context.ts';
+import { ExitError } from '../errors.ts';
+import { resolveReplicaConfig } from '../replica-config.ts';
+import { waitForShutdownSignal } from '../signals.ts';
+
+export async function run(argv: string[], ctx: CommandContext): Promise<number> {
+  const config = resolveReplicaConfig(argv, ctx.env);
+  // Listen for signals from the start: one arriving during startup stops the replica once it is up.
+  const shutdown = waitForShutdownSignal();
+  let replica: RunningReplica;
+  try {
+    const { startReplica } = await import('@sandgate/gateway');
+    replica = await startReplica(config);
+  } catch (err) {
+    process.stderr.write(`error: ${err instanceof Error ? err.message : String(err)}\n`);
+    throw new ExitError(1);
+  }
+  process.stdout.write(`sandgate replica ${replica.replicaId} grpc=${replica.grpcAddress} http=${replica.httpUrl} peer=${replica.peerAddress}\n`);
+  await shutdown;
+  await replica.close();
+  return 0;
+}

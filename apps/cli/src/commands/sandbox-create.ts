@@ -1,0 +1,74 @@
+// sandgate sandbox create [--name N] [--detach] [--env K=V]... [--label k=v]... [--image I] [--tty] [-o json] [-- CMD...]
+import { UsageError, parseCommand, parseInteger, parseKeyValues, parseOutput, type Env } from '../args.ts';
+import { SandboxPhase } from '@sandgate/protocols';
+import type { CreateSandboxInput } from '../client.ts';
+import type { CommandContext } from '../context.ts';
+import { formatJson, sandboxJson } from '../output.ts';
+import { GATEWAY_OPTION, withClient, write } from './common.ts';
+
+const OPTIONS = {
+  ...GATEWAY_OPTION,
+  name: { type: 'string' },
+  detach: { type: 'boolean' },
+  env: { type: 'string', multiple: true },
+  label: { type: 'string', multiple: true },
+  image: { type: 'string' },
+  tty: { type: 'boolean' },
+  output: { type: 'string', short: 'o' },
+} as const;
+
+const DEFAULT_PROVISION_TIMEOUT_S = 300;
+
+export interface CreateArgs {
+  request: CreateSandboxInput;
+  detach: boolean;
+  json: boolean;
+  gateway: string | undefined;
+}
+
+/** Parses the flags into a CreateSandbox request (pure). */
+export function parseCreateArgs(argv: string[]): CreateArgs {
+  const { values, positionals, rest } = parseCommand(argv, OPTIONS, 'sandbox create');
+  if (positionals.length > 0) {
+    throw new UsageError(`unexpected argument '${positionals[0]}': give the command after '--' (sandbox create -- CMD...)`, 'sandbox create');
+  }
+  const json = parseOutput(values.output);
+  const request: CreateSandboxInput = {
+    name: values.name,
+    labels: parseKeyValues(values.label, '--label'),
+    spec: {
+      command: rest,
+      environment: parseKeyValues(values.env, '--env'),
+      ...(values.image !== undefined ? { template: { image: values.image, labels: {}, annotations: {}, environment: {} } } : {}),
+      ...(values.tty ? { tty: true } : {}),
+    },
+  };
+  return { request, detach: Boolean(values.detach), json, gateway: values.gateway };
+}
+
+export function provisionTimeoutMs(env: Env): number {
+  const raw = env.SANDGATE_PROVISION_TIMEOUT;
+  if (raw === undefined || raw === '') return DEFAULT_PROVISION_TIMEOUT_S * 1000;
+  return parseInteger(raw, 'SANDGATE_PROVISION_TIMEOUT', 1, 7 * 24 * 3600) * 1000;
+}
+
+export async function run(argv: string[], ctx: CommandContext): Promise<number> {
+  const args = parseCreateArgs(argv);
+  const timeoutMs = provisionTimeoutMs(ctx.env);
+  return withClient(ctx, args.gateway, async (client) => {
+    const created = await client.createSandbox(args.request);
+    const name = created.metadata?.name ?? args.request.name ?? '';
+    // Both modes wait for Ready, so `create --detach ... && sandbox exec` works right away.
+    // TODO(attach): without --detach, attach to the main process (stream its output, forward
+    // stdin and the terminal) once the gateway exposes that; until then the two modes only
+    // differ in intent.
+    const sandbox = await client.waitForReady(name, { timeoutMs, intervalMs: 200 });
+    const id = sandbox.metadata?.id ?? created.metadata?.id ?? '?';
+    if (args.json) write(formatJson(sandboxJson(sandbox)));
+    else if (sandbox.status?.phase === SandboxPhase.COMPLETED) {
+      write(`sandbox ${name} (${id}) has already completed (exit code ${sandbox.status.exit_code ?? 0})\n`);
+    } else if (sandbox.status?.phase === SandboxPhase.STOPPED) write(`sandbox ${name} (${id}) is stopped\n`);
+    else write(`sandbox ${name} (${id}) is ready\n`);
+    return 0;
+  });
+}

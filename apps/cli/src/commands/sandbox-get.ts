@@ -1,0 +1,18 @@
+// sandgate sandbox get NAME [-o json]
+import { UsageError, parseCommand, parseOutput } from '../args.ts';
+import type { CommandContext } from '../context.ts';
+import { formatJson, formatSandboxDetail, sandboxJson } from '../output.ts';
+import { GATEWAY_OPTION, withClient, write } from './common.ts';
+
+const OPTIONS = { ...GATEWAY_OPTION, output: { type: 'string', short: 'o' } } as const;
+
+export async function run(argv: string[], ctx: CommandContext): Promise<number> {
+  const { values, positionals } = parseCommand(argv, OPTIONS, 'sandbox get');
+  if (positionals.length !== 1) throw new UsageError(positionals.length === 0 ? 'a sandbox NAME is required' : `unexpected argument '${positionals[1]}'`, 'sandbox get');
+  const json = parseOutput(values.output);
+  return withClient(ctx, values.gateway, async (client) => {
+    const sandbox = await client.getSandbox(positionals[0]!);
+    write(json ? formatJson(sandboxJson(sandbox)) : formatSandboxDetail(sandbox, Date.now()));
+    return 0;
+  });
+}

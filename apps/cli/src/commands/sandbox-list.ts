@@ -1,0 +1,24 @@
+// sandgate sandbox list [-o json] [--selector k=v,...] [--limit N]
+import { UsageError, parseCommand, parseInteger, parseOutput } from '../args.ts';
+import type { CommandContext } from '../context.ts';
+import { formatJson, formatSandboxList, sandboxJson } from '../output.ts';
+import { GATEWAY_OPTION, withClient, write } from './common.ts';
+
+const OPTIONS = {
+  ...GATEWAY_OPTION,
+  output: { type: 'string', short: 'o' },
+  selector: { type: 'string' },
+  limit: { type: 'string' },
+} as const;
+
+export async function run(argv: string[], ctx: CommandContext): Promise<number> {
+  const { values, positionals } = parseCommand(argv, OPTIONS, 'sandbox list');
+  if (positionals.length > 0) throw new UsageError(`unexpected argument '${positionals[0]}'`, 'sandbox list');
+  const json = parseOutput(values.output);
+  const limit = values.limit === undefined ? undefined : parseInteger(values.limit, '--limit', 0, 0xffffffff);
+  return withClient(ctx, values.gateway, async (client) => {
+    const sandboxes = await client.listSandboxes({ label_selector: values.selector, limit });
+    write(json ? formatJson({ sandboxes: sandboxes.map(sandboxJson) }) : formatSandboxList(sandboxes, Date.now()));
+    return 0;
+  });
+}

@@ -1,0 +1,68 @@
+// sandgate up: the embedded default. One replica with its workers and, unless a Redis URL is
+// given, a private redis-server; everything stops on SIGINT/SIGTERM.
+import type { RunningReplica } from '@sandgate/gateway';
+import { DEFAULT_GATEWAY } from '../args.ts';
+import type { CommandContext } from '../context.ts';
+import { ExitError } from '../errors.ts';
+import { startPrivateRedis, type PrivateRedis } from '../redis-server.ts';
+import { resolveUpConfig } from '../replica-config.ts';
+import { waitForShutdownSignal } from '../signals.ts';
+
+/** A Redis URL fit for printing: any password replaced by `***`. */
+export function redactRedisUrl(url: string): string {
+  try {
+    const u = new URL(url);
+    if (u.password) u.password = '***';
+    return u.toString().replace(/\/$/, '');
+  } catch {
+    return url.replace(/\/\/[^@/]*@/, '//***@');
+  }
+}
+
+/** The two lines `up` prints once everything listens. */
+export function upBanner(replica: Pick<RunningReplica, 'grpcAddress' | 'httpUrl'>, redis: string): string {
+  const prefix = replica.grpcAddress === DEFAULT_GATEWAY ? '' : `export SANDGATE_GATEWAY=${replica.grpcAddress}; `;
+  return (
+    `sandgate is up: gRPC ${replica.grpcAddress}, HTTP ${replica.httpUrl} (redis: ${redis})\n` +
+    `try:  ${prefix}sandgate sandbox create --name demo --detach -- sleep infinity && sandgate sandbox exec demo -- echo hi\n`
+  );
+}
+
+function fail(message: string): never {
+  process.stderr.write(`error: ${message}\n`);
+  throw new ExitError(1);
+}
+
+export async function run(argv: string[], ctx: CommandContext): Promise<number> {
+  const { config, privateRedis } = resolveUpConfig(argv, ctx.env);
+  const shutdown = waitForShutdownSignal();
+
+  let redis: PrivateRedis | undefined;
+  if (privateRedis) {
+    try {
+      redis = await startPrivateRedis(config.stateDir);
+    } catch (err) {
+      fail((err as Error).message);
+    }
+    config.redisUrl = redis.url;
+  }
+
+  let replica: RunningReplica;
+  try {
+    const { startReplica } = await import('@sandgate/gateway');
+    replica = await startReplica(config);
+  } catch (err) {
+    await redis?.stop();
+    fail(err instanceof Error ? err.message : String(err));
+  }
+
+  process.stdout.write(upBanner(replica, redis ? `private, 127.0.0.1:${redis.port}` : redactRedisUrl(config.redisUrl)));
+
+  // A private Redis dying under us is fatal: stop the replica and report it.
+  const redisDied = redis ? redis.exited.then((why) => why) : new Promise<never>(() => undefined);
+  const outcome = await Promise.race([shutdown.then(() => 'signal' as const), redisDied]);
+  await replica.close();
+  if (outcome !== 'signal') fail(`the private redis-server exited unexpectedly (${outcome})`);
+  await redis?.stop();
+  return 0;
+}

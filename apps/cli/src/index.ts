@@ -1,0 +1,16 @@
+// Programmatic surface of @sandgate/cli, for tests and load tests.
+export {
+  createClient,
+  isServiceError,
+  statusName,
+  readyConditionMessage,
+  SandboxNotReadyError,
+  type SandgateClient,
+  type ClientOptions,
+  type CreateSandboxInput,
+  type ExecResult,
+  type WaitForReadyOptions,
+} from './client.ts';
+export { normaliseEndpoint, resolveEndpoint, DEFAULT_GATEWAY } from './args.ts';
+export { resolveReplicaConfig, resolveUpConfig } from './replica-config.ts';
+export { run, main } from './main.ts';

@@ -1,0 +1,120 @@
+// Entry point: global flags, command dispatch, and turning results and errors into exit statuses.
+// Command modules are imported lazily so `sandgate sandbox list` never loads the gateway.
+import { readFileSync } from 'node:fs';
+import { UsageError, type Env } from './args.ts';
+import type { CommandContext, CommandRun } from './context.ts';
+import { EXIT_OK, EXIT_USAGE, reportError } from './errors.ts';
+import { USAGE } from './usage.ts';
+
+const COMMANDS: Record<string, () => Promise<{ run: CommandRun }>> = {
+  gateway: () => import('./commands/gateway.ts'),
+  up: () => import('./commands/up.ts'),
+  'sandbox create': () => import('./commands/sandbox-create.ts'),
+  'sandbox get': () => import('./commands/sandbox-get.ts'),
+  'sandbox list': () => import('./commands/sandbox-list.ts'),
+  'sandbox delete': () => import('./commands/sandbox-delete.ts'),
+  'sandbox exec': () => import('./commands/sandbox-exec.ts'),
+};
+
+const GROUPS = new Set(['sandbox']);
+
+const isHelp = (arg: string | undefined) => arg === '-h' || arg === '--help';
+
+function version(): string {
+  const pkg = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version?: string };
+  return pkg.version ?? '0.0.0';
+}
+
+/** Runs the CLI and returns its exit status (does not exit). */
+export async function run(argv: string[], env: Env = process.env): Promise<number> {
+  const ctx: CommandContext = { env, gateway: undefined };
+  let i = 0;
+  // Global flags before the command.
+  while (i < argv.length && argv[i]!.startsWith('-')) {
+    const arg = argv[i]!;
+    if (isHelp(arg)) {
+      process.stdout.write(USAGE['']!);
+      return EXIT_OK;
+    }
+    if (arg === '--version') {
+      process.stdout.write(`sandgate ${version()}\n`);
+      return EXIT_OK;
+    }
+    if (arg === '--gateway') {
+      const value = argv[i + 1];
+      if (value === undefined) throw new UsageError("option '--gateway <value>' argument missing");
+      ctx.gateway = value;
+      i += 2;
+      continue;
+    }
+    if (arg.startsWith('--gateway=')) {
+      ctx.gateway = arg.slice('--gateway='.length);
+      i += 1;
+      continue;
+    }
+    throw new UsageError(`unknown option '${arg}'`);
+  }
+  const word = argv[i];
+  if (word === undefined) {
+    process.stderr.write(USAGE['']!);
+    return EXIT_USAGE;
+  }
+  if (word === 'help') {
+    const topic = argv.slice(i + 1).join(' ');
+    const text = USAGE[topic];
+    if (text === undefined) throw new UsageError(`no help for '${topic}'`);
+    process.stdout.write(text);
+    return EXIT_OK;
+  }
+  let name = word;
+  let rest = argv.slice(i + 1);
+  if (GROUPS.has(word)) {
+    const sub = rest[0];
+    if (sub === undefined || isHelp(sub)) {
+      (sub === undefined ? process.stderr : process.stdout).write(USAGE[word]!);
+      return sub === undefined ? EXIT_USAGE : EXIT_OK;
+    }
+    name = `${word} ${sub}`;
+    rest = rest.slice(1);
+  }
+  const load = COMMANDS[name];
+  if (!load) throw new UsageError(`unknown command '${name}'`, GROUPS.has(word) ? word : undefined);
+  // `--help` anywhere before `--` shows the command's help without parsing the rest.
+  const beforeTerminator = rest.includes('--') ? rest.slice(0, rest.indexOf('--')) : rest;
+  if (beforeTerminator.some(isHelp)) {
+    process.stdout.write(USAGE[name]!);
+    return EXIT_OK;
+  }
+  const command = await load();
+  try {
+    return await command.run(rest, ctx);
+  } catch (err) {
+    // Point value errors (`--env NOEQUALS`…) at the command they came from.
+    if (err instanceof UsageError && err.command === undefined) throw new UsageError(err.message, name);
+    throw err;
+  }
+}
+
+function flush(stream: NodeJS.WriteStream): Promise<void> {
+  return new Promise((resolve) => {
+    if (stream.destroyed || !stream.writable) resolve();
+    else stream.write('', () => resolve());
+  });
+}
+
+/** Runs the CLI, flushes stdout/stderr and exits the process with the command's status. */
+export async function main(argv: string[] = process.argv.slice(2)): Promise<never> {
+  // A closed stdout (`sandgate sandbox list | head -1`) ends us quietly, as SIGPIPE would.
+  process.stdout.on('error', (err: NodeJS.ErrnoException) => {
+    if (err.code === 'EPIPE') process.exit(141);
+    throw err;
+  });
+  let code: number;
+  try {
+    code = await run(argv);
+  } catch (err) {
+    code = reportError(err);
+  }
+  await Promise.all([flush(process.stdout), flush(process.stderr)]);
+  process.exit(code);
+}

@@ -1,0 +1,122 @@
+import { describe, expect, it } from 'vitest';
+import { UsageError } from '../src/args.ts';
+import { parseCreateArgs, provisionTimeoutMs } from '../src/commands/sandbox-create.ts';
+import { parseExecArgs } from '../src/commands/sandbox-exec.ts';
+import { redactRedisUrl, upBanner } from '../src/commands/up.ts';
+import { terminalSize } from '../src/exec-stream.ts';
+import { REDIS_NOT_FOUND, findOnPath, redisServerArgs } from '../src/redis-server.ts';
+
+describe('sandbox create arguments', () => {
+  it('maps flags onto the CreateSandbox request', () => {
+    const args = parseCreateArgs([
+      '--name', 'demo', '--detach', '--env', 'A=1', '--env', 'B=x=y', '--label', 'team=ml', '--image', 'img:1', '--tty', '-o', 'json',
+      '--', 'sleep', 'infinity',
+    ]);
+    expect(args.detach).toBe(true);
+    expect(args.json).toBe(true);
+    expect(args.request).toEqual({
+      name: 'demo',
+      labels: { team: 'ml' },
+      spec: {
+        command: ['sleep', 'infinity'],
+        environment: { A: '1', B: 'x=y' },
+        template: { image: 'img:1', labels: {}, annotations: {}, environment: {} },
+        tty: true,
+      },
+    });
+  });
+
+  it('has sensible defaults', () => {
+    const args = parseCreateArgs([]);
+    expect(args).toMatchObject({ detach: false, json: false, gateway: undefined });
+    expect(args.request).toEqual({ name: undefined, labels: {}, spec: { command: [], environment: {} } });
+  });
+
+  it('keeps flag-like words after -- as the command', () => {
+    expect(parseCreateArgs(['--', 'sh', '-c', 'x', '--name', 'y']).request.spec!.command).toEqual(['sh', '-c', 'x', '--name', 'y']);
+  });
+
+  it.each([
+    [['--env', 'NOEQUALS'], "--env 'NOEQUALS' is not KEY=VALUE (missing '=')"],
+    [['--label', 'novalue'], "--label 'novalue' is not KEY=VALUE"],
+    [['--label', '=v'], 'empty key'],
+    [['sleep'], "give the command after '--'"],
+    [['-o', 'yaml'], 'unsupported output format'],
+    [['--bogus'], "Unknown option '--bogus'"],
+  ])('rejects %j', (argv, message) => {
+    expect(() => parseCreateArgs(argv)).toThrow(UsageError);
+    expect(() => parseCreateArgs(argv)).toThrow(message);
+  });
+
+  it('reads SANDGATE_PROVISION_TIMEOUT in seconds (default 300)', () => {
+    expect(provisionTimeoutMs({})).toBe(300_000);
+    expect(provisionTimeoutMs({ SANDGATE_PROVISION_TIMEOUT: '5' })).toBe(5_000);
+    expect(() => provisionTimeoutMs({ SANDGATE_PROVISION_TIMEOUT: 'soon' })).toThrow(/SANDGATE_PROVISION_TIMEOUT must be an integer/);
+  });
+});
+
+describe('sandbox exec arguments', () => {
+  it('takes NAME, flags and the command after --', () => {
+    expect(parseExecArgs(['box', '--timeout', '10', '--tty', '--workdir', '/w', '--env', 'K=V', '--', 'ls', '-la'])).toEqual({
+      name: 'box',
+      command: ['ls', '-la'],
+      tty: true,
+      workdir: '/w',
+      environment: { K: 'V' },
+      timeoutSeconds: 10,
+      gateway: undefined,
+    });
+  });
+
+  it('accepts flags after NAME and a command without --', () => {
+    expect(parseExecArgs(['--gateway', 'g:1', 'box', 'echo', 'hi'])).toMatchObject({ name: 'box', command: ['echo', 'hi'], gateway: 'g:1', tty: false });
+  });
+
+  it.each([
+    [[], 'a sandbox NAME is required'],
+    [['box'], 'a command is required'],
+    [['box', '--'], 'a command is required'],
+    [['box', 'echo', '--', 'hi'], "give the whole command after '--'"],
+    [['box', '--env', 'NOEQUALS', '--', 'true'], "--env 'NOEQUALS' is not KEY=VALUE"],
+    [['box', '--timeout', '-5', '--', 'true'], "Option '--timeout' argument is ambiguous"],
+    [['box', '--timeout=-5', '--', 'true'], '--timeout must be an integer'],
+  ])('rejects %j', (argv, message) => {
+    expect(() => parseExecArgs(argv)).toThrow(UsageError);
+    expect(() => parseExecArgs(argv)).toThrow(message);
+  });
+
+  it('announces the terminal size, or 80x24 when stdout is not a terminal', () => {
+    expect(terminalSize({ isTTY: true, columns: 132, rows: 50 })).toEqual({ cols: 132, rows: 50 });
+    expect(terminalSize({ isTTY: false, columns: 132, rows: 50 })).toEqual({ cols: 80, rows: 24 });
+    expect(terminalSize({})).toEqual({ cols: 80, rows: 24 });
+  });
+});
+
+describe('up', () => {
+  it('prints the endpoint and a first command', () => {
+    expect(upBanner({ grpcAddress: '127.0.0.1:8080', httpUrl: 'http://127.0.0.1:8081' }, 'private, 127.0.0.1:6000')).toBe(
+      'sandgate is up: gRPC 127.0.0.1:8080, HTTP http://127.0.0.1:8081 (redis: private, 127.0.0.1:6000)\n' +
+        'try:  sandgate sandbox create --name demo --detach -- sleep infinity && sandgate sandbox exec demo -- echo hi\n',
+    );
+    expect(upBanner({ grpcAddress: '127.0.0.1:9000', httpUrl: 'http://127.0.0.1:9001' }, 'x')).toContain(
+      'try:  export SANDGATE_GATEWAY=127.0.0.1:9000; sandgate sandbox create',
+    );
+  });
+
+  it('never prints a Redis password', () => {
+    expect(redactRedisUrl('redis://user:secret@r:6379/0')).toBe('redis://user:***@r:6379/0');
+    expect(redactRedisUrl('redis://r:6379')).toBe('redis://r:6379');
+  });
+
+  it('runs redis-server with persistence on loopback', () => {
+    expect(redisServerArgs(6001, '/s/redis')).toEqual([
+      '--port', '6001', '--dir', '/s/redis', '--save', '60', '1', '--appendonly', 'yes', '--daemonize', 'no', '--bind', '127.0.0.1', '--protected-mode', 'yes',
+    ]);
+  });
+
+  it('looks redis-server up on PATH', () => {
+    expect(findOnPath('sh', '/nonexistent:/bin:/usr/bin')).toMatch(/\/sh$/);
+    expect(findOnPath('redis-server', '/nonexistent')).toBeUndefined();
+    expect(REDIS_NOT_FOUND).toBe('redis-server not found on PATH: install it (apt-get install redis-server) or pass --redis URL');
+  });
+});

@@ -1,0 +1,148 @@
+import path from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { CONFIG_DEFAULTS } from '../../gateway/src/config.ts';
+import { UsageError } from '../src/args.ts';
+import { resolveReplicaConfig, resolveUpConfig, type HostFacts } from '../src/replica-config.ts';
+
+const facts: HostFacts = { hostname: 'box', pid: 42, homedir: '/home/u', randomHex: () => 'beef' };
+
+const ENV_ALL = {
+  SANDGATE_HOST: '10.0.0.5',
+  SANDGATE_GRPC_PORT: '9000',
+  SANDGATE_HTTP_PORT: '9001',
+  SANDGATE_PEER_PORT: '9002',
+  SANDGATE_REDIS_URL: 'redis://env:6379',
+  SANDGATE_REPLICA_ID: 'env-id',
+  SANDGATE_DRIVER: 'docker',
+  SANDGATE_STATE_DIR: '/env/state',
+  SANDGATE_SUPERVISOR_ENDPOINT: 'lb:9000',
+  SANDGATE_ADVERTISE_HOST: 'env.example',
+  SANDGATE_WORKERS: '0',
+};
+
+const FLAGS_ALL = [
+  '--host', '0.0.0.0',
+  '--grpc-port', '7000',
+  '--http-port', '7001',
+  '--peer-port', '7002',
+  '--redis', 'redis://flag:6379',
+  '--replica-id', 'flag-id',
+  '--driver', 'local',
+  '--state-dir', '/flag/state',
+  '--supervisor-endpoint', 'a:1,b:2',
+  '--advertise-host', 'flag.example',
+  '--no-workers',
+];
+
+describe('resolveReplicaConfig', () => {
+  it('uses the defaults when nothing is given', () => {
+    expect(resolveReplicaConfig([], {}, facts)).toEqual({
+      host: CONFIG_DEFAULTS.host,
+      grpcPort: CONFIG_DEFAULTS.grpcPort,
+      httpPort: CONFIG_DEFAULTS.httpPort,
+      peerPort: CONFIG_DEFAULTS.peerPort,
+      redisUrl: CONFIG_DEFAULTS.redisUrl,
+      replicaId: 'box-42-beef',
+      driver: 'local',
+      stateDir: path.join('/home/u', '.local', 'state', 'sandgate'),
+      supervisorEndpoint: '',
+      advertiseHost: CONFIG_DEFAULTS.host,
+      heartbeatIntervalMs: CONFIG_DEFAULTS.heartbeatIntervalMs,
+      heartbeatMisses: CONFIG_DEFAULTS.heartbeatMisses,
+      ownerTtlMs: CONFIG_DEFAULTS.ownerTtlMs,
+      workers: true,
+    });
+  });
+
+  it('takes every value from the environment over the defaults', () => {
+    expect(resolveReplicaConfig([], ENV_ALL, facts)).toMatchObject({
+      host: '10.0.0.5',
+      grpcPort: 9000,
+      httpPort: 9001,
+      peerPort: 9002,
+      redisUrl: 'redis://env:6379',
+      replicaId: 'env-id',
+      driver: 'docker',
+      stateDir: '/env/state',
+      supervisorEndpoint: 'lb:9000',
+      advertiseHost: 'env.example',
+      workers: false,
+    });
+  });
+
+  it('lets every flag win over the environment', () => {
+    expect(resolveReplicaConfig(FLAGS_ALL, { ...ENV_ALL, SANDGATE_WORKERS: '1' }, facts)).toMatchObject({
+      host: '0.0.0.0',
+      grpcPort: 7000,
+      httpPort: 7001,
+      peerPort: 7002,
+      redisUrl: 'redis://flag:6379',
+      replicaId: 'flag-id',
+      driver: 'local',
+      stateDir: '/flag/state',
+      supervisorEndpoint: 'a:1,b:2',
+      advertiseHost: 'flag.example',
+      workers: false,
+    });
+  });
+
+  it('mixes sources field by field', () => {
+    const config = resolveReplicaConfig(['--grpc-port', '0'], { SANDGATE_GRPC_PORT: '9000', SANDGATE_HTTP_PORT: '9001' }, facts);
+    expect(config.grpcPort).toBe(0);
+    expect(config.httpPort).toBe(9001);
+    expect(config.peerPort).toBe(CONFIG_DEFAULTS.peerPort);
+  });
+
+  it('defaults advertiseHost to the effective host', () => {
+    expect(resolveReplicaConfig(['--host', '10.1.2.3'], {}, facts).advertiseHost).toBe('10.1.2.3');
+    expect(resolveReplicaConfig([], { SANDGATE_HOST: '10.9.9.9' }, facts).advertiseHost).toBe('10.9.9.9');
+  });
+
+  it('treats empty environment variables as unset', () => {
+    expect(resolveReplicaConfig([], { SANDGATE_GRPC_PORT: '', SANDGATE_REPLICA_ID: '' }, facts)).toMatchObject({
+      grpcPort: CONFIG_DEFAULTS.grpcPort,
+      replicaId: 'box-42-beef',
+    });
+  });
+
+  it('reads SANDGATE_WORKERS as 0/1', () => {
+    expect(resolveReplicaConfig([], { SANDGATE_WORKERS: '1' }, facts).workers).toBe(true);
+    expect(resolveReplicaConfig([], { SANDGATE_WORKERS: '0' }, facts).workers).toBe(false);
+    expect(() => resolveReplicaConfig([], { SANDGATE_WORKERS: 'maybe' }, facts)).toThrow(/SANDGATE_WORKERS must be 0 or 1/);
+  });
+
+  it('resolves a relative state dir to an absolute path', () => {
+    expect(resolveReplicaConfig(['--state-dir', 'rel/dir'], {}, facts).stateDir).toBe(path.resolve('rel/dir'));
+  });
+
+  it.each([
+    [['--grpc-port', 'abc'], {}, /--grpc-port must be an integer/],
+    [[], { SANDGATE_HTTP_PORT: '70000' }, /SANDGATE_HTTP_PORT must be between 0 and 65535/],
+    [['--driver', 'k8s'], {}, /--driver must be one of local, docker/],
+    [[], { SANDGATE_DRIVER: 'k8s' }, /SANDGATE_DRIVER must be one of/],
+    [['--replica-id', 'a b'], {}, /whitespace/],
+    [['--host', ''], {}, /--host must not be empty/],
+    [['--bogus'], {}, /Unknown option '--bogus'/],
+    [['extra'], {}, /unexpected argument 'extra'/],
+  ])('rejects %j %j', (argv, env, message) => {
+    expect(() => resolveReplicaConfig(argv as string[], env as Record<string, string>, facts)).toThrow(UsageError);
+    expect(() => resolveReplicaConfig(argv as string[], env as Record<string, string>, facts)).toThrow(message);
+  });
+});
+
+describe('resolveUpConfig', () => {
+  it('runs a private Redis unless a URL is given by flag or environment', () => {
+    expect(resolveUpConfig([], {}, facts).privateRedis).toBe(true);
+    expect(resolveUpConfig(['--redis', 'redis://r:1'], {}, facts)).toMatchObject({ privateRedis: false, config: { redisUrl: 'redis://r:1' } });
+    expect(resolveUpConfig([], { SANDGATE_REDIS_URL: 'redis://e:1' }, facts)).toMatchObject({ privateRedis: false, config: { redisUrl: 'redis://e:1' } });
+  });
+
+  it('always runs workers and honours its flags over the environment', () => {
+    const { config } = resolveUpConfig(['--grpc-port', '7000', '--state-dir', '/s'], { SANDGATE_WORKERS: '0', SANDGATE_GRPC_PORT: '9000', SANDGATE_HTTP_PORT: '9001' }, facts);
+    expect(config).toMatchObject({ workers: true, grpcPort: 7000, httpPort: 9001, stateDir: '/s', driver: 'local' });
+  });
+
+  it('does not accept gateway-only flags', () => {
+    expect(() => resolveUpConfig(['--peer-port', '1'], {}, facts)).toThrow(/Unknown option '--peer-port'/);
+  });
+});

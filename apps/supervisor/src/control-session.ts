@@ -1,0 +1,266 @@
+// The supervisor's control session with the gateway: dial an endpoint, say hello, exchange
+// heartbeats, hand `open_exec` requests to the exec layer, and reconnect forever (rotating through
+// the endpoints, with backoff) whenever the stream ends, errors or goes silent. The gateway being
+// unavailable is never a reason for the supervisor to exit.
+import type * as grpc from '@grpc/grpc-js';
+import type { ExecStart, GatewayMessage, SupervisorMessage } from '@sandgate/protocols';
+import { backoffDelay, DEFAULT_BACKOFF, type BackoffOptions } from './backoff.ts';
+import { callMetadata, createGatewayClient, type GatewayClient } from './gateway-client.ts';
+import type { Logger } from './log.ts';
+
+/** One live control session; execs opened through it use the same client, hence the same replica. */
+export interface GatewayConnection {
+  readonly endpoint: string;
+  readonly client: GatewayClient;
+  readonly sessionId: string;
+  readonly replicaId: string;
+  /** Aborted when this control session dies: every exec using it must consider its path broken. */
+  readonly signal: AbortSignal;
+  metadata(): grpc.Metadata;
+}
+
+export interface ControlSessionOptions {
+  endpoints: string[];
+  sandboxId: string;
+  instanceId: string;
+  supervisorVersion: string;
+  mainPid: () => number;
+  /** Read on every dial so a rotated credential file is picked up. */
+  credential: () => string;
+  log: Logger;
+  onOpenExec: (start: ExecStart, conn: GatewayConnection) => void;
+  /** The gateway's deadline backstop: kill what is left of an exec; resolves with how many died. */
+  onKillExec: (execId: string) => Promise<number>;
+  /** Without a hello_ack by then, the attempt is abandoned. */
+  helloTimeoutMs?: number;
+  backoff?: BackoffOptions;
+}
+
+export const DEFAULT_HEARTBEAT_INTERVAL_MS = 2000;
+/** The session is dead after this many heartbeat intervals without any message from the gateway. */
+export const MISSED_HEARTBEATS = 3;
+const DEFAULT_HELLO_TIMEOUT_MS = 10_000;
+
+interface Attempt {
+  readonly endpoint: string;
+  readonly client: GatewayClient;
+  readonly call: grpc.ClientDuplexStream<SupervisorMessage, GatewayMessage>;
+  readonly abort: AbortController;
+  conn: GatewayConnection | undefined;
+  lastSeen: number;
+  intervalMs: number;
+  timers: NodeJS.Timeout[];
+  closed: boolean;
+}
+
+export class ControlSession {
+  private readonly opts: ControlSessionOptions;
+  private readonly log: Logger;
+  private nextEndpoint = 0;
+  private failures = 0;
+  private current: Attempt | undefined;
+  private reconnectTimer: NodeJS.Timeout | undefined;
+  private stopped = true;
+
+  constructor(opts: ControlSessionOptions) {
+    if (opts.endpoints.length === 0) throw new Error('no gateway endpoints');
+    this.opts = opts;
+    this.log = opts.log;
+  }
+
+  /** The live session, if hello_ack has been received. */
+  get connection(): GatewayConnection | undefined {
+    return this.current?.conn;
+  }
+
+  start(): void {
+    if (!this.stopped) return;
+    this.stopped = false;
+    this.connect();
+  }
+
+  stop(): void {
+    this.stopped = true;
+    clearTimeout(this.reconnectTimer);
+    if (this.current) this.drop(this.current, 'supervisor shutting down');
+  }
+
+  /** Tells the gateway an exec could not even be opened (no channel to report on). */
+  reportExecOpenFailed(conn: GatewayConnection, execId: string, message: string): void {
+    const attempt = this.current;
+    if (!attempt || attempt.conn !== conn) return;
+    this.send(attempt, { exec_open_failed: { exec_id: execId, message } });
+  }
+
+  private connect(): void {
+    if (this.stopped) return;
+    const { endpoints } = this.opts;
+    const endpoint = endpoints[this.nextEndpoint % endpoints.length];
+    this.nextEndpoint = (this.nextEndpoint + 1) % endpoints.length;
+
+    let client: GatewayClient | undefined;
+    let call: grpc.ClientDuplexStream<SupervisorMessage, GatewayMessage>;
+    let md: grpc.Metadata;
+    try {
+      md = callMetadata(this.opts.sandboxId, this.opts.credential());
+      // A new client (channel) per attempt: a reconnect must be free to reach another replica.
+      client = createGatewayClient(endpoint);
+      call = client.Control(md);
+    } catch (err) {
+      this.log.error('cannot open control stream', { endpoint, err });
+      try {
+        client?.close();
+      } catch {
+        // nothing to close
+      }
+      this.scheduleReconnect();
+      return;
+    }
+
+    const attempt: Attempt = {
+      endpoint,
+      client,
+      call,
+      abort: new AbortController(),
+      conn: undefined,
+      lastSeen: Date.now(),
+      intervalMs: DEFAULT_HEARTBEAT_INTERVAL_MS,
+      timers: [],
+      closed: false,
+    };
+    this.current = attempt;
+    this.log.debug('dialling gateway', { endpoint });
+
+    call.on('data', (msg: GatewayMessage) => {
+      try {
+        this.onMessage(attempt, msg, md);
+      } catch (err) {
+        this.log.error('control message handler failed', { err });
+      }
+    });
+    call.on('error', (err: grpc.ServiceError) => this.drop(attempt, 'control stream error', err));
+    call.on('end', () => this.drop(attempt, 'control stream ended by gateway'));
+
+    attempt.timers.push(
+      setTimeout(() => {
+        if (!attempt.conn) this.drop(attempt, 'no hello_ack in time');
+      }, this.opts.helloTimeoutMs ?? DEFAULT_HELLO_TIMEOUT_MS),
+    );
+    this.send(attempt, {
+      hello: {
+        sandbox_id: this.opts.sandboxId,
+        instance_id: this.opts.instanceId,
+        supervisor_version: this.opts.supervisorVersion,
+        main_pid: this.opts.mainPid(),
+      },
+    });
+  }
+
+  private onMessage(attempt: Attempt, msg: GatewayMessage, md: grpc.Metadata): void {
+    if (attempt.closed) return;
+    attempt.lastSeen = Date.now();
+    if (msg.hello_ack) {
+      if (attempt.conn) return; // a duplicate ack changes nothing
+      const ack = msg.hello_ack;
+      attempt.intervalMs = clampInterval(ack.heartbeat_interval_ms);
+      attempt.conn = {
+        endpoint: attempt.endpoint,
+        client: attempt.client,
+        sessionId: ack.session_id ?? '',
+        replicaId: ack.replica_id ?? '',
+        signal: attempt.abort.signal,
+        metadata: () => md.clone(),
+      };
+      this.failures = 0;
+      this.startHeartbeats(attempt);
+      this.log.info('control session established', {
+        endpoint: attempt.endpoint,
+        session_id: attempt.conn.sessionId,
+        replica_id: attempt.conn.replicaId,
+        heartbeat_interval_ms: attempt.intervalMs,
+      });
+    } else if (msg.open_exec) {
+      if (!attempt.conn) {
+        this.log.warn('open_exec before hello_ack ignored', { exec_id: msg.open_exec.exec_id });
+        return;
+      }
+      this.opts.onOpenExec(msg.open_exec, attempt.conn);
+    } else if (msg.kill_exec) {
+      const { exec_id: execId = '', request_id: requestId = '' } = msg.kill_exec;
+      if (!execId) return;
+      void this.opts
+        .onKillExec(execId)
+        .catch((err: unknown) => {
+          this.log.warn('kill_exec failed', { exec_id: execId, err });
+          return 0;
+        })
+        .then((killed) => {
+          if (!attempt.closed) this.send(attempt, { exec_kill_result: { exec_id: execId, request_id: requestId, killed } });
+        });
+    }
+    // Gateway heartbeats only matter through lastSeen; unknown messages are ignored.
+  }
+
+  private startHeartbeats(attempt: Attempt): void {
+    const timer = setInterval(() => {
+      if (attempt.closed) return;
+      if (Date.now() - attempt.lastSeen > MISSED_HEARTBEATS * attempt.intervalMs) {
+        this.drop(attempt, 'gateway silent for too long');
+        return;
+      }
+      this.send(attempt, { heartbeat: { sent_at_ms: Date.now() } });
+    }, attempt.intervalMs);
+    attempt.timers.push(timer);
+  }
+
+  private send(attempt: Attempt, msg: SupervisorMessage): void {
+    if (attempt.closed) return;
+    try {
+      attempt.call.write(msg);
+    } catch (err) {
+      this.drop(attempt, 'control stream write failed', err);
+    }
+  }
+
+  /** Tears one attempt down (idempotent) and, unless stopped, schedules the next. */
+  private drop(attempt: Attempt, reason: string, err?: unknown): void {
+    if (attempt.closed) return;
+    attempt.closed = true;
+    for (const t of attempt.timers) clearTimeout(t);
+    const wasUp = attempt.conn !== undefined;
+    const fields: Record<string, unknown> = { endpoint: attempt.endpoint, reason };
+    if (err) fields.err = (err as Error).message;
+    if (wasUp) this.log.warn('control session lost', fields);
+    else if (!this.stopped) {
+      // While the gateway is down this repeats every couple of seconds: keep the log readable.
+      const loud = this.failures < 3 || this.failures % 30 === 0;
+      this.log[loud ? 'warn' : 'debug']('control session attempt failed', { ...fields, failures: this.failures + 1 });
+    }
+    // Execs first (they cancel their own calls), then the stream, then the channel.
+    attempt.abort.abort(new Error(reason));
+    try {
+      attempt.call.cancel();
+    } catch {
+      // already finished
+    }
+    try {
+      attempt.client.close();
+    } catch {
+      // already closed
+    }
+    if (this.current === attempt) this.current = undefined;
+    this.scheduleReconnect();
+  }
+
+  private scheduleReconnect(): void {
+    if (this.stopped) return;
+    clearTimeout(this.reconnectTimer);
+    const delay = backoffDelay(this.failures++, this.opts.backoff ?? DEFAULT_BACKOFF);
+    this.reconnectTimer = setTimeout(() => this.connect(), delay);
+  }
+}
+
+function clampInterval(ms: number | undefined): number {
+  if (!ms || !Number.isFinite(ms)) return DEFAULT_HEARTBEAT_INTERVAL_MS;
+  return Math.min(60_000, Math.max(50, ms));
+}

@@ -1,0 +1,159 @@
+// One exec's process, on pipes or on a PTY, behind a common interface so the exec runner does not
+// care which. The runner gets raw output chunks, and an exit notification only once the output
+// has been fully read (so no output can arrive after the exit frame).
+import { spawn, type ChildProcess } from 'node:child_process';
+import * as pty from 'node-pty';
+import { signalNumber } from './signals.ts';
+
+export interface ExecProcessHandlers {
+  stdout(chunk: Buffer): void;
+  stderr(chunk: Buffer): void;
+  /** The process exited and its output streams have ended. `signal` is a number or null. */
+  exit(code: number | null, signal: number | null): void;
+  /** The process itself exited; its output may still be held open by processes it left behind. */
+  childExited?(): void;
+  /** The process could not be started (a race with the preflight check). */
+  spawnError(err: NodeJS.ErrnoException): void;
+  /** Stdin can take more data after writeStdin returned false. */
+  stdinDrain(): void;
+}
+
+export interface ExecProcess {
+  readonly pid: number;
+  /** The process group to signal; the pid, since every exec leads its own group. */
+  readonly pgid: number;
+  readonly tty: boolean;
+  /** false: stop feeding stdin until stdinDrain. */
+  writeStdin(data: Buffer): boolean;
+  endStdin(): void;
+  resize(cols: number, rows: number): void;
+  /** Output back-pressure: stop reading the process's output (it blocks once the kernel buffer fills). */
+  pause(): void;
+  resume(): void;
+  /** Give up on output still held open by escaped processes: destroy the streams. */
+  abandonOutput(): void;
+}
+
+export interface SpawnSpec {
+  argv: string[];
+  cwd: string;
+  env: Record<string, string>;
+  cols: number;
+  rows: number;
+}
+
+export const DEFAULT_COLS = 80;
+export const DEFAULT_ROWS = 24;
+
+export function spawnPiped(spec: SpawnSpec, h: ExecProcessHandlers): ExecProcess {
+  const child: ChildProcess = spawn(spec.argv[0], spec.argv.slice(1), {
+    cwd: spec.cwd,
+    env: spec.env,
+    detached: true, // own process group: signals and kills address the whole tree
+    stdio: 'pipe',
+  });
+  const stdin = child.stdin!;
+  const stdout = child.stdout!;
+  const stderr = child.stderr!;
+  let failed = false;
+
+  stdout.on('data', (c: Buffer) => h.stdout(c));
+  stderr.on('data', (c: Buffer) => h.stderr(c));
+  // The process may exit or close stdin before reading everything we send: EPIPE is expected.
+  stdin.on('error', () => {});
+  stdout.on('error', () => {});
+  stderr.on('error', () => {});
+  stdin.on('drain', () => h.stdinDrain());
+  child.on('error', (err: NodeJS.ErrnoException) => {
+    if (child.pid === undefined && !failed) {
+      failed = true;
+      h.spawnError(err);
+    }
+    // Errors of a running child (a failed kill) change nothing for the exec.
+  });
+  child.on('exit', () => {
+    if (!failed) h.childExited?.();
+  });
+  // 'close' comes after 'exit' and after stdout and stderr have ended, so no output is lost.
+  child.on('close', (code, sig) => {
+    if (failed) return;
+    h.exit(code, signalNumber(sig));
+  });
+
+  const pid = child.pid ?? 0;
+  return {
+    pid,
+    pgid: pid,
+    tty: false,
+    writeStdin: (data) => {
+      if (stdin.destroyed || stdin.writableEnded) return true;
+      return stdin.write(data);
+    },
+    endStdin: () => {
+      if (!stdin.destroyed && !stdin.writableEnded) stdin.end();
+    },
+    resize: () => {},
+    pause: () => {
+      stdout.pause();
+      stderr.pause();
+    },
+    resume: () => {
+      stdout.resume();
+      stderr.resume();
+    },
+    abandonOutput: () => {
+      stdout.destroy();
+      stderr.destroy();
+    },
+  };
+}
+
+export function spawnPty(spec: SpawnSpec, h: ExecProcessHandlers): ExecProcess {
+  const term = pty.spawn(spec.argv[0], spec.argv.slice(1), {
+    name: spec.env.TERM || 'xterm-256color',
+    cols: spec.cols || DEFAULT_COLS,
+    rows: spec.rows || DEFAULT_ROWS,
+    cwd: spec.cwd,
+    env: spec.env,
+    encoding: null, // raw bytes, not utf8-decoded strings
+  });
+  ignorePtyErrors(term);
+  term.onData((data) => h.stdout(Buffer.isBuffer(data) ? data : Buffer.from(data)));
+  // node-pty emits exit once the master side has been read to EOF (or after its own short timeout).
+  term.onExit(({ exitCode, signal }) => h.exit(exitCode, signal ? signal : null));
+  // node-pty forks with setsid: the child leads its own session and process group.
+  return {
+    pid: term.pid,
+    pgid: term.pid,
+    tty: true,
+    // node-pty queues writes internally and exposes no drain event.
+    writeStdin: (data) => {
+      term.write(data);
+      return true;
+    },
+    // A PTY has no half-close; EOF is the line discipline's business (^D typed by the client).
+    endStdin: () => {},
+    resize: (cols, rows) => {
+      if (Number.isInteger(cols) && Number.isInteger(rows) && cols > 0 && rows > 0 && cols <= 65535 && rows <= 65535) {
+        term.resize(cols, rows);
+      }
+    },
+    pause: () => term.pause(),
+    resume: () => term.resume(),
+    abandonOutput: () => {
+      try {
+        (term as unknown as { destroy?: () => void }).destroy?.();
+      } catch {
+        // already closed
+      }
+    },
+  };
+}
+
+/**
+ * node-pty rethrows read errors other than EIO unless someone else listens for 'error'; an exec's
+ * terminal failing must not become an uncaught exception.
+ */
+export function ignorePtyErrors(term: pty.IPty): void {
+  (term as unknown as { on?: (ev: string, fn: (err: unknown) => void) => void }).on?.('error', () => {});
+}

@@ -1,0 +1,310 @@
+// Runs one exec over one ExecChannel call: attach, spawn, stream output (with back-pressure), feed
+// stdin/resize/signal frames, enforce the timeout, report the exit. If the call ends before we
+// reported the exit, the path to the client is broken and the exec's whole process tree is killed:
+// nobody is left to see its output or its exit.
+import type * as grpc from '@grpc/grpc-js';
+import { EXIT_TIMEOUT, normaliseExit } from '@sandgate/core';
+import type { ExecExit, ExecFrame, ExecStart } from '@sandgate/protocols';
+import { EXEC_ID_ENV, stripSupervisorEnv } from './config.ts';
+import type { GatewayConnection } from './control-session.ts';
+import { spawnPiped, spawnPty, type ExecProcess, type ExecProcessHandlers } from './exec-process.ts';
+import { killExecTree, type KillTreeOptions } from './kill-tree.ts';
+import type { Logger } from './log.ts';
+import { exitCodeForSpawnError, preflight, reasonOf } from './preflight.ts';
+import { isValidSignal } from './signals.ts';
+
+export interface ExecRunnerOptions {
+  start: ExecStart;
+  conn: GatewayConnection;
+  /** The sandbox environment (SANDGATE_* already stripped). */
+  sandboxEnv: Record<string, string>;
+  log: Logger;
+  killOptions?: Omit<KillTreeOptions, 'pty' | 'log'>;
+  /** After a timeout kill, how long to wait for the exit before reporting it anyway. */
+  timeoutReportGraceMs?: number;
+}
+
+type State = 'running' | 'exited' | 'broken';
+
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
+/** 0 (unset) or nonsense becomes 0, which the PTY layer turns into the 80x24 default. */
+function termSize(n: number | undefined): number {
+  return Number.isInteger(n) && n! > 0 && n! <= 65535 ? n! : 0;
+}
+
+export class ExecRunner {
+  readonly execId: string;
+  /** Resolves once the exit was reported or the tree was killed after a broken path. */
+  readonly done: Promise<void>;
+  private resolveDone!: () => void;
+  private readonly opts: ExecRunnerOptions;
+  private readonly log: Logger;
+  private state: State = 'running';
+  private call: grpc.ClientDuplexStream<ExecFrame, ExecFrame> | undefined;
+  private proc: ExecProcess | undefined;
+  private stdinEnded = false;
+  private outputPaused = false;
+  private timedOut = false;
+  private timeoutTimer: NodeJS.Timeout | undefined;
+  private killing: Promise<boolean> | undefined;
+  private readonly onConnAbort = (): void => this.breakPath('control session lost');
+
+  constructor(opts: ExecRunnerOptions) {
+    this.opts = opts;
+    this.execId = opts.start.exec_id ?? '';
+    this.log = opts.log.child({ exec_id: this.execId });
+    this.done = new Promise((resolve) => (this.resolveDone = resolve));
+  }
+
+  get finished(): boolean {
+    return this.state !== 'running';
+  }
+
+  /** Opens the channel, attaches and starts the process. Never throws. */
+  run(): void {
+    const { start, conn } = this.opts;
+    try {
+      const call = conn.client.ExecChannel(conn.metadata());
+      this.call = call;
+      call.on('error', (err: grpc.ServiceError) => this.breakPath('exec channel error', err));
+      call.on('end', () => this.breakPath('exec channel ended by gateway'));
+      // 'status' fires as soon as the call is over, even while reading is paused (stdin back-pressure).
+      call.on('status', (status: grpc.StatusObject) => this.breakPath(`exec channel closed (status ${status.code})`));
+      call.on('data', (frame: ExecFrame) => this.onFrame(frame));
+      if (conn.signal.aborted) {
+        this.breakPath('control session lost');
+        return;
+      }
+      conn.signal.addEventListener('abort', this.onConnAbort, { once: true });
+      call.write({ attach: { exec_id: this.execId, session_id: conn.sessionId } });
+      this.spawn(start);
+    } catch (err) {
+      this.log.error('exec setup failed', { err });
+      this.breakPath('exec setup failed', err);
+    }
+  }
+
+  /** Shutdown: kill the tree without reporting. */
+  abort(reason: string): Promise<void> {
+    this.breakPath(reason);
+    return this.done;
+  }
+
+  private spawn(start: ExecStart): void {
+    const argv = start.argv ?? [];
+    const cwd = start.workdir || process.cwd();
+    const env: Record<string, string> = {
+      ...this.opts.sandboxEnv,
+      ...stripSupervisorEnv(start.env ?? {}),
+      // The one SANDGATE_* variable execs do get: it lets killExecTree find escaped processes.
+      [EXEC_ID_ENV]: this.execId,
+    };
+
+    const check = preflight(argv[0], cwd, env);
+    if (!check.ok) {
+      this.reportSpawnFailure(check.message, check.exitCode);
+      return;
+    }
+
+    const handlers: ExecProcessHandlers = {
+      stdout: (chunk) => this.send({ stdout: chunk }),
+      stderr: (chunk) => this.send({ stderr: chunk }),
+      exit: (code, signal) => this.onProcessExit(code, signal),
+      childExited: () => this.onChildExited(),
+      spawnError: (err) => this.reportSpawnFailure(`${argv[0]}: ${reasonOf(err)}`, exitCodeForSpawnError(err)),
+      stdinDrain: () => this.call?.resume(),
+    };
+    const spec = { argv, cwd, env, cols: termSize(start.cols), rows: termSize(start.rows) };
+    try {
+      this.proc = start.tty ? spawnPty(spec, handlers) : spawnPiped(spec, handlers);
+    } catch (err) {
+      this.reportSpawnFailure(`${argv[0]}: ${reasonOf(err)}`, exitCodeForSpawnError(err));
+      return;
+    }
+    // Only the command name: arguments may carry secrets.
+    this.log.info('exec started', {
+      pid: this.proc.pid,
+      argv0: argv[0],
+      argc: argv.length,
+      tty: Boolean(start.tty),
+      endpoint: this.opts.conn.endpoint,
+    });
+
+    if (start.stdin && start.stdin.length > 0) this.writeStdin(start.stdin);
+    if (start.stdin_eof) this.endStdin();
+
+    const timeoutSeconds = start.timeout_seconds ?? 0;
+    if (timeoutSeconds > 0) {
+      // setTimeout fires immediately for delays beyond 2^31-1 ms (~24.8 days): clamp instead.
+      const ms = Math.min(timeoutSeconds * 1000, MAX_TIMER_MS);
+      this.timeoutTimer = setTimeout(() => this.onTimeout(), ms);
+    }
+  }
+
+  private onFrame(frame: ExecFrame): void {
+    try {
+      if (this.state !== 'running' || !this.proc || !frame) return;
+      if (frame.stdin) this.writeStdin(frame.stdin);
+      else if (frame.stdin_eof) this.endStdin();
+      else if (frame.resize) this.proc.resize(frame.resize.cols ?? 0, frame.resize.rows ?? 0);
+      else if (frame.signal) this.signal(frame.signal.signo);
+      // Anything else (start, attach, output frames, unknown) makes no sense here: ignored.
+    } catch (err) {
+      this.log.warn('exec frame handling failed', { err });
+    }
+  }
+
+  private writeStdin(data: Buffer): void {
+    if (this.stdinEnded || !this.proc || data.length === 0) return;
+    // Stdin back-pressure: stop reading frames from the gateway until the process catches up.
+    if (!this.proc.writeStdin(data)) this.call?.pause();
+  }
+
+  private endStdin(): void {
+    if (this.stdinEnded || !this.proc) return;
+    this.stdinEnded = true;
+    this.proc.endStdin();
+  }
+
+  private signal(signo: number | undefined): void {
+    if (!this.proc || !isValidSignal(signo)) return;
+    try {
+      process.kill(-this.proc.pgid, signo);
+    } catch {
+      // The group is gone; the exit is on its way.
+    }
+  }
+
+  /** Writes one frame; on back-pressure stops reading the process's output until the call drains. */
+  private send(frame: ExecFrame): void {
+    const call = this.call;
+    if (this.state !== 'running' || !call) return;
+    let ok: boolean;
+    try {
+      ok = call.write(frame);
+    } catch (err) {
+      this.breakPath('exec channel write failed', err);
+      return;
+    }
+    if (!ok && !this.outputPaused && this.proc) {
+      this.outputPaused = true;
+      this.proc.pause();
+      call.once('drain', () => {
+        this.outputPaused = false;
+        if (this.state === 'running') this.proc?.resume();
+      });
+    }
+  }
+
+  private reportSpawnFailure(message: string, exitCode: number): void {
+    if (this.state !== 'running') return;
+    this.log.info('exec could not be started', { message, exit_code: exitCode });
+    this.send({ stderr: Buffer.from(message + '\n') });
+    this.reportExit({ exit_code: exitCode, timed_out: false, signal: 0 });
+  }
+
+  /**
+   * The command itself exited. What it started ends with it: background jobs, nohup'd or setsid'd
+   * children still carrying the exec's tag are killed (plain exec is always attached). Once they
+   * are gone the output pipes close and the exit is reported; if something untagged still holds
+   * them, stop waiting shortly after.
+   */
+  private onChildExited(): void {
+    if (this.state !== 'running' || this.timedOut) return;
+    void this.killTree().then(() => {
+      setTimeout(() => {
+        if (this.state === 'running') this.proc?.abandonOutput();
+      }, 200);
+    });
+  }
+
+  private onProcessExit(code: number | null, signal: number | null): void {
+    if (this.state !== 'running') return;
+    // Report the exit only once the whole tree is gone: after a timeout "exit 124" means nothing
+    // survived, and after a normal exit nothing the command started lingers.
+    const exit: ExecExit = this.timedOut
+      ? { exit_code: EXIT_TIMEOUT, timed_out: true, signal: signal ?? 0 }
+      : { exit_code: normaliseExit(code, signal), timed_out: false, signal: signal ?? 0 };
+    void this.killTree().then(() => this.reportExit(exit));
+  }
+
+  private onTimeout(): void {
+    if (this.state !== 'running') return;
+    this.timedOut = true;
+    this.log.info('exec timed out', { timeout_seconds: this.opts.start.timeout_seconds });
+    void this.killTree().then(() => {
+      if (this.state !== 'running') return;
+      // Normally the exit arrives as the tree dies. If processes that shed the tag still hold the
+      // output pipes, stop waiting for them; if even that does not produce an exit, report anyway.
+      const grace = this.opts.timeoutReportGraceMs ?? 2000;
+      setTimeout(() => {
+        if (this.state !== 'running') return;
+        this.proc?.abandonOutput();
+        setTimeout(() => {
+          if (this.state === 'running') this.reportExit({ exit_code: EXIT_TIMEOUT, timed_out: true, signal: 9 });
+        }, 500);
+      }, grace);
+    });
+  }
+
+  private reportExit(exit: ExecExit): void {
+    if (this.state !== 'running') return;
+    this.state = 'exited';
+    this.cleanup();
+    const call = this.call;
+    if (call) {
+      try {
+        call.write({ exit });
+        call.end();
+        // Keep consuming so the call can complete even if stdin back-pressure had paused it.
+        call.resume();
+      } catch (err) {
+        this.log.warn('could not report exec exit', { err });
+      }
+    }
+    this.log.info('exec exited', { exit_code: exit.exit_code, timed_out: exit.timed_out, signal: exit.signal });
+    this.resolveDone();
+  }
+
+  /** The call ended, errored or lost its control session before we reported the exit. */
+  private breakPath(reason: string, err?: unknown): void {
+    if (this.state !== 'running') return;
+    this.state = 'broken';
+    this.cleanup();
+    const fields: Record<string, unknown> = { reason };
+    if (err) fields.err = (err as Error).message;
+    this.log.warn('exec path broken: killing its process tree', fields);
+    try {
+      this.call?.cancel();
+    } catch {
+      // already finished
+    }
+    if (!this.proc) {
+      this.resolveDone();
+      return;
+    }
+    void this.killTree().then(() => {
+      // Nobody reads the output any more; release pipes possibly still held by escapees.
+      this.proc?.abandonOutput();
+      this.resolveDone();
+    });
+  }
+
+  private cleanup(): void {
+    clearTimeout(this.timeoutTimer);
+    this.opts.conn.signal.removeEventListener('abort', this.onConnAbort);
+  }
+
+  private killTree(): Promise<boolean> {
+    this.killing ??= killExecTree(this.execId, this.proc?.pgid, {
+      ...this.opts.killOptions,
+      pty: this.proc?.tty ?? false,
+      log: this.log,
+    }).catch((err: unknown) => {
+      this.log.error('killing exec tree failed', { err });
+      return false;
+    });
+    return this.killing;
+  }
+}

@@ -1,0 +1,53 @@
+// grpc-js client for sandgate.v1.SupervisorGateway. One client = one channel = one connection, so a
+// fresh client per connection attempt lets a reconnect land on another replica behind the load
+// balancer.
+import * as grpc from '@grpc/grpc-js';
+import { serviceDefinition } from '@sandgate/protocols';
+import type { ExecFrame, GatewayMessage, SupervisorMessage } from '@sandgate/protocols';
+
+export interface GatewayClient extends grpc.Client {
+  Control(metadata: grpc.Metadata, options?: grpc.CallOptions): grpc.ClientDuplexStream<SupervisorMessage, GatewayMessage>;
+  ExecChannel(metadata: grpc.Metadata, options?: grpc.CallOptions): grpc.ClientDuplexStream<ExecFrame, ExecFrame>;
+}
+
+type GatewayClientConstructor = new (
+  address: string,
+  credentials: grpc.ChannelCredentials,
+  options?: grpc.ClientOptions,
+) => GatewayClient;
+
+let ctor: GatewayClientConstructor | undefined;
+
+function clientConstructor(): GatewayClientConstructor {
+  ctor ??= grpc.makeGenericClientConstructor(
+    serviceDefinition('sandgate.v1.SupervisorGateway'),
+    'SupervisorGateway',
+  ) as unknown as GatewayClientConstructor;
+  return ctor;
+}
+
+export const CHANNEL_OPTIONS: grpc.ClientOptions = {
+  'grpc.keepalive_time_ms': 10_000,
+  'grpc.keepalive_timeout_ms': 5_000,
+  'grpc.keepalive_permit_without_calls': 1,
+  // grpc-js shares connections between channels to the same address through a global subchannel
+  // pool; a reconnect must open a new TCP connection (possibly to another replica behind the LB).
+  'grpc.use_local_subchannel_pool': 1,
+  // The supervisor does its own reconnecting; grpc-level retries would only hide failures.
+  'grpc.enable_retries': 0,
+};
+
+export function createGatewayClient(endpoint: string): GatewayClient {
+  const Ctor = clientConstructor();
+  return new Ctor(endpoint, grpc.credentials.createInsecure(), CHANNEL_OPTIONS);
+}
+
+export const CREDENTIAL_METADATA = 'x-sandgate-credential';
+export const SANDBOX_ID_METADATA = 'x-sandgate-sandbox-id';
+
+export function callMetadata(sandboxId: string, credential: string): grpc.Metadata {
+  const md = new grpc.Metadata();
+  md.set(CREDENTIAL_METADATA, credential);
+  md.set(SANDBOX_ID_METADATA, sandboxId);
+  return md;
+}

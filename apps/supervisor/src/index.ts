@@ -1,0 +1,6 @@
+// Library surface of the supervisor package (the executable entry point is main.ts).
+export { RingBuffer, MAIN_OUTPUT_CAPACITY } from './ring-buffer.ts';
+export { killExecTree, findTaggedProcesses, type KillTreeOptions } from './kill-tree.ts';
+export { loadConfig, stripSupervisorEnv, EXEC_ID_ENV, type SupervisorConfig } from './config.ts';
+export { backoffDelay } from './backoff.ts';
+export { preflight } from './preflight.ts';

@@ -1,0 +1,150 @@
+// The sandbox's main process: started once at boot with the exact argv (no shell), on a PTY or on
+// pipes. Its output is copied to the supervisor's own stdout/stderr (the driver redirects those to
+// the sandbox log) and kept in a bounded ring buffer for later replay. Its exit is recorded but
+// does not end the supervisor: execs must keep working afterwards.
+import { spawn, type ChildProcess } from 'node:child_process';
+import { setTimeout as sleep } from 'node:timers/promises';
+import * as pty from 'node-pty';
+import { normaliseExit } from '@sandgate/core';
+import type { Logger } from './log.ts';
+import { ignorePtyErrors } from './exec-process.ts';
+import { preflight } from './preflight.ts';
+import { RingBuffer } from './ring-buffer.ts';
+import { signalNumber } from './signals.ts';
+
+export interface MainProcessOptions {
+  argv: string[];
+  env: Record<string, string>;
+  tty: boolean;
+  cwd?: string;
+  log: Logger;
+  output?: RingBuffer;
+  /** Where the output is mirrored; defaults to the supervisor's stdout/stderr. */
+  stdout?: (chunk: Buffer) => void;
+  stderr?: (chunk: Buffer) => void;
+}
+
+export interface MainExit {
+  exitCode: number;
+  signal: number;
+}
+
+export const MAIN_PTY_COLS = 80;
+export const MAIN_PTY_ROWS = 24;
+
+export class MainProcess {
+  readonly output: RingBuffer;
+  /** 0 when the process could not be started. */
+  pid = 0;
+  exit: MainExit | undefined;
+  readonly exited: Promise<MainExit>;
+  private resolveExited!: (e: MainExit) => void;
+  private readonly opts: MainProcessOptions;
+  private child: ChildProcess | undefined;
+  private term: pty.IPty | undefined;
+
+  constructor(opts: MainProcessOptions) {
+    this.opts = opts;
+    this.output = opts.output ?? new RingBuffer();
+    this.exited = new Promise((resolve) => (this.resolveExited = resolve));
+  }
+
+  start(): void {
+    const { argv, env, tty, log } = this.opts;
+    const cwd = this.opts.cwd ?? process.cwd();
+    const toStdout = this.opts.stdout ?? ((c: Buffer) => writeQuietly(process.stdout, c));
+    const toStderr = this.opts.stderr ?? ((c: Buffer) => writeQuietly(process.stderr, c));
+
+    const check = preflight(argv[0], cwd, env);
+    if (!check.ok) {
+      const line = Buffer.from(check.message + '\n');
+      this.output.write(line);
+      toStderr(line);
+      this.finish({ exitCode: check.exitCode, signal: 0 });
+      return;
+    }
+
+    if (tty) {
+      this.term = pty.spawn(argv[0], argv.slice(1), {
+        name: 'xterm-256color',
+        cols: MAIN_PTY_COLS,
+        rows: MAIN_PTY_ROWS,
+        cwd,
+        env: { ...env, TERM: 'xterm-256color' },
+        encoding: null, // raw bytes, not utf8-decoded strings
+      });
+      this.pid = this.term.pid;
+      ignorePtyErrors(this.term);
+      this.term.onData((data) => {
+        const chunk = Buffer.isBuffer(data) ? data : Buffer.from(data);
+        this.output.write(chunk);
+        toStdout(chunk);
+      });
+      this.term.onExit(({ exitCode, signal }) => {
+        this.finish({ exitCode: normaliseExit(exitCode, signal || null), signal: signal ?? 0 });
+      });
+    } else {
+      const child = spawn(argv[0], argv.slice(1), {
+        cwd,
+        env,
+        detached: true, // own process group, so shutdown can signal the whole tree
+        stdio: ['ignore', 'pipe', 'pipe'],
+      });
+      this.child = child;
+      this.pid = child.pid ?? 0;
+      child.stdout!.on('data', (chunk: Buffer) => {
+        this.output.write(chunk);
+        toStdout(chunk);
+      });
+      child.stderr!.on('data', (chunk: Buffer) => {
+        this.output.write(chunk);
+        toStderr(chunk);
+      });
+      child.on('error', (err) => {
+        log.error('main process error', { err });
+        if (this.pid === 0) this.finish({ exitCode: 127, signal: 0 });
+      });
+      // 'close' (not 'exit'): all output has been copied by then.
+      child.on('close', (code, sig) => {
+        const signal = signalNumber(sig) ?? 0;
+        this.finish({ exitCode: normaliseExit(code, signal || null), signal });
+      });
+    }
+    log.info('main process started', { pid: this.pid, argv, tty });
+  }
+
+  private finish(exit: MainExit): void {
+    if (this.exit) return;
+    this.exit = exit;
+    this.opts.log.info('main process exited', { pid: this.pid, exit_code: exit.exitCode, signal: exit.signal });
+    this.resolveExited(exit);
+  }
+
+  /** Shutdown: SIGTERM the process group, SIGKILL it after the grace period. */
+  async stop(graceMs = 2000): Promise<void> {
+    if (this.exit || this.pid <= 1) return;
+    const signalGroup = (sig: NodeJS.Signals) => {
+      try {
+        process.kill(-this.pid, sig);
+      } catch {
+        try {
+          process.kill(this.pid, sig);
+        } catch {
+          // already gone
+        }
+      }
+    };
+    signalGroup('SIGTERM');
+    if (this.term) signalGroup('SIGHUP');
+    const done = await Promise.race([this.exited.then(() => true), sleep(graceMs).then(() => false)]);
+    if (!done) signalGroup('SIGKILL');
+  }
+}
+
+function writeQuietly(stream: NodeJS.WriteStream, chunk: Buffer): void {
+  try {
+    stream.write(chunk);
+  } catch {
+    // Our stdout/stderr went away: the output is still in the ring buffer.
+  }
+}

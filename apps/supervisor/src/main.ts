@@ -1,0 +1,60 @@
+// Entry point of the in-sandbox supervisor:
+//   node apps/supervisor/src/main.ts -- <main process argv...>
+// configured through SANDGATE_* environment variables (see config.ts). The supervisor must be very
+// hard to kill: errors are logged and survived, only SIGTERM/SIGINT end it.
+import { ConfigError, loadConfig } from './config.ts';
+import { createLogger, parseLogLevel } from './log.ts';
+import { Supervisor } from './supervisor.ts';
+
+const SHUTDOWN_DEADLINE_MS = 10_000;
+
+function main(): void {
+  const bootLog = createLogger({
+    level: parseLogLevel(process.env.SANDGATE_LOG_LEVEL),
+    base: { sandbox_id: process.env.SANDGATE_SANDBOX_ID ?? '' },
+  });
+
+  // Losing our stdout/stderr (EPIPE) must not turn into an uncaught 'error' event.
+  process.stdout.on('error', () => {});
+  process.stderr.on('error', () => {});
+
+  let config;
+  try {
+    config = loadConfig(process.env, process.argv.slice(2));
+  } catch (err) {
+    if (err instanceof ConfigError) {
+      bootLog.error('invalid configuration', { err: err.message });
+      process.exit(2);
+    }
+    throw err;
+  }
+  const log = createLogger({ level: config.logLevel, base: { sandbox_id: config.sandboxId } });
+
+  process.on('uncaughtException', (err) => log.error('uncaught exception (continuing)', { err }));
+  process.on('unhandledRejection', (err) => log.error('unhandled rejection (continuing)', { err }));
+  // A hangup of whatever started us is not a reason to stop serving the sandbox.
+  process.on('SIGHUP', () => log.warn('SIGHUP ignored'));
+
+  const supervisor = new Supervisor(config, log);
+
+  const onSignal = (signal: NodeJS.Signals) => {
+    log.info('signal received', { signal });
+    setTimeout(() => {
+      log.error('shutdown took too long, exiting anyway');
+      process.exit(1);
+    }, SHUTDOWN_DEADLINE_MS).unref();
+    supervisor
+      .shutdown(signal)
+      .catch((err: unknown) => log.error('shutdown failed', { err }))
+      .finally(() => {
+        log.info('supervisor stopped');
+        process.exit(0);
+      });
+  };
+  process.on('SIGTERM', onSignal);
+  process.on('SIGINT', onSignal);
+
+  supervisor.start();
+}
+
+main();

@@ -1,0 +1,75 @@
+// Checks, before spawning, that a command can actually be executed, so that failures are reported
+// the way a shell reports them (`<argv0>: <reason>`, exit 127 for "not found", 126 for "found but
+// cannot run"). Neither child_process (which reports a bad cwd as ENOENT of the command) nor
+// node-pty (whose forked child prints "execvp(3) failed" and exits 1) gets this right on its own.
+import fs from 'node:fs';
+import path from 'node:path';
+
+export const EXIT_NOT_FOUND = 127;
+export const EXIT_NOT_EXECUTABLE = 126;
+
+const DEFAULT_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
+
+export type Preflight = { ok: true } | { ok: false; exitCode: number; message: string };
+
+const REASONS: Record<string, string> = {
+  ENOENT: 'No such file or directory',
+  EACCES: 'Permission denied',
+  EPERM: 'Operation not permitted',
+  ENOTDIR: 'Not a directory',
+  EISDIR: 'Is a directory',
+  ELOOP: 'Too many levels of symbolic links',
+  ENAMETOOLONG: 'File name too long',
+  ENOEXEC: 'Exec format error',
+};
+
+export function reasonOf(err: unknown): string {
+  const code = (err as NodeJS.ErrnoException | undefined)?.code;
+  return (code && REASONS[code]) || (err as Error | undefined)?.message || String(err);
+}
+
+/** The shell-style exit status for a failed spawn: 127 when nothing was found, else 126. */
+export function exitCodeForSpawnError(err: unknown): number {
+  return (err as NodeJS.ErrnoException | undefined)?.code === 'ENOENT' ? EXIT_NOT_FOUND : EXIT_NOT_EXECUTABLE;
+}
+
+function executableFile(file: string): 'ok' | NodeJS.ErrnoException {
+  try {
+    const st = fs.statSync(file);
+    if (st.isDirectory()) return Object.assign(new Error('is a directory'), { code: 'EISDIR' });
+    fs.accessSync(file, fs.constants.X_OK);
+    return 'ok';
+  } catch (err) {
+    return err as NodeJS.ErrnoException;
+  }
+}
+
+export function preflight(argv0: string | undefined, cwd: string, env: Record<string, string>): Preflight {
+  const name = argv0 ?? '';
+  try {
+    if (!fs.statSync(cwd).isDirectory()) {
+      return { ok: false, exitCode: EXIT_NOT_EXECUTABLE, message: `${name}: ${cwd}: Not a directory` };
+    }
+    fs.accessSync(cwd, fs.constants.X_OK);
+  } catch (err) {
+    return { ok: false, exitCode: EXIT_NOT_EXECUTABLE, message: `${name}: ${cwd}: ${reasonOf(err)}` };
+  }
+  if (!name) return { ok: false, exitCode: EXIT_NOT_FOUND, message: `${name}: command not found` };
+
+  if (name.includes('/')) {
+    const result = executableFile(path.resolve(cwd, name));
+    if (result === 'ok') return { ok: true };
+    return { ok: false, exitCode: exitCodeForSpawnError(result), message: `${name}: ${reasonOf(result)}` };
+  }
+
+  // Like execvp: the first executable match on PATH wins; a match that exists but cannot be
+  // executed only matters when nothing later on PATH can.
+  let denied: NodeJS.ErrnoException | undefined;
+  for (const dir of (env.PATH ?? DEFAULT_PATH).split(':')) {
+    const result = executableFile(path.resolve(cwd, dir || '.', name));
+    if (result === 'ok') return { ok: true };
+    if (result.code !== 'ENOENT' && result.code !== 'ENOTDIR') denied ??= result;
+  }
+  if (denied) return { ok: false, exitCode: EXIT_NOT_EXECUTABLE, message: `${name}: ${reasonOf(denied)}` };
+  return { ok: false, exitCode: EXIT_NOT_FOUND, message: `${name}: command not found` };
+}

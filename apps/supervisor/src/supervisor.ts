@@ -1,0 +1,115 @@
+// Wires the pieces together: the main process, the control session, and the execs it opens.
+import { randomUUID } from 'node:crypto';
+import type { ExecStart } from '@sandgate/protocols';
+import { readCredential, type SupervisorConfig } from './config.ts';
+import { ControlSession, type GatewayConnection } from './control-session.ts';
+import { ExecRunner } from './exec-runner.ts';
+import { findTaggedProcesses, killExecTree } from './kill-tree.ts';
+import type { Logger } from './log.ts';
+import { MainProcess } from './main-process.ts';
+import { SUPERVISOR_VERSION } from './version.ts';
+
+export class Supervisor {
+  /** Unique per supervisor run: fences late reports from an older run of the same sandbox. */
+  readonly instanceId = randomUUID();
+  readonly main: MainProcess;
+  private readonly config: SupervisorConfig;
+  private readonly log: Logger;
+  private readonly control: ControlSession;
+  private readonly execs = new Map<string, ExecRunner>();
+  private credential: string;
+  private shuttingDown: Promise<void> | undefined;
+
+  constructor(config: SupervisorConfig, log: Logger) {
+    this.config = config;
+    this.log = log;
+    this.credential = config.credential;
+    this.main = new MainProcess({ argv: config.mainArgv, env: config.sandboxEnv, tty: config.mainTty, log });
+    this.control = new ControlSession({
+      endpoints: config.endpoints,
+      sandboxId: config.sandboxId,
+      instanceId: this.instanceId,
+      supervisorVersion: SUPERVISOR_VERSION,
+      mainPid: () => this.main.pid,
+      credential: () => this.readCredential(),
+      log,
+      onOpenExec: (start, conn) => this.openExec(start, conn),
+      onKillExec: (execId) => this.killExec(execId),
+    });
+  }
+
+  start(): void {
+    this.log.info('supervisor starting', {
+      instance_id: this.instanceId,
+      version: SUPERVISOR_VERSION,
+      endpoints: this.config.endpoints,
+      pid: process.pid,
+    });
+    this.main.start();
+    this.control.start();
+  }
+
+  get runningExecs(): number {
+    return this.execs.size;
+  }
+
+  /** The credential file may be rotated; keep the last good value if it is briefly unreadable. */
+  private readCredential(): string {
+    try {
+      this.credential = readCredential(this.config.credentialFile);
+    } catch (err) {
+      this.log.warn('cannot re-read credential file, using the previous credential', { err });
+    }
+    return this.credential;
+  }
+
+  private openExec(start: ExecStart, conn: GatewayConnection): void {
+    const execId = start.exec_id ?? '';
+    if (this.shuttingDown) {
+      this.control.reportExecOpenFailed(conn, execId, 'supervisor is shutting down');
+      return;
+    }
+    if (!execId) {
+      this.log.warn('open_exec without exec_id ignored');
+      return;
+    }
+    if (this.execs.has(execId)) {
+      this.control.reportExecOpenFailed(conn, execId, 'exec id already running');
+      return;
+    }
+    if (!Array.isArray(start.argv) || start.argv.length === 0) {
+      this.control.reportExecOpenFailed(conn, execId, 'empty argv');
+      return;
+    }
+    const runner = new ExecRunner({ start, conn, sandboxEnv: this.config.sandboxEnv, log: this.log });
+    this.execs.set(execId, runner);
+    void runner.done.then(() => {
+      if (this.execs.get(execId) === runner) this.execs.delete(execId);
+    });
+    runner.run();
+  }
+
+  /**
+   * The deadline backstop: anything still carrying the exec's tag after its deadline should not
+   * exist. Counts what it finds (zero when the local timeout did its job) and kills it.
+   */
+  private async killExec(execId: string): Promise<number> {
+    const runner = this.execs.get(execId);
+    const found = findTaggedProcesses(execId).size;
+    if (runner) await runner.abort('deadline backstop');
+    else if (found > 0) await killExecTree(execId, undefined, { log: this.log });
+    if (found > 0) this.log.warn('deadline backstop killed exec processes', { exec_id: execId, found, runner: Boolean(runner) });
+    return found;
+  }
+
+  /** Kills every exec's tree and the main process group. Idempotent. */
+  shutdown(reason: string): Promise<void> {
+    this.shuttingDown ??= (async () => {
+      this.log.info('supervisor shutting down', { reason, execs: this.execs.size });
+      this.control.stop(); // aborts the connection, which also breaks every exec's path
+      await Promise.all([...this.execs.values()].map((r) => r.abort(reason)));
+      await this.main.stop();
+    })();
+    return this.shuttingDown;
+  }
+}
