@@ -29,6 +29,8 @@ export interface ReplicaConfig {
   ownerTtlMs: number;
   /** Run the BullMQ workers in this process. */
   workers: boolean;
+  /** Concurrent execs per sandbox; the next one fails with RESOURCE_EXHAUSTED. */
+  maxExecsPerSandbox: number;
 }
 
 export const CONFIG_DEFAULTS = {
@@ -42,6 +44,7 @@ export const CONFIG_DEFAULTS = {
   heartbeatMisses: 3,
   ownerTtlMs: 6000,
   workers: true,
+  maxExecsPerSandbox: 64,
 } as const;
 
 export interface RunningReplica {

@@ -1,6 +1,6 @@
 // Finds the way to a sandbox's supervisor: directly when this replica holds its session,
 // otherwise through the owner replica's peer port (found in Redis).
-import { credentials, makeGenericClientConstructor, Metadata, type Client, type ClientDuplexStream } from '@grpc/grpc-js';
+import { credentials, makeGenericClientConstructor, Metadata, type Client, type ClientDuplexStream, type ServiceError } from '@grpc/grpc-js';
 import type { Duplex } from 'node:stream';
 import { serviceDefinition, type ExecFrame, type ExecStart } from '@sandgate/protocols';
 import { GatewayError, Code } from '@sandgate/core';
@@ -18,7 +18,15 @@ export interface ExecPath {
 
 const PeerClient = makeGenericClientConstructor(serviceDefinition('sandgate.v1.Peer'), 'Peer');
 
-type PeerClientInstance = Client & { Exec(metadata: Metadata): ClientDuplexStream<ExecFrame, ExecFrame> };
+type PeerClientInstance = Client & {
+  Exec(metadata: Metadata): ClientDuplexStream<ExecFrame, ExecFrame>;
+  KillExec(
+    req: { sandbox_id: string; exec_id: string },
+    metadata: Metadata,
+    options: { deadline: number },
+    cb: (err: ServiceError | null, res?: { killed?: number }) => void,
+  ): void;
+};
 
 export interface RouterDeps {
   replicaId: string;
@@ -62,6 +70,39 @@ export class ExecRouter {
     return this.openPeer(info.peerAddress, start);
   }
 
+  /**
+   * Kills what is left of an exec, wherever the sandbox's session is. Throws UNAVAILABLE when no
+   * replica holds the session right now (the caller, a durable job, retries).
+   */
+  async killExec(sandboxId: string, execId: string): Promise<number> {
+    if (this.deps.sessions.get(sandboxId)) return this.killExecLocal(sandboxId, execId);
+    const owner = await this.deps.ownership.get(sandboxId);
+    const info = owner && owner.replica !== this.deps.replicaId ? await this.deps.replicas.get(owner.replica) : null;
+    if (!info) throw new GatewayError(Code.UNAVAILABLE, 'supervisor session not connected');
+    const client = this.peerClient(info.peerAddress);
+    return new Promise<number>((resolve, reject) => {
+      client.KillExec({ sandbox_id: sandboxId, exec_id: execId }, this.peerMetadata(), { deadline: Date.now() + 15_000 }, (err, res) => {
+        if (err) {
+          if (err.code === Code.UNAVAILABLE) this.evict(info.peerAddress);
+          reject(err);
+        } else resolve(res?.killed ?? 0);
+      });
+    });
+  }
+
+  killExecLocal(sandboxId: string, execId: string): Promise<number> {
+    const session = this.deps.sessions.get(sandboxId);
+    if (!session) return Promise.reject(new GatewayError(Code.UNAVAILABLE, 'supervisor session not connected'));
+    return this.deps.sessions.killExec(session, execId);
+  }
+
+  private peerMetadata(): Metadata {
+    const metadata = new Metadata();
+    metadata.set('x-sandgate-peer-secret', this.deps.peerSecret);
+    metadata.set('x-sandgate-from-replica', this.deps.replicaId);
+    return metadata;
+  }
+
   /** This replica holds the session: ask the supervisor for an ExecChannel. */
   async openLocal(sandboxId: string, start: ExecStart): Promise<ExecPath> {
     const session = this.deps.sessions.get(sandboxId);
@@ -76,10 +117,7 @@ export class ExecRouter {
 
   private openPeer(address: string, start: ExecStart): ExecPath {
     const client = this.peerClient(address);
-    const metadata = new Metadata();
-    metadata.set('x-sandgate-peer-secret', this.deps.peerSecret);
-    metadata.set('x-sandgate-from-replica', this.deps.replicaId);
-    const call = client.Exec(metadata);
+    const call = client.Exec(this.peerMetadata());
     call.on('error', (err: { code?: number }) => {
       // Drop the cached channel on transport failures so the next call re-resolves the owner.
       if (err.code === Code.UNAVAILABLE) this.evict(address);

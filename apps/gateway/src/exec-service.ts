@@ -2,7 +2,8 @@
 // opens an ExecPath to the supervisor (local or through the owner); frames are then relayed
 // unchanged, with back-pressure, until the supervisor reports the exit.
 import { randomUUID } from 'node:crypto';
-import type { ServerDuplexStream, ServerWritableStream } from '@grpc/grpc-js';
+import type { ServerDuplexStream, ServerUnaryCall, ServerWritableStream, sendUnaryData } from '@grpc/grpc-js';
+import type { JobScheduler } from '@sandgate/worker';
 import type { Writable } from 'node:stream';
 import type { ExecFrame, ExecSandboxEvent, ExecSandboxInput, ExecSandboxRequest, ExecStart } from '@sandgate/protocols';
 import { GatewayError, Code, decideAccess, validateExec, notFound, EXIT_TIMEOUT } from '@sandgate/core';
@@ -20,6 +21,8 @@ export interface ExecServiceDeps {
   store: SandboxStore;
   router: ExecRouter;
   peerSecret: string;
+  /** Durable deadline jobs for execs with a timeout; null when jobs are disabled. */
+  scheduler: JobScheduler | null;
   log: Logger;
   metrics: Metrics;
 }
@@ -61,13 +64,28 @@ export class ExecService {
     };
   }
 
+  /**
+   * Opens the path to the supervisor. An exec with a deadline first gets its durable backstop
+   * job, so that no crash after this point can let the tree outlive the deadline unnoticed.
+   */
+  private async openPath(start: ExecStart): Promise<ExecPath> {
+    if (start.timeout_seconds && this.deps.scheduler) {
+      await this.deps.scheduler.execDeadline({
+        sandboxId: start.sandbox_id!,
+        execId: start.exec_id!,
+        deadlineMs: Date.now() + start.timeout_seconds * 1000,
+      });
+    }
+    return this.deps.router.open(start.sandbox_id!, start);
+  }
+
   /** ExecSandbox: server-streaming; stdin is the request's whole payload. */
   handleUnary(call: ServerWritableStream<ExecSandboxRequest, ExecSandboxEvent>): void {
     this.deps.metrics.inc('sandgate_exec_started_total');
     this.prepare(call.request, true)
       .then(async (start) => {
         if (call.cancelled) return;
-        const path = await this.deps.router.open(start.sandbox_id!, start);
+        const path = await this.openPath(start);
         this.relayToClient(path, call, start);
       })
       .catch((err: unknown) => endWithError(call, toServiceError(err, this.deps.log)));
@@ -92,7 +110,7 @@ export class ExecService {
       this.prepare(first.start, false)
         .then(async (start) => {
           if (call.cancelled) return;
-          const path = await this.deps.router.open(start.sandbox_id!, start);
+          const path = await this.openPath(start);
           this.relayToClient(path, call, start);
           pump(call, path.stream, (input: ExecSandboxInput): ExecFrame | null => {
             if (input.stdin) return { stdin: input.stdin };
@@ -131,6 +149,10 @@ export class ExecService {
       if (frame.exit) {
         exitSeen = true;
         metrics.inc('sandgate_exec_finished_total');
+        // The supervisor killed what was left of the tree before reporting: the backstop is moot.
+        if (start.timeout_seconds && this.deps.scheduler) {
+          this.deps.scheduler.cancelExecDeadline(start.exec_id!).catch(() => undefined);
+        }
       }
       return toClientEvent(frame);
     });
@@ -165,10 +187,27 @@ export class ExecService {
     }
   }
 
+  private peerAuthorised(metadata: { get(key: string): unknown[] }): boolean {
+    return metadata.get('x-sandgate-peer-secret')[0] === this.deps.peerSecret;
+  }
+
+  /** Peer.KillExec on the owner replica: the deadline job's backstop. */
+  handlePeerKill(
+    call: ServerUnaryCall<{ sandbox_id?: string; exec_id?: string }, { killed: number }>,
+    callback: sendUnaryData<{ killed: number }>,
+  ): void {
+    if (!this.peerAuthorised(call.metadata)) return callback(toServiceError(new GatewayError(Code.PERMISSION_DENIED, 'bad peer secret')));
+    const { sandbox_id: sandboxId, exec_id: execId } = call.request;
+    if (!sandboxId || !execId) return callback(toServiceError(new GatewayError(Code.INVALID_ARGUMENT, 'sandbox_id and exec_id are required')));
+    this.deps.router
+      .killExecLocal(sandboxId, execId)
+      .then((killed) => callback(null, { killed }))
+      .catch((err: unknown) => callback(toServiceError(err, this.deps.log)));
+  }
+
   /** Peer.Exec on the owner replica: the entry replica relays one exec here. */
   handlePeer(call: ServerDuplexStream<ExecFrame, ExecFrame>): void {
-    const secret = call.metadata.get('x-sandgate-peer-secret')[0];
-    if (secret !== this.deps.peerSecret) {
+    if (!this.peerAuthorised(call.metadata)) {
       endWithError(call, new GatewayError(Code.PERMISSION_DENIED, 'bad peer secret'));
       return;
     }

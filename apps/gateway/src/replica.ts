@@ -9,7 +9,8 @@ import { Redis } from 'ioredis';
 import { serviceDefinition } from '@sandgate/protocols';
 import { OwnershipStore, ReplicaRegistry, SandboxStore } from '@sandgate/store';
 import { LocalDriver, type ComputeDriver } from '@sandgate/compute';
-import { createLogger, Metrics } from '@sandgate/telemetry';
+import { createLogger, Metrics, type Logger } from '@sandgate/telemetry';
+import { JobScheduler, startJobWorker, type JobProcessors, type RunningWorker } from '@sandgate/worker';
 import type { ReplicaConfig, RunningReplica } from './config.ts';
 import { SessionRegistry, type ControlCall, type ExecChannelCall } from './sessions.ts';
 import { ExecRouter } from './exec-router.ts';
@@ -57,11 +58,14 @@ export async function startReplica(config: ReplicaConfig): Promise<RunningReplic
     ownership,
     heartbeatIntervalMs: config.heartbeatIntervalMs,
     heartbeatMisses: config.heartbeatMisses,
+    maxExecsPerSandbox: config.maxExecsPerSandbox ?? 64,
     log,
     metrics,
   });
   const router = new ExecRouter({ replicaId: config.replicaId, sessions, ownership, replicas, peerSecret, log });
-  const exec = new ExecService({ store, router, peerSecret, log, metrics });
+  // BullMQ gets its own connections: workers block on Redis, and must retry forever.
+  const scheduler = new JobScheduler(new Redis(config.redisUrl, { maxRetriesPerRequest: 2 }));
+  const exec = new ExecService({ store, router, peerSecret, scheduler, log, metrics });
 
   const publicServer = new Server(GRPC_SERVER_OPTIONS);
   const peerServer = new Server(GRPC_SERVER_OPTIONS);
@@ -86,7 +90,16 @@ export async function startReplica(config: ReplicaConfig): Promise<RunningReplic
   });
   peerServer.addService(serviceDefinition('sandgate.v1.Peer'), {
     Exec: (call: Parameters<ExecService['handlePeer']>[0]) => exec.handlePeer(call),
+    KillExec: (call: Parameters<ExecService['handlePeerKill']>[0], cb: Parameters<ExecService['handlePeerKill']>[1]) => exec.handlePeerKill(call, cb),
   });
+
+  let worker: RunningWorker | null = null;
+  if (config.workers) {
+    const processors = jobProcessors({ store, router, redis, log, metrics });
+    worker = startJobWorker(new Redis(config.redisUrl, { maxRetriesPerRequest: null }), processors, (err) =>
+      log.warn('job worker error', { err: err.message }),
+    );
+  }
 
   const info = { replicaId: config.replicaId, peerAddress, grpcAddress, pid: process.pid, startedAtMs: Date.now() };
   let registered = false;
@@ -121,7 +134,9 @@ export async function startReplica(config: ReplicaConfig): Promise<RunningReplic
   const close = () => {
     closing ??= (async () => {
       clearInterval(heartbeatTimer);
+      await worker?.close();
       await sessions.drain();
+      await scheduler.close().catch(() => undefined);
       await replicas.remove(config.replicaId).catch(() => undefined);
       router.close();
       await Promise.all([shutdownGrpc(publicServer), shutdownGrpc(peerServer), http.close()]);
@@ -132,6 +147,25 @@ export async function startReplica(config: ReplicaConfig): Promise<RunningReplic
   };
 
   return { replicaId: config.replicaId, grpcAddress, httpUrl, peerAddress, close };
+}
+
+/** Cluster-wide count of processes the exec backstop had to kill (zero in a healthy system). */
+export const BACKSTOP_KILLS_KEY = 'sg:metrics:exec_backstop_kills';
+
+function jobProcessors(deps: { store: SandboxStore; router: ExecRouter; redis: Redis; log: Logger; metrics: Metrics }): JobProcessors {
+  return {
+    async execDeadline(data) {
+      if (!(await deps.store.get(data.sandboxId))) return { skipped: 'sandbox gone' };
+      // Throws UNAVAILABLE while no replica holds the session: BullMQ retries with backoff.
+      const killed = await deps.router.killExec(data.sandboxId, data.execId);
+      if (killed > 0) {
+        deps.metrics.inc('sandgate_exec_backstop_kills_total', killed);
+        await deps.redis.incrby(BACKSTOP_KILLS_KEY, killed);
+        deps.log.warn('exec backstop killed processes past the deadline', { ...data, killed });
+      }
+      return { killed };
+    },
+  };
 }
 
 /** Waits briefly for calls to finish, then forces the rest closed. */

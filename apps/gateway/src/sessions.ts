@@ -31,6 +31,10 @@ export class Session {
   lastSeenMs = Date.now();
   closed = false;
   readonly pending = new Map<string, PendingExec>();
+  /** Kill requests sent to the supervisor, by request id. */
+  readonly kills = new Map<string, { resolve(killed: number): void; reject(err: Error): void }>();
+  /** Execs with an open ExecChannel on this session (the per-sandbox concurrency limit). */
+  activeExecs = 0;
   readonly timers: NodeJS.Timeout[] = [];
 
   constructor(sandboxId: string, instanceId: string, call: ControlCall) {
@@ -46,6 +50,7 @@ export interface SessionDeps {
   ownership: OwnershipStore;
   heartbeatIntervalMs: number;
   heartbeatMisses: number;
+  maxExecsPerSandbox: number;
   log: Logger;
   metrics: Metrics;
 }
@@ -102,6 +107,10 @@ export class SessionRegistry {
       if (msg.exec_open_failed) {
         const p = session.pending.get(msg.exec_open_failed.exec_id ?? '');
         p?.reject(new GatewayError(Code.UNAVAILABLE, `supervisor could not open exec: ${msg.exec_open_failed.message ?? ''}`));
+      }
+      if (msg.exec_kill_result) {
+        const k = session.kills.get(msg.exec_kill_result.request_id ?? '');
+        k?.resolve(msg.exec_kill_result.killed ?? 0);
       }
     });
     const onGone = () => {
@@ -184,6 +193,7 @@ export class SessionRegistry {
     for (const t of session.timers) clearInterval(t);
     if (this.sessions.get(session.sandboxId) === session) this.sessions.delete(session.sandboxId);
     for (const [, p] of session.pending) p.reject(new GatewayError(Code.UNAVAILABLE, `supervisor session closed: ${reason}`));
+    for (const [, k] of session.kills) k.reject(new GatewayError(Code.UNAVAILABLE, `supervisor session closed: ${reason}`));
     endWithError(session.call, new GatewayError(Code.UNAVAILABLE, `session closed: ${reason}`));
     this.deps.log.info('supervisor session closed', { sandboxId: session.sandboxId, sessionId: session.sessionId, reason });
     try {
@@ -211,6 +221,16 @@ export class SessionRegistry {
   /** Asks the supervisor to open an exec and resolves with its ExecChannel once attached. */
   openExec(session: Session, start: ExecStart): Promise<ExecChannelCall> {
     const execId = start.exec_id!;
+    const limit = this.deps.maxExecsPerSandbox;
+    if (session.activeExecs + session.pending.size >= limit) {
+      this.deps.metrics.inc('sandgate_exec_rejected_limit_total');
+      return Promise.reject(
+        new GatewayError(
+          Code.RESOURCE_EXHAUSTED,
+          `sandbox has ${limit} execs running, the limit per sandbox; wait for one to finish or cancel one`,
+        ),
+      );
+    }
     return new Promise<ExecChannelCall>((resolve, reject) => {
       const timer = setTimeout(() => {
         session.pending.delete(execId);
@@ -248,7 +268,42 @@ export class SessionRegistry {
       }
       // Stop the flow until the relay pipes this call somewhere (back-pressure from the start).
       call.pause();
+      // The slot is held until the channel is gone, whichever way it goes.
+      session!.activeExecs++;
+      let released = false;
+      const release = () => {
+        if (released) return;
+        released = true;
+        session!.activeExecs--;
+      };
+      for (const ev of ['close', 'finish', 'error', 'cancelled']) call.once(ev, release);
       pending.resolve(call);
+    });
+  }
+
+  /** Asks the supervisor to kill whatever still carries the exec's tag; resolves with how many. */
+  killExec(session: Session, execId: string, timeoutMs = 10_000): Promise<number> {
+    const requestId = randomUUID();
+    return new Promise<number>((resolve, reject) => {
+      const timer = setTimeout(() => {
+        session.kills.delete(requestId);
+        reject(new GatewayError(Code.DEADLINE_EXCEEDED, 'supervisor did not answer the kill request'));
+      }, timeoutMs);
+      const done = () => {
+        clearTimeout(timer);
+        session.kills.delete(requestId);
+      };
+      session.kills.set(requestId, {
+        resolve: (n) => {
+          done();
+          resolve(n);
+        },
+        reject: (e) => {
+          done();
+          reject(e);
+        },
+      });
+      session.call.write({ kill_exec: { exec_id: execId, request_id: requestId } });
     });
   }
 

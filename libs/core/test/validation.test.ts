@@ -26,7 +26,7 @@ function rejects(fn: () => unknown, code: number, message: string | RegExp) {
   throw new Error('expected a GatewayError');
 }
 
-const emptySpec = () => ({ environment: {}, providers: [], command: [] as string[] });
+const emptySpec = () => ({ environment: {}, providers: [] as string[], command: [] as string[], tty: undefined as boolean | undefined, restart_policy: undefined as number | undefined });
 const createReq = (over: Record<string, unknown> = {}) => ({ spec: emptySpec(), labels: {}, annotations: {}, ...over });
 
 describe('CreateSandbox validation', () => {

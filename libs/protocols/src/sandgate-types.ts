@@ -51,10 +51,12 @@ export interface SupervisorMessage {
   hello?: Hello;
   heartbeat?: { sent_at_ms?: number };
   exec_open_failed?: { exec_id?: string; message?: string };
+  exec_kill_result?: { exec_id?: string; request_id?: string; killed?: number };
 }
 
 export interface GatewayMessage {
   hello_ack?: { session_id?: string; heartbeat_interval_ms?: number; replica_id?: string; fence?: number };
   heartbeat?: { sent_at_ms?: number };
   open_exec?: ExecStart;
+  kill_exec?: { exec_id?: string; request_id?: string };
 }

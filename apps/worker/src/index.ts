@@ -1,0 +1,3 @@
+export * from './jobs.ts';
+export * from './scheduler.ts';
+export * from './worker.ts';
