@@ -80,6 +80,8 @@ export interface SandgateClient {
    * SandboxNotReadyError on Error/Deleting or timeout, and with the ServiceError on NOT_FOUND.
    */
   waitForReady(name: string, options?: WaitForReadyOptions): Promise<Sandbox>;
+  /** WatchSandbox: a server stream of SandboxStreamEvent. */
+  watch(request: { id: string; follow_status?: boolean; follow_logs?: boolean; log_tail_lines?: number; log_sources?: string[]; stop_on_terminal?: boolean }): ClientReadableStream<unknown>;
   close(): void;
 }
 
@@ -215,6 +217,8 @@ export function createClient(endpoint: string, options: ClientOptions = {}): San
           const phase = last.status?.phase;
           // Completed/Stopped: the main process already ran and exited; nothing left to wait for.
           if (phase === SandboxPhase.READY || phase === SandboxPhase.COMPLETED || phase === SandboxPhase.STOPPED) return last;
+          // Error with an exit code: the main process ran and failed; its result is what callers want.
+          if (phase === SandboxPhase.ERROR && last.status?.exit_code !== undefined) return last;
           if (phase === SandboxPhase.ERROR) {
             throw new SandboxNotReadyError(`sandbox ${name} failed: ${readyConditionMessage(last) ?? 'phase Error'}`, last);
           }
@@ -230,6 +234,13 @@ export function createClient(endpoint: string, options: ClientOptions = {}): San
         await sleep(intervalMs);
       }
     },
+    watch: (request) =>
+      (methods.WatchSandbox as (req: object, md: Metadata, opts: CallOptions) => ClientReadableStream<unknown>).call(
+        raw,
+        { log_sources: [], ...request },
+        new Metadata(),
+        {},
+      ),
     close: () => raw.close(),
   };
   return client;

@@ -14,6 +14,10 @@ const COMMANDS: Record<string, () => Promise<{ run: CommandRun }>> = {
   'sandbox list': () => import('./commands/sandbox-list.ts'),
   'sandbox delete': () => import('./commands/sandbox-delete.ts'),
   'sandbox exec': () => import('./commands/sandbox-exec.ts'),
+  'sandbox connect': () => import('./commands/sandbox-connect.ts'),
+  'sandbox stop': () => import('./commands/sandbox-lifecycle.ts').then((m) => ({ run: m.runStop })),
+  'sandbox start': () => import('./commands/sandbox-lifecycle.ts').then((m) => ({ run: m.runStart })),
+  logs: () => import('./commands/logs.ts'),
 };
 
 const GROUPS = new Set(['sandbox']);

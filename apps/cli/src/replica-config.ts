@@ -135,6 +135,7 @@ export function mergeReplicaConfig(flags: ReplicaFlags, env: Env, facts: HostFac
     heartbeatMisses: positiveIntEnv(env, 'SANDGATE_HEARTBEAT_MISSES', CONFIG_DEFAULTS.heartbeatMisses),
     ownerTtlMs: positiveIntEnv(env, 'SANDGATE_OWNER_TTL_MS', CONFIG_DEFAULTS.ownerTtlMs),
     maxExecsPerSandbox: positiveIntEnv(env, 'SANDGATE_MAX_EXECS_PER_SANDBOX', CONFIG_DEFAULTS.maxExecsPerSandbox),
+    provisionTimeoutMs: positiveIntEnv(env, 'SANDGATE_PROVISION_DEADLINE_SECONDS', CONFIG_DEFAULTS.provisionTimeoutMs / 1000) * 1000,
     workers,
   };
 }

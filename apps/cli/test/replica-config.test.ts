@@ -50,8 +50,17 @@ describe('resolveReplicaConfig', () => {
       heartbeatIntervalMs: CONFIG_DEFAULTS.heartbeatIntervalMs,
       heartbeatMisses: CONFIG_DEFAULTS.heartbeatMisses,
       ownerTtlMs: CONFIG_DEFAULTS.ownerTtlMs,
+      maxExecsPerSandbox: CONFIG_DEFAULTS.maxExecsPerSandbox,
+      provisionTimeoutMs: CONFIG_DEFAULTS.provisionTimeoutMs,
       workers: true,
     });
+  });
+
+  it('reads the tuning knobs from the environment only', () => {
+    expect(
+      resolveReplicaConfig([], { SANDGATE_OWNER_TTL_MS: '1500', SANDGATE_MAX_EXECS_PER_SANDBOX: '8', SANDGATE_PROVISION_DEADLINE_SECONDS: '5' }, facts),
+    ).toMatchObject({ ownerTtlMs: 1500, maxExecsPerSandbox: 8, provisionTimeoutMs: 5000 });
+    expect(() => resolveReplicaConfig([], { SANDGATE_OWNER_TTL_MS: 'soon' }, facts)).toThrow(/SANDGATE_OWNER_TTL_MS must be a positive integer/);
   });
 
   it('takes every value from the environment over the defaults', () => {

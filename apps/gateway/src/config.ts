@@ -31,6 +31,8 @@ export interface ReplicaConfig {
   workers: boolean;
   /** Concurrent execs per sandbox; the next one fails with RESOURCE_EXHAUSTED. */
   maxExecsPerSandbox: number;
+  /** A sandbox whose supervisor has not connected by then becomes Error (ProvisioningTimeout). */
+  provisionTimeoutMs: number;
 }
 
 export const CONFIG_DEFAULTS = {
@@ -45,6 +47,7 @@ export const CONFIG_DEFAULTS = {
   ownerTtlMs: 6000,
   workers: true,
   maxExecsPerSandbox: 64,
+  provisionTimeoutMs: 300_000,
 } as const;
 
 export interface RunningReplica {

@@ -14,6 +14,12 @@ import { endWithError } from './sessions.ts';
 import { pump } from '@sandgate/relay';
 import { toServiceError } from './grpc-errors.ts';
 
+/**
+ * The argv that attaches to the sandbox's main process instead of starting a command (the same
+ * name as upstream's SSH subsystem): replayed output, live output, then the main process's exit.
+ */
+export const MAIN_ATTACH_COMMAND = 'openshell-main';
+
 /** After the deadline, how long the supervisor has to report its own timeout before the gateway does. */
 const TIMEOUT_BACKSTOP_GRACE_MS = 3_000;
 
@@ -49,13 +55,15 @@ export class ExecService {
     const phase = record.sandbox.status?.phase;
     const decision = decideAccess(phase, phase === 2 ? true : await this.deps.router.sessionLive(sandboxId));
     if (!decision.allowed) throw new GatewayError(Code.FAILED_PRECONDITION, decision.message);
+    const attachMain = req.command.length === 1 && req.command[0] === MAIN_ATTACH_COMMAND;
     return {
+      attach_main: attachMain,
       exec_id: randomUUID(),
       sandbox_id: sandboxId,
       argv: req.command,
       workdir: req.workdir ?? '',
       env: req.environment,
-      timeout_seconds: req.timeout_seconds ?? 0,
+      timeout_seconds: attachMain ? 0 : (req.timeout_seconds ?? 0),
       tty: req.tty ?? false,
       cols: req.tty ? req.cols || 80 : 0,
       rows: req.tty ? req.rows || 24 : 0,
@@ -137,9 +145,15 @@ export class ExecService {
       finished = true;
       stop();
       clearTimeout(backstop);
+      // The upstream hop is closed only once everything was handed to the client's stream: the
+      // supervisor takes that as "delivered" (terminal delivery of the main process's exit).
+      const closeUpstream = () => {
+        if (!path.stream.writableEnded) path.stream.end();
+      };
+      client.once('finish', closeUpstream);
+      client.once('close', closeUpstream);
       if (err) endWithError(client, toServiceError(err, log));
       else client.end();
-      if (!path.stream.writableEnded) path.stream.end();
     };
     const stop = pump(path.stream, client, (frame: ExecFrame) => {
       if (frame.error) {
@@ -225,8 +239,9 @@ export class ExecService {
           pump(path.stream, call, (f: ExecFrame) => f);
           pump(call, path.stream, (f: ExecFrame) => (f.stdin || f.stdin_eof || f.resize || f.signal ? f : null));
           path.stream.on('end', () => {
+            // Close the supervisor's side only after the entry replica has been handed everything.
+            call.once('finish', () => path.stream.end());
             call.end();
-            path.stream.end();
           });
           const broken = () => endWithError(call, new GatewayError(Code.UNAVAILABLE, 'supervisor exec channel dropped'));
           path.stream.on('error', broken);

@@ -6,6 +6,8 @@ import { GatewayError, Code } from '@sandgate/core';
 import type { Logger } from '@sandgate/telemetry';
 import type { SandboxService } from './sandbox-service.ts';
 import type { ExecService } from './exec-service.ts';
+import type { LifecycleService } from './lifecycle-service.ts';
+import type { WatchService } from './watch-service.ts';
 import { toServiceError } from './grpc-errors.ts';
 
 export const openShellDefinition = serviceDefinition('openshell.v1.OpenShell');
@@ -21,13 +23,23 @@ function unary<Req, Res>(log: Logger, fn: (req: Req) => Promise<Res>): handleUna
   };
 }
 
-export function openShellImplementation(sandboxes: SandboxService, exec: ExecService, log: Logger): UntypedServiceImplementation {
+export function openShellImplementation(
+  sandboxes: SandboxService,
+  exec: ExecService,
+  lifecycle: LifecycleService,
+  watch: WatchService,
+  log: Logger,
+): UntypedServiceImplementation {
   const implemented: UntypedServiceImplementation = {
     Health: unary(log, async () => ({ status: ServiceStatus.HEALTHY, version: GATEWAY_VERSION })),
     CreateSandbox: unary(log, (req: Parameters<SandboxService['create']>[0]) => sandboxes.create(req)),
     GetSandbox: unary(log, (req: Parameters<SandboxService['get']>[0]) => sandboxes.get(req)),
     ListSandboxes: unary(log, (req: Parameters<SandboxService['list']>[0]) => sandboxes.list(req)),
     DeleteSandbox: unary(log, (req: Parameters<SandboxService['delete']>[0]) => sandboxes.delete(req)),
+    StopSandbox: unary(log, (req: Parameters<LifecycleService['stop']>[0]) => lifecycle.stop(req)),
+    StartSandbox: unary(log, (req: Parameters<LifecycleService['start']>[0]) => lifecycle.start(req)),
+    WatchSandbox: (call: Parameters<WatchService['handleWatch']>[0]) => watch.handleWatch(call),
+    GetSandboxLogs: unary(log, (req: Parameters<WatchService['getLogs']>[0]) => watch.getLogs(req)),
     ExecSandbox: (call: Parameters<ExecService['handleUnary']>[0]) => exec.handleUnary(call),
     ExecSandboxInteractive: (call: Parameters<ExecService['handleInteractive']>[0]) => exec.handleInteractive(call),
   };

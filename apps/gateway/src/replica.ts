@@ -7,7 +7,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Redis } from 'ioredis';
 import { serviceDefinition } from '@sandgate/protocols';
-import { OwnershipStore, ReplicaRegistry, SandboxStore } from '@sandgate/store';
+import { OwnershipStore, ReplicaRegistry, SandboxLogStore, SandboxStore } from '@sandgate/store';
 import { LocalDriver, type ComputeDriver } from '@sandgate/compute';
 import { createLogger, Metrics, type Logger } from '@sandgate/telemetry';
 import { JobScheduler, startJobWorker, type JobProcessors, type RunningWorker } from '@sandgate/worker';
@@ -18,6 +18,8 @@ import { ExecService } from './exec-service.ts';
 import { SandboxService } from './sandbox-service.ts';
 import { openShellDefinition, openShellImplementation } from './openshell-service.ts';
 import { buildHttp } from './http.ts';
+import { LifecycleService } from './lifecycle-service.ts';
+import { WatchService } from './watch-service.ts';
 
 const supervisorEntry = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../supervisor/src/main.ts');
 
@@ -52,6 +54,11 @@ export async function startReplica(config: ReplicaConfig): Promise<RunningReplic
   // The peer secret is shared through Redis on first start (replicas trust the same Redis).
   const peerSecret = process.env.SANDGATE_PEER_SECRET || (await sharedPeerSecret(redis));
 
+  const logs = new SandboxLogStore(redis);
+  // BullMQ gets its own connections: workers block on Redis, and must retry forever.
+  const scheduler = new JobScheduler(new Redis(config.redisUrl, { maxRetriesPerRequest: 2 }));
+  // Sessions report to the lifecycle, which asks the router about sessions: bound late.
+  let lifecycle: LifecycleService | undefined;
   const sessions = new SessionRegistry({
     replicaId: config.replicaId,
     store,
@@ -59,12 +66,14 @@ export async function startReplica(config: ReplicaConfig): Promise<RunningReplic
     heartbeatIntervalMs: config.heartbeatIntervalMs,
     heartbeatMisses: config.heartbeatMisses,
     maxExecsPerSandbox: config.maxExecsPerSandbox ?? 64,
+    reports: {
+      mainExit: (id, instance, code) => lifecycle!.mainProcessExited(id, instance, code),
+      terminalFinal: (id, instance) => lifecycle!.terminalFinal(id, instance),
+    },
     log,
     metrics,
   });
   const router = new ExecRouter({ replicaId: config.replicaId, sessions, ownership, replicas, peerSecret, log });
-  // BullMQ gets its own connections: workers block on Redis, and must retry forever.
-  const scheduler = new JobScheduler(new Redis(config.redisUrl, { maxRetriesPerRequest: 2 }));
   const exec = new ExecService({ store, router, peerSecret, scheduler, log, metrics });
 
   const publicServer = new Server(GRPC_SERVER_OPTIONS);
@@ -75,15 +84,32 @@ export async function startReplica(config: ReplicaConfig): Promise<RunningReplic
   const peerAddress = `${config.advertiseHost || config.host}:${peerPort}`;
   const supervisorEndpoint = config.supervisorEndpoint || grpcAddress;
 
+  lifecycle = new LifecycleService({
+    store,
+    logs,
+    driver,
+    scheduler,
+    supervisorEndpoint: () => supervisorEndpoint,
+    sessionLive: (id) => router.sessionLive(id),
+    revokeSessions: async (id, reason) => {
+      await ownership.revoke(id);
+      await sessions.drop(id, reason);
+    },
+    provisionTimeoutMs: config.provisionTimeoutMs ?? 300_000,
+    log,
+    metrics,
+  });
   const sandboxes = new SandboxService({
     store,
     driver,
     defaultImage: config.driver === 'local' ? 'host' : 'sandgate-sandbox:latest',
     supervisorEndpoint: () => supervisorEndpoint,
+    lifecycle,
     log,
     metrics,
   });
-  publicServer.addService(openShellDefinition, openShellImplementation(sandboxes, exec, log));
+  const watch = new WatchService({ redis, store, logs, log });
+  publicServer.addService(openShellDefinition, openShellImplementation(sandboxes, exec, lifecycle, watch, log));
   publicServer.addService(serviceDefinition('sandgate.v1.SupervisorGateway'), {
     Control: (call: ControlCall) => sessions.handleControl(call),
     ExecChannel: (call: ExecChannelCall) => sessions.handleExecChannel(call),
@@ -95,7 +121,8 @@ export async function startReplica(config: ReplicaConfig): Promise<RunningReplic
 
   let worker: RunningWorker | null = null;
   if (config.workers) {
-    const processors = jobProcessors({ store, router, redis, log, metrics });
+    const processors = jobProcessors({ store, router, redis, lifecycle, log, metrics });
+    await scheduler.ensureReconcile();
     worker = startJobWorker(new Redis(config.redisUrl, { maxRetriesPerRequest: null }), processors, (err) =>
       log.warn('job worker error', { err: err.message }),
     );
@@ -152,8 +179,19 @@ export async function startReplica(config: ReplicaConfig): Promise<RunningReplic
 /** Cluster-wide count of processes the exec backstop had to kill (zero in a healthy system). */
 export const BACKSTOP_KILLS_KEY = 'sg:metrics:exec_backstop_kills';
 
-function jobProcessors(deps: { store: SandboxStore; router: ExecRouter; redis: Redis; log: Logger; metrics: Metrics }): JobProcessors {
+function jobProcessors(deps: {
+  store: SandboxStore;
+  router: ExecRouter;
+  redis: Redis;
+  lifecycle: LifecycleService;
+  log: Logger;
+  metrics: Metrics;
+}): JobProcessors {
   return {
+    deleteSandbox: (data) => deps.lifecycle.jobDelete(data),
+    provisionDeadline: (data) => deps.lifecycle.jobProvisionDeadline(data),
+    restart: (data) => deps.lifecycle.jobRestart(data),
+    reconcile: () => deps.lifecycle.jobReconcile(),
     async execDeadline(data) {
       if (!(await deps.store.get(data.sandboxId))) return { skipped: 'sandbox gone' };
       // Throws UNAVAILABLE while no replica holds the session: BullMQ retries with backoff.

@@ -25,10 +25,11 @@ import {
   requireName,
   validateCreate,
 } from '@sandgate/core';
-import type { SandboxStore, StoredSandbox } from '@sandgate/store';
+import type { SandboxStore } from '@sandgate/store';
 import type { ComputeDriver } from '@sandgate/compute';
 import type { Logger, Metrics } from '@sandgate/telemetry';
 import { newCredential } from './credentials.ts';
+import { launchSpecFor, type LifecycleService } from './lifecycle-service.ts';
 
 export interface SandboxServiceDeps {
   store: SandboxStore;
@@ -36,6 +37,7 @@ export interface SandboxServiceDeps {
   defaultImage: string;
   /** What supervisors dial. */
   supervisorEndpoint: () => string;
+  lifecycle: LifecycleService;
   log: Logger;
   metrics: Metrics;
 }
@@ -88,17 +90,15 @@ export class SandboxService {
     const id = sandbox.metadata!.id!;
 
     try {
-      const handle = await driver.create({
-        sandboxId: id,
-        command: spec.command,
-        tty: spec.tty ?? false,
-        environment: { ...spec.template.environment, ...spec.environment },
-        image: spec.template.image!,
-        gatewayEndpoints: this.deps.supervisorEndpoint(),
-        credential: credential.secret,
-        logLevel: spec.log_level || 'info',
-      });
-      const updated = await store.mutate(id, (cur) => ({ sandbox: cur.sandbox, extra: { compute: JSON.stringify(handle) } }));
+      // The deadline is durable before any compute exists: a crash from here on still ends in
+      // Ready or Error, never a sandbox stuck in Provisioning.
+      await this.deps.lifecycle.scheduleProvisionDeadline(id, now);
+      const handle = await driver.create(launchSpecFor(sandbox, credential.secret, this.deps.supervisorEndpoint()));
+      const updated = await store.mutate(id, (cur) => ({
+        sandbox: cur.sandbox,
+        extra: { compute: JSON.stringify(handle), runstart: String(now) },
+      }));
+      this.deps.lifecycle.note(id, `sandbox created (driver ${driver.name})`);
       this.deps.metrics.inc('sandgate_sandboxes_created_total');
       log.info('sandbox created', { sandboxId: id, name: sandbox.metadata!.name, driver: driver.name });
       return { sandbox: updated?.sandbox ?? sandbox };
@@ -132,32 +132,7 @@ export class SandboxService {
   }
 
   async delete(req: DeleteSandboxRequest): Promise<DeleteSandboxResponse> {
-    const name = requireName(req.name);
-    const workspace = normaliseWorkspace(req.workspace);
-    const rec = await this.deps.store.getByName(workspace, name);
-    if (!rec) throw notFound();
-    await this.deps.store.mutate(rec.sandbox.metadata!.id!, (cur) => {
-      const sb = cur.sandbox;
-      if (sb.status?.phase === Phase.DELETING) return null;
-      sb.status = {
-        ...sb.status!,
-        phase: Phase.DELETING,
-        conditions: [readyCondition('False', 'Deleting', 'Sandbox deletion requested', new Date())],
-      };
-      return { sandbox: sb };
-    });
-    await this.removeCompute(rec);
-    await this.deps.store.remove(rec.sandbox.metadata!.id!, workspace, name);
-    this.deps.log.info('sandbox deleted', { sandboxId: rec.sandbox.metadata!.id, name });
-    return { deleted: true };
-  }
-
-  private async removeCompute(rec: StoredSandbox): Promise<void> {
-    const id = rec.sandbox.metadata!.id!;
-    try {
-      await this.deps.driver.delete(id, rec.compute);
-    } catch (err) {
-      throw new GatewayError(Code.INTERNAL, `delete sandbox failed: ${err instanceof Error ? err.message : String(err)}`);
-    }
+    const deleted = await this.deps.lifecycle.delete(requireName(req.name), normaliseWorkspace(req.workspace));
+    return { deleted };
   }
 }

@@ -5,7 +5,7 @@
 import { randomUUID } from 'node:crypto';
 import type { ServerDuplexStream } from '@grpc/grpc-js';
 import type { ExecFrame, ExecStart, GatewayMessage, SupervisorMessage } from '@sandgate/protocols';
-import { GatewayError, Code, Phase, readyCondition } from '@sandgate/core';
+import { GatewayError, Code, onSupervisorConnected, onSupervisorDisconnected, type LifecycleStatus } from '@sandgate/core';
 import type { OwnershipStore, SandboxStore } from '@sandgate/store';
 import type { Logger, Metrics } from '@sandgate/telemetry';
 import { verifyCredential } from './credentials.ts';
@@ -51,6 +51,11 @@ export interface SessionDeps {
   heartbeatIntervalMs: number;
   heartbeatMisses: number;
   maxExecsPerSandbox: number;
+  /** Durable handling of the supervisor's reports; acknowledged only once these resolve. */
+  reports: {
+    mainExit(sandboxId: string, instanceId: string, exitCode: number): Promise<void>;
+    terminalFinal(sandboxId: string, instanceId: string): Promise<void>;
+  };
   log: Logger;
   metrics: Metrics;
 }
@@ -108,6 +113,8 @@ export class SessionRegistry {
         const p = session.pending.get(msg.exec_open_failed.exec_id ?? '');
         p?.reject(new GatewayError(Code.UNAVAILABLE, `supervisor could not open exec: ${msg.exec_open_failed.message ?? ''}`));
       }
+      if (msg.main_exit) this.onMainExit(session, msg.main_exit);
+      if (msg.terminal_final) this.onTerminalFinal(session, msg.terminal_final);
       if (msg.exec_kill_result) {
         const k = session.kills.get(msg.exec_kill_result.request_id ?? '');
         k?.resolve(msg.exec_kill_result.killed ?? 0);
@@ -143,19 +150,10 @@ export class SessionRegistry {
     metrics.inc('sandgate_supervisor_sessions_accepted_total');
 
     await store.mutate(sandboxId, (cur) => {
-      const sb = cur.sandbox;
-      const phase = sb.status?.phase ?? Phase.UNSPECIFIED;
       const extra = { ownfence: String(session.fence) };
-      if (phase !== Phase.PROVISIONING && phase !== Phase.STARTING && phase !== Phase.UNSPECIFIED) {
-        return { sandbox: sb, extra };
-      }
-      sb.status = {
-        ...sb.status!,
-        phase: Phase.READY,
-        main_process_instance_id: instanceId,
-        conditions: [readyCondition('True', 'SupervisorConnected', 'Supervisor session is connected', new Date())],
-      };
-      return { sandbox: sb, extra };
+      const next = onSupervisorConnected(cur.sandbox.status as LifecycleStatus, instanceId, new Date());
+      if (!next) return { sandbox: cur.sandbox, extra };
+      return { sandbox: { ...cur.sandbox, status: { ...(next as object), exit_code: next.exit_code } as typeof cur.sandbox.status }, extra };
     });
 
     call.write({ hello_ack: { session_id: session.sessionId, heartbeat_interval_ms: heartbeatIntervalMs, replica_id: replicaId, fence: session.fence } });
@@ -207,15 +205,37 @@ export class SessionRegistry {
   /** Ready → Provisioning when the supervisor is gone, unless a newer session already moved it. */
   private async markDisconnected(session: Session): Promise<void> {
     await this.deps.store.mutate(session.sandboxId, (cur) => {
-      if (cur.ownerFence !== session.fence || cur.sandbox.status?.phase !== Phase.READY) return null;
-      const sb = cur.sandbox;
-      sb.status = {
-        ...sb.status!,
-        phase: Phase.PROVISIONING,
-        conditions: [readyCondition('False', 'SupervisorDisconnected', 'Supervisor session is not connected', new Date())],
-      };
-      return { sandbox: sb };
+      if (cur.ownerFence !== session.fence) return null;
+      const next = onSupervisorDisconnected(cur.sandbox.status as LifecycleStatus, new Date());
+      return next ? { sandbox: { ...cur.sandbox, status: next as typeof cur.sandbox.status } } : null;
     });
+  }
+
+  /** Main-process exit: acknowledged only after it is durable (the supervisor resends until then). */
+  private onMainExit(session: Session, report: { instance_id?: string; exit_code?: number }): void {
+    const instanceId = report.instance_id ?? '';
+    this.deps.reports
+      .mainExit(session.sandboxId, instanceId, report.exit_code ?? 0)
+      .then(() => {
+        if (!session.closed) session.call.write({ main_exit_ack: { instance_id: instanceId } });
+      })
+      .catch((err: unknown) => this.deps.log.warn('main exit report not recorded yet', { sandboxId: session.sandboxId, err }));
+  }
+
+  private onTerminalFinal(session: Session, report: { instance_id?: string }): void {
+    const instanceId = report.instance_id ?? '';
+    this.deps.reports
+      .terminalFinal(session.sandboxId, instanceId)
+      .then(() => {
+        if (!session.closed) session.call.write({ terminal_final_ack: { instance_id: instanceId } });
+      })
+      .catch((err: unknown) => this.deps.log.warn('terminal final not recorded yet', { sandboxId: session.sandboxId, err }));
+  }
+
+  /** Ends this replica's session of a sandbox, if it holds one (stop, start, revocation). */
+  async drop(sandboxId: string, reason: string): Promise<void> {
+    const s = this.sessions.get(sandboxId);
+    if (s) await this.close(s, reason);
   }
 
   /** Asks the supervisor to open an exec and resolves with its ExecChannel once attached. */

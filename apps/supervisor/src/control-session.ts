@@ -53,8 +53,18 @@ interface Attempt {
   closed: boolean;
 }
 
+/** A report the gateway must acknowledge; resent on every connection until it is. */
+interface PendingReport {
+  message: SupervisorMessage;
+  acked: () => void;
+}
+
+/** How often an unacknowledged report is resent on a live session. */
+const REPORT_RESEND_MS = 2000;
+
 export class ControlSession {
   private readonly opts: ControlSessionOptions;
+  private readonly reports = new Map<string, PendingReport>();
   private readonly log: Logger;
   private nextEndpoint = 0;
   private failures = 0;
@@ -83,6 +93,26 @@ export class ControlSession {
     this.stopped = true;
     clearTimeout(this.reconnectTimer);
     if (this.current) this.drop(this.current, 'supervisor shutting down');
+  }
+
+  /**
+   * Sends a report that must become durable at the gateway (`main_exit`, `terminal_final`):
+   * resolves once acknowledged, resending it on this and every later connection until then.
+   */
+  report(kind: 'main_exit' | 'terminal_final', message: SupervisorMessage): Promise<void> {
+    return new Promise((resolve) => {
+      this.reports.set(kind, { message, acked: resolve });
+      if (this.current?.conn) this.send(this.current, message);
+    });
+  }
+
+  private onAck(kind: 'main_exit' | 'terminal_final', instanceId: string | undefined): void {
+    const pending = this.reports.get(kind);
+    if (!pending) return;
+    const sent = kind === 'main_exit' ? pending.message.main_exit?.instance_id : pending.message.terminal_final?.instance_id;
+    if (sent !== instanceId) return;
+    this.reports.delete(kind);
+    pending.acked();
   }
 
   /** Tells the gateway an exec could not even be opened (no channel to report on). */
@@ -173,6 +203,7 @@ export class ControlSession {
       };
       this.failures = 0;
       this.startHeartbeats(attempt);
+      for (const r of this.reports.values()) this.send(attempt, r.message);
       this.log.info('control session established', {
         endpoint: attempt.endpoint,
         session_id: attempt.conn.sessionId,
@@ -185,6 +216,10 @@ export class ControlSession {
         return;
       }
       this.opts.onOpenExec(msg.open_exec, attempt.conn);
+    } else if (msg.main_exit_ack) {
+      this.onAck('main_exit', msg.main_exit_ack.instance_id);
+    } else if (msg.terminal_final_ack) {
+      this.onAck('terminal_final', msg.terminal_final_ack.instance_id);
     } else if (msg.kill_exec) {
       const { exec_id: execId = '', request_id: requestId = '' } = msg.kill_exec;
       if (!execId) return;
@@ -211,6 +246,12 @@ export class ControlSession {
       this.send(attempt, { heartbeat: { sent_at_ms: Date.now() } });
     }, attempt.intervalMs);
     attempt.timers.push(timer);
+    // Unacknowledged reports go out again (the gateway's answer may have been lost with a replica).
+    attempt.timers.push(
+      setInterval(() => {
+        for (const r of this.reports.values()) this.send(attempt, r.message);
+      }, REPORT_RESEND_MS),
+    );
   }
 
   private send(attempt: Attempt, msg: SupervisorMessage): void {

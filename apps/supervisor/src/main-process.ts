@@ -10,6 +10,7 @@ import type { Logger } from './log.ts';
 import { ignorePtyErrors } from './exec-process.ts';
 import { preflight } from './preflight.ts';
 import { RingBuffer } from './ring-buffer.ts';
+import { OutputJournal } from './output-journal.ts';
 import { signalNumber } from './signals.ts';
 
 export interface MainProcessOptions {
@@ -34,6 +35,8 @@ export const MAIN_PTY_ROWS = 24;
 
 export class MainProcess {
   readonly output: RingBuffer;
+  /** Sequenced stdout/stderr for attached clients (see main-attach.ts). */
+  readonly journal = new OutputJournal();
   /** 0 when the process could not be started. */
   pid = 0;
   exit: MainExit | undefined;
@@ -59,6 +62,7 @@ export class MainProcess {
     if (!check.ok) {
       const line = Buffer.from(check.message + '\n');
       this.output.write(line);
+      this.journal.append('stderr', line);
       toStderr(line);
       this.finish({ exitCode: check.exitCode, signal: 0 });
       return;
@@ -78,6 +82,7 @@ export class MainProcess {
       this.term.onData((data) => {
         const chunk = Buffer.isBuffer(data) ? data : Buffer.from(data);
         this.output.write(chunk);
+        this.journal.append('stdout', chunk);
         toStdout(chunk);
       });
       this.term.onExit(({ exitCode, signal }) => {
@@ -94,10 +99,12 @@ export class MainProcess {
       this.pid = child.pid ?? 0;
       child.stdout!.on('data', (chunk: Buffer) => {
         this.output.write(chunk);
+        this.journal.append('stdout', chunk);
         toStdout(chunk);
       });
       child.stderr!.on('data', (chunk: Buffer) => {
         this.output.write(chunk);
+        this.journal.append('stderr', chunk);
         toStderr(chunk);
       });
       child.on('error', (err) => {
@@ -118,6 +125,15 @@ export class MainProcess {
     this.exit = exit;
     this.opts.log.info('main process exited', { pid: this.pid, exit_code: exit.exitCode, signal: exit.signal });
     this.resolveExited(exit);
+  }
+
+  /** Input from the attached client holding the stdin lease (PTY main processes only). */
+  writeInput(data: Buffer): void {
+    this.term?.write(data);
+  }
+
+  resize(cols: number, rows: number): void {
+    if (this.term && cols > 0 && rows > 0 && cols <= 65535 && rows <= 65535) this.term.resize(cols, rows);
   }
 
   /** Shutdown: SIGTERM the process group, SIGKILL it after the grace period. */

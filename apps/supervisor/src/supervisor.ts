@@ -5,6 +5,11 @@ import { readCredential, type SupervisorConfig } from './config.ts';
 import { ControlSession, type GatewayConnection } from './control-session.ts';
 import { ExecRunner } from './exec-runner.ts';
 import { findTaggedProcesses, killExecTree } from './kill-tree.ts';
+import { MainAttach } from './main-attach.ts';
+import type { MainExit } from './main-process.ts';
+
+/** How long the exit waits for attached clients to receive it before cleanup may start anyway. */
+const TERMINAL_DRAIN_TIMEOUT_MS = 30_000;
 import type { Logger } from './log.ts';
 import { MainProcess } from './main-process.ts';
 import { SUPERVISOR_VERSION } from './version.ts';
@@ -17,6 +22,11 @@ export class Supervisor {
   private readonly log: Logger;
   private readonly control: ControlSession;
   private readonly execs = new Map<string, ExecRunner>();
+  private readonly attaches = new Set<MainAttach>();
+  private readonly stdinLease: { holder: MainAttach | null } = { holder: null };
+  private releaseExit!: (exit: MainExit) => void;
+  /** The main process's exit, released to attached clients once the gateway recorded it. */
+  private readonly exitReleased = new Promise<MainExit>((resolve) => (this.releaseExit = resolve));
   private credential: string;
   private shuttingDown: Promise<void> | undefined;
 
@@ -47,6 +57,26 @@ export class Supervisor {
     });
     this.main.start();
     this.control.start();
+    void this.finishMainProcess();
+  }
+
+  /**
+   * Terminal delivery, in order: the exit is reported until the gateway has it durably; only then
+   * do attached clients get it; once they have (or after a bounded wait) the terminal is final,
+   * which is what lets the gateway clean up an ephemeral sandbox. The supervisor stays connected
+   * throughout, so execs keep working after the main process is gone.
+   */
+  private async finishMainProcess(): Promise<void> {
+    const exit = await this.main.exited;
+    await this.control.report('main_exit', {
+      main_exit: { instance_id: this.instanceId, exit_code: exit.exitCode, signal: exit.signal },
+    });
+    this.log.info('main process exit recorded by the gateway', { exit_code: exit.exitCode });
+    this.releaseExit(exit);
+    const drain = Promise.all([...this.attaches].map((a) => a.delivered));
+    await Promise.race([drain, new Promise((r) => setTimeout(r, TERMINAL_DRAIN_TIMEOUT_MS))]);
+    await this.control.report('terminal_final', { terminal_final: { instance_id: this.instanceId } });
+    this.log.info('terminal delivery final');
   }
 
   get runningExecs(): number {
@@ -75,6 +105,20 @@ export class Supervisor {
     }
     if (this.execs.has(execId)) {
       this.control.reportExecOpenFailed(conn, execId, 'exec id already running');
+      return;
+    }
+    if (start.attach_main) {
+      const attach = new MainAttach({
+        start,
+        conn,
+        main: this.main,
+        exitReleased: this.exitReleased,
+        stdinLease: this.stdinLease,
+        log: this.log,
+      });
+      this.attaches.add(attach);
+      void attach.delivered.then(() => this.attaches.delete(attach));
+      attach.run();
       return;
     }
     if (!Array.isArray(start.argv) || start.argv.length === 0) {
@@ -108,6 +152,7 @@ export class Supervisor {
       this.log.info('supervisor shutting down', { reason, execs: this.execs.size });
       this.control.stop(); // aborts the connection, which also breaks every exec's path
       await Promise.all([...this.execs.values()].map((r) => r.abort(reason)));
+      for (const a of this.attaches) a.abort();
       await this.main.stop();
     })();
     return this.shuttingDown;

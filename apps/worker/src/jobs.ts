@@ -5,6 +5,14 @@ export const QUEUE_NAME = 'sandgate';
 export const JobName = {
   /** After an exec's deadline plus a grace: kill anything of the exec still running. */
   ExecDeadline: 'exec-deadline',
+  /** Delete a sandbox (ephemeral cleanup, or a user's delete that must survive a crash). */
+  DeleteSandbox: 'delete-sandbox',
+  /** A sandbox still not Ready at its provisioning deadline becomes Error and loses its compute. */
+  ProvisionDeadline: 'provision-deadline',
+  /** Restart policy: start the main process again after a backoff. */
+  Restart: 'restart',
+  /** Repeatable: compute vs records, stuck deletes, unfinished ephemeral cleanups. */
+  Reconcile: 'reconcile',
 } as const;
 export type JobName = (typeof JobName)[keyof typeof JobName];
 
@@ -14,7 +22,29 @@ export interface ExecDeadlineData {
   deadlineMs: number;
 }
 
+export interface DeleteSandboxData {
+  sandboxId: string;
+  reason: 'user' | 'ephemeral' | 'reconcile';
+}
+
+export interface ProvisionDeadlineData {
+  sandboxId: string;
+  /** The run being provisioned: the record's resource_version when the run began (fences retries of older runs). */
+  runStartedAtMs: number;
+  timeoutMs: number;
+}
+
+export interface RestartData {
+  sandboxId: string;
+  /** The run whose exit triggered the restart: a restart of an older run is ignored. */
+  instanceId: string;
+}
+
 /** BullMQ job ids name what they fence on; ':' is reserved by BullMQ's key layout. */
 export const jobIds = {
   execDeadline: (execId: string) => `exec-deadline_${execId}`,
+  ephemeralCleanup: (sandboxId: string, instanceId: string) => `ephemeral_${sandboxId}_${instanceId}`,
+  userDelete: (sandboxId: string) => `delete_${sandboxId}`,
+  provisionDeadline: (sandboxId: string, runStartedAtMs: number) => `provision_${sandboxId}_${runStartedAtMs}`,
+  restart: (sandboxId: string, instanceId: string) => `restart_${sandboxId}_${instanceId}`,
 } as const;

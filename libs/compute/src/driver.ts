@@ -35,6 +35,13 @@ export interface ComputeDriver {
   create(spec: LaunchSpec): Promise<ComputeHandle>;
   /** Current state of one sandbox's compute. */
   inspect(sandboxId: string, handle: ComputeHandle | null): Promise<ComputeState>;
+  /** Stops the sandbox's processes, keeping its filesystem. Idempotent. */
+  stop(sandboxId: string, handle: ComputeHandle | null): Promise<void>;
+  /**
+   * Starts a stopped (or finished) sandbox again on the filesystem it kept: a new supervisor run
+   * with a new credential. Returns the new handle.
+   */
+  start(spec: LaunchSpec, handle: ComputeHandle | null): Promise<ComputeHandle>;
   /** Idempotent. Resolves true if anything existed and was removed. */
   delete(sandboxId: string, handle: ComputeHandle | null): Promise<boolean>;
   /** All compute this driver manages on this host/cluster (for reconciliation). */

@@ -70,10 +70,34 @@ export class LocalDriver implements ComputeDriver {
     const root = await this.root();
     const dir = path.join(root, 'sandboxes', spec.sandboxId);
     await this.claimDir(spec.sandboxId, dir);
+    await fsp.mkdir(path.join(dir, 'work'), { mode: 0o755 });
+    return this.launch(spec, root, dir, true);
+  }
+
+  async stop(sandboxId: string, handle: ComputeHandle | null): Promise<void> {
+    assertSandboxId(sandboxId);
+    const dir = path.join(await this.root(), 'sandboxes', sandboxId);
+    const handles = [parseHandle(handle), await readHandleFile(dir)].filter((h): h is LocalHandle => h !== null);
+    await this.killSandbox(dir, handles);
+  }
+
+  async start(spec: LaunchSpec, handle: ComputeHandle | null): Promise<ComputeHandle> {
+    assertLaunchSpec(spec);
+    await this.checkExecutables();
+    const root = await this.root();
+    const dir = path.join(root, 'sandboxes', spec.sandboxId);
+    // A run that is still going (a restart of a finished main process) ends first.
+    await this.stop(spec.sandboxId, handle);
+    await fsp.mkdir(path.join(dir, 'work'), { recursive: true, mode: 0o755 });
+    return this.launch(spec, root, dir, false);
+  }
+
+  /** Writes the credential and runs bwrap in `dir`; on failure a fresh sandbox is removed whole. */
+  private async launch(spec: LaunchSpec, root: string, dir: string, fresh: boolean): Promise<ComputeHandle> {
     let handle: LocalHandle | null = null;
     try {
-      await fsp.mkdir(path.join(dir, 'work'), { mode: 0o755 });
       // The credential only ever exists as this file; the sandbox sees a read-only bind of it.
+      await fsp.rm(path.join(dir, 'credential'), { force: true });
       await fsp.writeFile(path.join(dir, 'credential'), spec.credential, { mode: 0o600, flag: 'wx' });
       const args = buildBwrapArgs({
         sandboxId: spec.sandboxId,
@@ -98,7 +122,9 @@ export class LocalDriver implements ComputeDriver {
       return { ...handle };
     } catch (err) {
       // Nothing half-made survives a failed create: kill whatever started and drop the directory.
-      await this.destroy(dir, handle ? [handle] : []).catch(() => {});
+      // A failed restart keeps the filesystem.
+      if (fresh) await this.destroy(dir, handle ? [handle] : []).catch(() => {});
+      else await this.killSandbox(dir, handle ? [handle] : []).catch(() => false);
       throw err;
     }
   }

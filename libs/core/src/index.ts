@@ -5,3 +5,4 @@ export * from './create.ts';
 export * from './phases.ts';
 export * from './exit-codes.ts';
 export * from './names.ts';
+export * from './lifecycle.ts';

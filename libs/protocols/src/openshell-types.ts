@@ -149,3 +149,53 @@ export interface HealthResponse {
   status: number;
   version: string;
 }
+
+export interface StopSandboxRequest {
+  name?: string;
+  workspace?: string;
+}
+
+export type StartSandboxRequest = StopSandboxRequest;
+
+export interface WatchSandboxRequest {
+  id?: string;
+  follow_status?: boolean;
+  follow_logs?: boolean;
+  follow_events?: boolean;
+  log_tail_lines?: number;
+  event_tail?: number;
+  stop_on_terminal?: boolean;
+  log_since_ms?: number;
+  log_sources: string[];
+  log_min_level?: string;
+}
+
+export interface SandboxLogLine {
+  sandbox_id?: string;
+  timestamp_ms?: number;
+  level?: string;
+  target?: string;
+  message?: string;
+  source?: string;
+  fields: StringMap;
+}
+
+export interface SandboxStreamEvent {
+  sandbox?: Sandbox;
+  log?: SandboxLogLine;
+  warning?: { message?: string };
+}
+
+export interface GetSandboxLogsRequest {
+  sandbox_id?: string;
+  lines?: number;
+  since_ms?: number;
+  sources: string[];
+  min_level?: string;
+  workspace?: string;
+}
+
+export interface GetSandboxLogsResponse {
+  logs: SandboxLogLine[];
+  buffer_total: number;
+}

@@ -13,6 +13,7 @@ export interface ExecStart {
   rows?: number;
   stdin?: Buffer;
   stdin_eof?: boolean;
+  attach_main?: boolean;
 }
 
 export interface ExecExit {
@@ -52,6 +53,8 @@ export interface SupervisorMessage {
   heartbeat?: { sent_at_ms?: number };
   exec_open_failed?: { exec_id?: string; message?: string };
   exec_kill_result?: { exec_id?: string; request_id?: string; killed?: number };
+  main_exit?: { instance_id?: string; exit_code?: number; signal?: number };
+  terminal_final?: { instance_id?: string };
 }
 
 export interface GatewayMessage {
@@ -59,4 +62,6 @@ export interface GatewayMessage {
   heartbeat?: { sent_at_ms?: number };
   open_exec?: ExecStart;
   kill_exec?: { exec_id?: string; request_id?: string };
+  main_exit_ack?: { instance_id?: string };
+  terminal_final_ack?: { instance_id?: string };
 }

@@ -3,3 +3,4 @@ export * from './lua.ts';
 export * from './sandbox-store.ts';
 export * from './ownership.ts';
 export * from './replicas.ts';
+export * from './events.ts';

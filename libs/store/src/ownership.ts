@@ -39,6 +39,17 @@ return 0
   1,
 );
 
+// Revocation: a new fence with no owner. Whoever held the session fails its next renewal and
+// closes it, wherever it is.
+const REVOKE = new LuaScript(
+  `
+redis.call('INCR', KEYS[2])
+redis.call('DEL', KEYS[1])
+return 1
+`,
+  2,
+);
+
 export interface OwnerRecord {
   replica: string;
   session: string;
@@ -65,6 +76,10 @@ export class OwnershipStore {
 
   async release(sandboxId: string, fence: number): Promise<boolean> {
     return (await RELEASE.run(this.redis, [keys.owner(sandboxId)], [String(fence)])) === 1;
+  }
+
+  async revoke(sandboxId: string): Promise<void> {
+    await REVOKE.run(this.redis, [keys.owner(sandboxId), keys.fence(sandboxId)], []);
   }
 
   async get(sandboxId: string): Promise<OwnerRecord | null> {

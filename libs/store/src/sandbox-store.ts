@@ -8,15 +8,23 @@ import { LuaScript } from './lua.ts';
 
 const sandboxCodec = codec<Sandbox>('openshell.v1.Sandbox');
 
+/** Snapshots kept per sandbox event stream (approximate trim). */
+const EVENTS_MAXLEN = 256;
+/** How long a deleted sandbox's event stream lingers for watchers to see the end. */
+export const EVENTS_TTL_AFTER_DELETE_MS = 60_000;
+
+// Every write appends the new snapshot to the sandbox's event stream in the same script, so
+// watchers on any replica see every change exactly once, in resource_version order.
 const CREATE = new LuaScript(
   `
 if redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
 redis.call('SET', KEYS[2], ARGV[1])
 redis.call('HSET', KEYS[1], 'pb', ARGV[2], 'rv', 0, 'ws', ARGV[3], 'name', ARGV[4], 'cred', ARGV[5])
 redis.call('SADD', KEYS[3], ARGV[1])
+redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[6], '*', 'rv', 0, 'pb', ARGV[2])
 return 1
 `,
-  3,
+  4,
 );
 
 // Returns the new rv, -1 when the record is gone, -2 on a version conflict.
@@ -27,23 +35,30 @@ if not rv then return -1 end
 if tonumber(rv) ~= tonumber(ARGV[1]) then return -2 end
 local next = tonumber(rv) + 1
 redis.call('HSET', KEYS[1], 'pb', ARGV[2], 'rv', next)
-for i = 3, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
+for i = 4, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
+if ARGV[3] == '1' then redis.call('XADD', KEYS[2], 'MAXLEN', '~', ${EVENTS_MAXLEN}, '*', 'rv', next, 'pb', ARGV[2]) end
 return next
 `,
-  1,
+  2,
 );
 
-// KEYS: record, name index, id set, owner, fence. Returns 1 if the record existed.
+// KEYS: record, name index, id set, owner, fence, events, logs. Returns 1 if the record existed.
+// The event stream gets a final 'deleted' entry and then expires: watchers see the end, and
+// nothing of the sandbox is left in Redis for long.
 const REMOVE = new LuaScript(
   `
 local existed = redis.call('EXISTS', KEYS[1])
 local id = ARGV[1]
 if redis.call('GET', KEYS[2]) == id then redis.call('DEL', KEYS[2]) end
-redis.call('DEL', KEYS[1], KEYS[4], KEYS[5])
+redis.call('DEL', KEYS[1], KEYS[4], KEYS[5], KEYS[7])
 redis.call('SREM', KEYS[3], id)
+if existed == 1 then
+  redis.call('XADD', KEYS[6], 'MAXLEN', '~', ${EVENTS_MAXLEN}, '*', 'deleted', 1)
+  redis.call('PEXPIRE', KEYS[6], ARGV[2])
+end
 return existed
 `,
-  5,
+  7,
 );
 
 export interface StoredSandbox {
@@ -53,6 +68,10 @@ export interface StoredSandbox {
   compute: Record<string, unknown> | null;
   /** Fence of the supervisor session that last moved the phase (guards disconnect handling). */
   ownerFence: number;
+  /** Instance id of the run whose terminal delivery is final (the ephemeral-cleanup trigger). */
+  terminalFinal: string;
+  /** When the current run was launched (ms epoch): fences the provisioning deadline of older runs. */
+  runStartedAtMs: number;
 }
 
 function fromHash(id: string, hash: Record<string, Buffer>): StoredSandbox | null {
@@ -66,6 +85,8 @@ function fromHash(id: string, hash: Record<string, Buffer>): StoredSandbox | nul
     credentialHash: hash.cred?.toString() ?? '',
     compute: hash.compute ? (JSON.parse(hash.compute.toString()) as Record<string, unknown>) : null,
     ownerFence: Number(hash.ownfence?.toString() ?? 0),
+    terminalFinal: hash.termfinal?.toString() ?? '',
+    runStartedAtMs: Number(hash.runstart?.toString() ?? 0),
   };
 }
 
@@ -79,8 +100,8 @@ export class SandboxStore {
     const { id, name, workspace } = sandbox.metadata!;
     const created = await CREATE.run(
       this.redis,
-      [keys.sandbox(id!), keys.sandboxName(workspace!, name!), keys.sandboxIndex()],
-      [id!, sandboxCodec.encode(sandbox), workspace!, name!, credentialHash],
+      [keys.sandbox(id!), keys.sandboxName(workspace!, name!), keys.sandboxIndex(), keys.events(id!)],
+      [id!, sandboxCodec.encode(sandbox), workspace!, name!, credentialHash, EVENTS_MAXLEN],
     );
     if (created !== 1) throw new GatewayError(Code.ALREADY_EXISTS, `sandbox '${name}' already exists`);
   }
@@ -133,7 +154,10 @@ export class SandboxStore {
       const next = change(current);
       if (!next) return current;
       const extra = Object.entries(next.extra ?? {}).flat();
-      const rv = (await UPDATE.run(this.redis, [keys.sandbox(id)], [current.resourceVersion, sandboxCodec.encode(next.sandbox), ...extra])) as number;
+      // Only changes of the public resource are events; internal fields (handle, fence) are not.
+      const encoded = sandboxCodec.encode(next.sandbox);
+      const changed = next.sandbox !== current.sandbox || !encoded.equals(sandboxCodec.encode(current.sandbox)) ? '1' : '0';
+      const rv = (await UPDATE.run(this.redis, [keys.sandbox(id), keys.events(id)], [current.resourceVersion, encoded, changed, ...extra])) as number;
       if (rv === -1) return null;
       if (rv >= 0) {
         next.sandbox.metadata = { ...next.sandbox.metadata!, resource_version: rv };
@@ -151,8 +175,8 @@ export class SandboxStore {
   async remove(id: string, workspace: string, name: string): Promise<boolean> {
     const existed = await REMOVE.run(
       this.redis,
-      [keys.sandbox(id), keys.sandboxName(workspace, name), keys.sandboxIndex(), keys.owner(id), keys.fence(id)],
-      [id],
+      [keys.sandbox(id), keys.sandboxName(workspace, name), keys.sandboxIndex(), keys.owner(id), keys.fence(id), keys.events(id), keys.logs(id)],
+      [id, EVENTS_TTL_AFTER_DELETE_MS],
     );
     return existed === 1;
   }

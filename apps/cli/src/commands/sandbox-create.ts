@@ -5,6 +5,7 @@ import type { CreateSandboxInput } from '../client.ts';
 import type { CommandContext } from '../context.ts';
 import { formatJson, sandboxJson } from '../output.ts';
 import { GATEWAY_OPTION, withClient, write } from './common.ts';
+import { attachToMain } from './sandbox-connect.ts';
 
 const OPTIONS = {
   ...GATEWAY_OPTION,
@@ -14,14 +15,22 @@ const OPTIONS = {
   label: { type: 'string', multiple: true },
   image: { type: 'string' },
   tty: { type: 'boolean' },
+  'no-keep': { type: 'boolean' },
+  'restart-policy': { type: 'string' },
   output: { type: 'string', short: 'o' },
 } as const;
+
+/** The annotation that asks the gateway to delete the sandbox once its main process finished. */
+export const RETENTION_ANNOTATION = 'openshell.nvidia.com/retention';
+const RESTART_POLICIES: Record<string, number> = { never: 1, 'on-failure': 2, always: 3 };
 
 const DEFAULT_PROVISION_TIMEOUT_S = 300;
 
 export interface CreateArgs {
   request: CreateSandboxInput;
   detach: boolean;
+  /** Attached --no-keep: the CLI deletes the sandbox itself once it has the exit. */
+  deleteAfterAttach: boolean;
   json: boolean;
   gateway: string | undefined;
 }
@@ -33,17 +42,27 @@ export function parseCreateArgs(argv: string[]): CreateArgs {
     throw new UsageError(`unexpected argument '${positionals[0]}': give the command after '--' (sandbox create -- CMD...)`, 'sandbox create');
   }
   const json = parseOutput(values.output);
+  const detach = Boolean(values.detach) || json;
+  const policyName = values['restart-policy'];
+  if (policyName !== undefined && RESTART_POLICIES[policyName] === undefined) {
+    throw new UsageError(`--restart-policy must be one of never, on-failure, always; got '${policyName}'`, 'sandbox create');
+  }
+  // Detached ephemeral sandboxes are the gateway's to delete; an attached one is deleted by us
+  // after we have shown its output and exit, so the gateway must not race us to it.
+  const noKeep = Boolean(values['no-keep']);
   const request: CreateSandboxInput = {
     name: values.name,
     labels: parseKeyValues(values.label, '--label'),
+    ...(noKeep && detach ? { annotations: { [RETENTION_ANNOTATION]: 'ephemeral' } } : {}),
     spec: {
       command: rest,
       environment: parseKeyValues(values.env, '--env'),
       ...(values.image !== undefined ? { template: { image: values.image, labels: {}, annotations: {}, environment: {} } } : {}),
       ...(values.tty ? { tty: true } : {}),
+      ...(policyName !== undefined ? { restart_policy: RESTART_POLICIES[policyName] } : {}),
     },
   };
-  return { request, detach: Boolean(values.detach), json, gateway: values.gateway };
+  return { request, detach, deleteAfterAttach: noKeep && !detach, json, gateway: values.gateway };
 }
 
 export function provisionTimeoutMs(env: Env): number {
@@ -64,10 +83,19 @@ export async function run(argv: string[], ctx: CommandContext): Promise<number> 
     // differ in intent.
     const sandbox = await client.waitForReady(name, { timeoutMs, intervalMs: 200 });
     const id = sandbox.metadata?.id ?? created.metadata?.id ?? '?';
+    if (!args.detach) {
+      // Attached: the main process's output (replayed from its start), then its exit code.
+      const code = await attachToMain(client, id, Boolean(sandbox.spec?.tty));
+      if (args.deleteAfterAttach) await client.deleteSandbox(name).catch(() => undefined);
+      return code;
+    }
     if (args.json) write(formatJson(sandboxJson(sandbox)));
     else if (sandbox.status?.phase === SandboxPhase.COMPLETED) {
       write(`sandbox ${name} (${id}) has already completed (exit code ${sandbox.status.exit_code ?? 0})\n`);
     } else if (sandbox.status?.phase === SandboxPhase.STOPPED) write(`sandbox ${name} (${id}) is stopped\n`);
+    else if (sandbox.status?.phase === SandboxPhase.ERROR) {
+      write(`sandbox ${name} (${id}): main process already exited with code ${sandbox.status.exit_code ?? '?'}\n`);
+    }
     else write(`sandbox ${name} (${id}) is ready\n`);
     return 0;
   });

@@ -1,0 +1,299 @@
+// The sandbox lifecycle at the gateway: main-process exit reports, terminal delivery and
+// ephemeral cleanup, stop/start, restarts, deletes, provisioning deadlines and reconciliation.
+// Decisions are the pure transitions of @sandgate/core; this module does the I/O around them,
+// and everything that must survive a crash goes through a durable, idempotent job.
+import type { Sandbox, StopSandboxRequest, SandboxResponse, StartSandboxRequest } from '@sandgate/protocols';
+import {
+  Code,
+  GatewayError,
+  Phase,
+  isEphemeral,
+  mainProcessFinished,
+  normaliseWorkspace,
+  notFound,
+  onComputeVanished,
+  onDeleteRequested,
+  onMainProcessExit,
+  onProvisioningTimeout,
+  onStopped,
+  phaseName,
+  planStart,
+  planStop,
+  requireName,
+  restartDelayMs,
+  shouldRestart,
+  type LifecycleStatus,
+} from '@sandgate/core';
+import type { SandboxLogStore, SandboxStore, StoredSandbox } from '@sandgate/store';
+import type { ComputeDriver, LaunchSpec } from '@sandgate/compute';
+import type { JobScheduler, DeleteSandboxData, ProvisionDeadlineData, RestartData } from '@sandgate/worker';
+import type { Logger, Metrics } from '@sandgate/telemetry';
+import { newCredential } from './credentials.ts';
+
+export interface LifecycleDeps {
+  store: SandboxStore;
+  logs: SandboxLogStore;
+  driver: ComputeDriver;
+  scheduler: JobScheduler;
+  supervisorEndpoint: () => string;
+  /** Is a supervisor session live anywhere for this sandbox? */
+  sessionLive: (sandboxId: string) => Promise<boolean>;
+  /** Ends the sandbox's supervisor session wherever it is (stop/start revoke access). */
+  revokeSessions: (sandboxId: string, reason: string) => Promise<void>;
+  provisionTimeoutMs: number;
+  log: Logger;
+  metrics: Metrics;
+}
+
+const now = () => new Date();
+
+export function launchSpecFor(sandbox: Sandbox, credential: string, gatewayEndpoints: string): LaunchSpec {
+  const spec = sandbox.spec!;
+  return {
+    sandboxId: sandbox.metadata!.id!,
+    command: spec.command,
+    tty: spec.tty ?? false,
+    environment: { ...(spec.template?.environment ?? {}), ...spec.environment },
+    image: spec.template?.image ?? '',
+    gatewayEndpoints,
+    credential,
+    logLevel: spec.log_level || 'info',
+  };
+}
+
+export class LifecycleService {
+  private readonly deps: LifecycleDeps;
+
+  constructor(deps: LifecycleDeps) {
+    this.deps = deps;
+  }
+
+  /** A line in the sandbox's log (source "gateway"), best effort. */
+  note(sandboxId: string, message: string, level = 'INFO'): void {
+    this.deps.logs
+      .append(sandboxId, { timestamp_ms: Date.now(), level, target: 'sandgate::lifecycle', source: 'gateway', message })
+      .catch(() => undefined);
+  }
+
+  /** Applies a pure transition with CAS; null from `change` leaves the record alone. */
+  private transition(
+    sandboxId: string,
+    change: (status: LifecycleStatus, rec: StoredSandbox) => LifecycleStatus | null,
+    extra?: Record<string, string>,
+  ): Promise<StoredSandbox | null> {
+    return this.deps.store.mutate(sandboxId, (cur) => {
+      const next = change(cur.sandbox.status as LifecycleStatus, cur);
+      if (!next) return extra ? { sandbox: cur.sandbox, extra } : null;
+      const sandbox = { ...cur.sandbox, status: { ...cur.sandbox.status!, ...next, exit_code: next.exit_code } as Sandbox['status'] };
+      return { sandbox, extra };
+    });
+  }
+
+  // ---- supervisor reports -------------------------------------------------------------------
+
+  /** The supervisor's main-process exit report: durable before it is acknowledged. */
+  async mainProcessExited(sandboxId: string, instanceId: string, exitCode: number): Promise<void> {
+    let accepted = false;
+    const rec = await this.transition(sandboxId, (s) => {
+      const next = onMainProcessExit(s, instanceId, exitCode, now());
+      accepted = next !== null;
+      return next;
+    });
+    if (!rec || !accepted) return; // a repeat, or a report from an older run: nothing to do
+    this.deps.metrics.inc('sandgate_main_process_exits_total');
+    this.note(sandboxId, `main process exited with code ${exitCode}; phase ${phaseName(rec.sandbox.status?.phase)}`);
+    const policy = rec.sandbox.spec?.restart_policy;
+    if (shouldRestart(policy, exitCode) && !isEphemeral(rec.sandbox.metadata?.annotations)) {
+      const delay = restartDelayMs(rec.sandbox.status?.restart_count ?? 0);
+      await this.transition(sandboxId, (s) => ({ ...s, next_restart_at_ms: Date.now() + delay }));
+      await this.deps.scheduler.restart({ sandboxId, instanceId }, delay);
+    }
+  }
+
+  /** Every attached client has the output and the exit: an ephemeral sandbox may go now. */
+  async terminalFinal(sandboxId: string, instanceId: string): Promise<void> {
+    const rec = await this.transition(sandboxId, () => null, { termfinal: instanceId });
+    if (!rec) return;
+    await this.maybeScheduleEphemeralCleanup(rec);
+  }
+
+  private async maybeScheduleEphemeralCleanup(rec: StoredSandbox): Promise<boolean> {
+    const sb = rec.sandbox;
+    const status = sb.status as LifecycleStatus;
+    if (!isEphemeral(sb.metadata?.annotations) || !mainProcessFinished(status)) return false;
+    const instance = status.main_process_instance_id ?? '';
+    if (rec.terminalFinal !== instance) {
+      // Not final yet: only a supervisor that is gone for good can no longer finalize it.
+      if (await this.deps.sessionLive(sb.metadata!.id!)) return false;
+    }
+    await this.deps.scheduler.ephemeralCleanup(sb.metadata!.id!, instance);
+    return true;
+  }
+
+  // ---- delete -------------------------------------------------------------------------------
+
+  /** DeleteSandbox: durable (the job finishes it if this replica dies), but done inline too. */
+  async delete(name: string, workspace: string): Promise<boolean> {
+    const rec = await this.deps.store.getByName(workspace, name);
+    if (!rec) throw notFound();
+    const id = rec.sandbox.metadata!.id!;
+    await this.transition(id, (s) => onDeleteRequested(s, now()));
+    await this.deps.scheduler.deleteSandbox(id);
+    await this.finishDelete(id);
+    return true;
+  }
+
+  /** Kills the compute and removes the record. Idempotent: safe to run twice, or after a crash. */
+  async finishDelete(sandboxId: string): Promise<boolean> {
+    const rec = await this.transition(sandboxId, (s) => onDeleteRequested(s, now()));
+    if (!rec) return false;
+    try {
+      await this.deps.driver.delete(sandboxId, rec.compute);
+    } catch (err) {
+      throw new GatewayError(Code.INTERNAL, `delete sandbox failed: ${err instanceof Error ? err.message : String(err)}`);
+    }
+    const removed = await this.deps.store.remove(sandboxId, rec.sandbox.metadata!.workspace!, rec.sandbox.metadata!.name!);
+    if (removed) {
+      this.deps.metrics.inc('sandgate_sandboxes_deleted_total');
+      this.deps.log.info('sandbox deleted', { sandboxId, name: rec.sandbox.metadata!.name });
+    }
+    return removed;
+  }
+
+  // ---- stop / start -------------------------------------------------------------------------
+
+  async stop(req: StopSandboxRequest): Promise<SandboxResponse> {
+    const rec = await this.byName(req.name, req.workspace);
+    const id = rec.sandbox.metadata!.id!;
+    const plan = planStop(rec.sandbox.status as LifecycleStatus, now());
+    if (plan.kind === 'noop') return { sandbox: rec.sandbox };
+    if (plan.kind === 'revoke-only') {
+      // A finished run keeps its compute; stopping it only ends access to it.
+      await this.deps.store.mutate(id, (cur) => ({ sandbox: cur.sandbox, extra: { cred: '' } }));
+      await this.deps.revokeSessions(id, 'sandbox stopped');
+      return { sandbox: rec.sandbox };
+    }
+    await this.transition(id, () => plan.status, { cred: '' });
+    this.note(id, 'stop requested');
+    await this.deps.revokeSessions(id, 'sandbox stopped');
+    await this.deps.driver.stop(id, rec.compute);
+    const stopped = await this.transition(id, (s) => onStopped(s, now()));
+    this.note(id, 'sandbox stopped');
+    return { sandbox: stopped?.sandbox ?? rec.sandbox };
+  }
+
+  async start(req: StartSandboxRequest): Promise<SandboxResponse> {
+    const rec = await this.byName(req.name, req.workspace);
+    const started = await this.launchNewRun(rec, 'start requested', true);
+    return { sandbox: started?.sandbox ?? rec.sandbox };
+  }
+
+  /**
+   * A new run on the kept filesystem: new credential (access granted for the old run ends), new
+   * supervisor, and a fresh provisioning deadline. Ready comes with the new supervisor's hello.
+   */
+  private async launchNewRun(rec: StoredSandbox, why: string, resetRestarts: boolean): Promise<StoredSandbox | null> {
+    const id = rec.sandbox.metadata!.id!;
+    const next = planStart(rec.sandbox.status as LifecycleStatus, now());
+    if (!next) return rec;
+    const credential = newCredential();
+    const runStartedAtMs = Date.now();
+    const starting = await this.transition(
+      id,
+      (s) => {
+        const planned = planStart(s, now());
+        if (!planned) return null;
+        return resetRestarts ? { ...planned, restart_count: 0, next_restart_at_ms: 0 } : planned;
+      },
+      { cred: credential.hash, runstart: String(runStartedAtMs), termfinal: '' },
+    );
+    if (!starting) throw notFound();
+    this.note(id, why);
+    await this.deps.revokeSessions(id, 'new run');
+    await this.scheduleProvisionDeadline(id, runStartedAtMs);
+    const handle = await this.deps.driver.start(launchSpecFor(starting.sandbox, credential.secret, this.deps.supervisorEndpoint()), starting.compute);
+    return this.deps.store.mutate(id, (cur) => ({ sandbox: cur.sandbox, extra: { compute: JSON.stringify(handle) } }));
+  }
+
+  async scheduleProvisionDeadline(sandboxId: string, runStartedAtMs: number): Promise<void> {
+    await this.deps.scheduler.provisionDeadline({ sandboxId, runStartedAtMs, timeoutMs: this.deps.provisionTimeoutMs });
+  }
+
+  private async byName(name: string | undefined, workspace: string | undefined): Promise<StoredSandbox> {
+    const rec = await this.deps.store.getByName(normaliseWorkspace(workspace), requireName(name));
+    if (!rec) throw notFound();
+    return rec;
+  }
+
+  // ---- durable jobs -------------------------------------------------------------------------
+
+  async jobDelete(data: DeleteSandboxData): Promise<unknown> {
+    const removed = await this.finishDelete(data.sandboxId);
+    return { removed, reason: data.reason };
+  }
+
+  async jobProvisionDeadline(data: ProvisionDeadlineData): Promise<unknown> {
+    const rec = await this.deps.store.get(data.sandboxId);
+    if (!rec || rec.runStartedAtMs !== data.runStartedAtMs) return { skipped: 'run is gone or superseded' };
+    const failed = await this.transition(data.sandboxId, (s) => onProvisioningTimeout(s, data.timeoutMs, now()));
+    if (failed?.sandbox.status?.phase !== Phase.ERROR || rec.sandbox.status?.phase === Phase.ERROR) return { skipped: 'not provisioning' };
+    this.note(data.sandboxId, 'provisioning deadline passed; compute removed', 'ERROR');
+    await this.deps.driver.stop(data.sandboxId, rec.compute);
+    return { failed: true };
+  }
+
+  async jobRestart(data: RestartData): Promise<unknown> {
+    const rec = await this.deps.store.get(data.sandboxId);
+    const status = rec?.sandbox.status as LifecycleStatus | undefined;
+    if (!rec || !status || status.main_process_instance_id !== data.instanceId || !mainProcessFinished(status)) {
+      return { skipped: 'no longer the finished run' };
+    }
+    await this.transition(data.sandboxId, (s) => ({ ...s, restart_count: (s.restart_count ?? 0) + 1, next_restart_at_ms: 0 }));
+    const fresh = await this.deps.store.get(data.sandboxId);
+    if (fresh) await this.launchNewRun(fresh, `restart policy: run ${fresh.sandbox.status?.restart_count ?? 0}`, false);
+    return { restarted: true };
+  }
+
+  /**
+   * The repeatable sweep: compute without a record is removed; a record whose compute vanished is
+   * marked; deletes interrupted by a crash are finished; finalized ephemeral sandboxes whose
+   * cleanup job was lost get one.
+   */
+  async jobReconcile(): Promise<unknown> {
+    const [records, compute] = await Promise.all([this.deps.store.list(), this.deps.driver.list()]);
+    const byId = new Map(records.map((r) => [r.sandbox.metadata!.id!, r]));
+    let orphans = 0;
+    let vanished = 0;
+    let resumed = 0;
+    let ephemeral = 0;
+    for (const c of compute) {
+      if (byId.has(c.sandboxId)) continue;
+      // Created a moment ago and not yet recorded? The record is written before the compute, so no.
+      await this.deps.driver.delete(c.sandboxId, c.handle).catch(() => undefined);
+      orphans++;
+    }
+    const computeById = new Map(compute.map((c) => [c.sandboxId, c]));
+    for (const rec of records) {
+      const id = rec.sandbox.metadata!.id!;
+      const phase = rec.sandbox.status?.phase;
+      if (phase === Phase.DELETING) {
+        await this.deps.scheduler.deleteSandbox(id);
+        resumed++;
+        continue;
+      }
+      if (await this.maybeScheduleEphemeralCleanup(rec)) ephemeral++;
+      const running = computeById.get(id)?.state === 'running';
+      const expectsCompute = phase === Phase.READY || phase === Phase.COMPLETED || (phase === Phase.ERROR && rec.compute !== null);
+      // Give a fresh launch time to show up before calling it vanished.
+      if (expectsCompute && !running && rec.compute && Date.now() - rec.runStartedAtMs > 5_000) {
+        const marked = await this.transition(id, (s) => onComputeVanished(s, now()));
+        if (marked?.sandbox.status?.phase === Phase.ERROR && phase !== Phase.ERROR) {
+          this.note(id, 'sandbox compute vanished', 'ERROR');
+          vanished++;
+        }
+      }
+    }
+    if (orphans || vanished) this.deps.log.warn('reconcile repaired state', { orphans, vanished, resumed, ephemeral });
+    return { orphans, vanished, resumed, ephemeral };
+  }
+}
