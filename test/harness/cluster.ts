@@ -20,6 +20,9 @@ export interface ReplicaProcess {
   httpUrl: string;
   proc: ChildProcess | null;
   logs: string[];
+  /** Per-replica overrides (extra replicas for special cases). */
+  env?: Record<string, string>;
+  supervisorEndpoint?: string;
 }
 
 export interface ClusterOptions {
@@ -61,8 +64,32 @@ export class Cluster {
     return cluster;
   }
 
+  /** Every regular replica's gRPC address (what supervisors dial, as they would a load balancer). */
   get supervisorEndpoint(): string {
-    return this.replicas.map((r) => r.grpcAddress).join(',');
+    return this.replicas
+      .filter((r) => r.supervisorEndpoint === undefined)
+      .map((r) => r.grpcAddress)
+      .join(',');
+  }
+
+  /** Adds one more replica (e.g. with a bogus supervisor endpoint) and starts it; returns its index. */
+  async addReplica(opts: { env?: Record<string, string>; supervisorEndpoint?: string } = {}): Promise<number> {
+    const [grpcPort, httpPort, peerPort] = await freePorts(3);
+    const i = this.replicas.length;
+    this.replicas.push({
+      id: `r${i}`,
+      grpcPort: grpcPort!,
+      httpPort: httpPort!,
+      peerPort: peerPort!,
+      grpcAddress: `127.0.0.1:${grpcPort}`,
+      httpUrl: `http://127.0.0.1:${httpPort}`,
+      proc: null,
+      logs: [],
+      env: opts.env,
+      supervisorEndpoint: opts.supervisorEndpoint,
+    });
+    await this.startReplica(i);
+    return i;
   }
 
   /** (Re)starts replica i on its ports and waits until it is ready. */
@@ -79,10 +106,10 @@ export class Cluster {
       '--replica-id', r.id,
       '--driver', 'local',
       '--state-dir', this.stateDir,
-      '--supervisor-endpoint', this.supervisorEndpoint,
+      '--supervisor-endpoint', r.supervisorEndpoint ?? this.supervisorEndpoint,
     ];
     const proc = spawn(process.execPath, args, {
-      env: { ...process.env, SANDGATE_LOG_LEVEL: 'info', ...this.env },
+      env: { ...process.env, SANDGATE_LOG_LEVEL: 'info', ...this.env, ...r.env },
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     r.proc = proc;

@@ -44,3 +44,24 @@ export async function rssBytes(pid: number): Promise<number> {
   const m = /VmRSS:\s+(\d+) kB/.exec(status);
   return m ? Number(m[1]) * 1024 : 0;
 }
+
+/** SIGKILLs a sandbox's supervisor process (found by its SANDGATE_SANDBOX_ID), leaving the rest. */
+export async function killSupervisor(sandboxId: string): Promise<number> {
+  const { readFile } = await import('node:fs/promises');
+  const tag = `SANDGATE_SANDBOX_ID=${sandboxId}`;
+  let killed = 0;
+  for (const pid of await pidsMatching('apps/supervisor/src/main.ts')) {
+    try {
+      const env = (await readFile(`/proc/${pid}/environ`)).toString().split('\0');
+      const argv0 = (await readFile(`/proc/${pid}/cmdline`)).toString().split('\0')[0] ?? '';
+      // The node process itself, not the bwrap processes around it (same argv tail, same env).
+      if (env.includes(tag) && argv0.endsWith('node')) {
+        process.kill(pid, 'SIGKILL');
+        killed++;
+      }
+    } catch {
+      // gone already
+    }
+  }
+  return killed;
+}

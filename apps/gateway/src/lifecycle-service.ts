@@ -30,7 +30,12 @@ import type { JobScheduler, DeleteSandboxData, ProvisionDeadlineData, RestartDat
 import type { Logger, Metrics } from '@sandgate/telemetry';
 import { newCredential } from './credentials.ts';
 
+/** Cluster-wide counters in Redis (read by tests and operators). */
+export const EPHEMERAL_DELETED_CONNECTED_KEY = 'sg:metrics:ephemeral_deleted_while_connected';
+
 export interface LifecycleDeps {
+  /** For cluster-wide counters only. */
+  incrementCounter: (key: string) => Promise<void>;
   store: SandboxStore;
   logs: SandboxLogStore;
   driver: ComputeDriver;
@@ -228,6 +233,10 @@ export class LifecycleService {
   // ---- durable jobs -------------------------------------------------------------------------
 
   async jobDelete(data: DeleteSandboxData): Promise<unknown> {
+    // Ephemeral cleanup does not wait for the supervisor to go away: count that it did not.
+    if (data.reason === 'ephemeral' && (await this.deps.sessionLive(data.sandboxId))) {
+      await this.deps.incrementCounter(EPHEMERAL_DELETED_CONNECTED_KEY);
+    }
     const removed = await this.finishDelete(data.sandboxId);
     return { removed, reason: data.reason };
   }

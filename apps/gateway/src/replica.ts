@@ -85,6 +85,7 @@ export async function startReplica(config: ReplicaConfig): Promise<RunningReplic
   const supervisorEndpoint = config.supervisorEndpoint || grpcAddress;
 
   lifecycle = new LifecycleService({
+    incrementCounter: async (key) => void (await redis.incr(key)),
     store,
     logs,
     driver,

@@ -90,6 +90,17 @@ function fromHash(id: string, hash: Record<string, Buffer>): StoredSandbox | nul
   };
 }
 
+/** What a write of internal hash fields means for the returned view of the record. */
+function withExtraFields(rec: StoredSandbox, extra: Record<string, string>): StoredSandbox {
+  const out = { ...rec };
+  if ('cred' in extra) out.credentialHash = extra.cred!;
+  if ('compute' in extra) out.compute = JSON.parse(extra.compute!) as Record<string, unknown>;
+  if ('ownfence' in extra) out.ownerFence = Number(extra.ownfence);
+  if ('termfinal' in extra) out.terminalFinal = extra.termfinal!;
+  if ('runstart' in extra) out.runStartedAtMs = Number(extra.runstart);
+  return out;
+}
+
 export class SandboxStore {
   private readonly redis: Redis;
   constructor(redis: Redis) {
@@ -161,7 +172,7 @@ export class SandboxStore {
       if (rv === -1) return null;
       if (rv >= 0) {
         next.sandbox.metadata = { ...next.sandbox.metadata!, resource_version: rv };
-        return { ...current, sandbox: next.sandbox, resourceVersion: rv };
+        return withExtraFields({ ...current, sandbox: next.sandbox, resourceVersion: rv }, next.extra ?? {});
       }
     }
     const latest = await this.get(id);

@@ -56,6 +56,25 @@ describe('SandboxStore', () => {
     expect(Object.keys(rec!.sandbox.metadata!.labels).filter((k) => k.startsWith('k'))).toHaveLength(10);
   });
 
+  it('returns the internal fields it wrote', async () => {
+    const store = new SandboxStore(client);
+    await store.create(sandbox('extra', 'extra'), 'h');
+    const rec = await store.mutate('extra', (cur) => ({ sandbox: cur.sandbox, extra: { termfinal: 'inst-1', runstart: '42', compute: '{"pid":7}' } }));
+    expect(rec).toMatchObject({ terminalFinal: 'inst-1', runStartedAtMs: 42, compute: { pid: 7 } });
+    expect(await store.get('extra')).toMatchObject({ terminalFinal: 'inst-1', runStartedAtMs: 42, compute: { pid: 7 } });
+  });
+
+  it('appends every change of the sandbox to its event stream, and ends it on removal', async () => {
+    const store = new SandboxStore(client);
+    await store.create(sandbox('ev', 'ev'), 'h');
+    await store.mutate('ev', (cur) => ({ sandbox: { ...cur.sandbox, status: { conditions: [], phase: 2 } } }));
+    await store.mutate('ev', (cur) => ({ sandbox: cur.sandbox, extra: { runstart: '1' } })); // internal only: no event
+    await store.remove('ev', 'default', 'ev');
+    const entries = (await client.xrange(keys.events('ev'), '-', '+')) as [string, string[]][];
+    expect(entries.map(([, f]) => (f[0] === 'deleted' ? 'deleted' : `rv${f[1]}`))).toEqual(['rv0', 'rv1', 'deleted']);
+    expect(await client.pttl(keys.events('ev'))).toBeGreaterThan(0);
+  });
+
   it('removes the record, its name and its owner keys', async () => {
     const store = new SandboxStore(client);
     await store.create(sandbox('gone', 'gone'), 'h');

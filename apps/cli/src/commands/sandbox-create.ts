@@ -1,6 +1,8 @@
 // sandgate sandbox create [--name N] [--detach] [--env K=V]... [--label k=v]... [--image I] [--tty] [-o json] [-- CMD...]
 import { UsageError, parseCommand, parseInteger, parseKeyValues, parseOutput, type Env } from '../args.ts';
-import { SandboxPhase } from '@sandgate/protocols';
+import { SandboxPhase, type Sandbox } from '@sandgate/protocols';
+import { status as Status } from '@grpc/grpc-js';
+import { isServiceError, SandboxNotReadyError } from '../client.ts';
 import type { CreateSandboxInput } from '../client.ts';
 import type { CommandContext } from '../context.ts';
 import { formatJson, sandboxJson } from '../output.ts';
@@ -81,7 +83,18 @@ export async function run(argv: string[], ctx: CommandContext): Promise<number> 
     // TODO(attach): without --detach, attach to the main process (stream its output, forward
     // stdin and the terminal) once the gateway exposes that; until then the two modes only
     // differ in intent.
-    const sandbox = await client.waitForReady(name, { timeoutMs, intervalMs: 200 });
+    const ephemeral = args.request.annotations?.[RETENTION_ANNOTATION] === 'ephemeral';
+    let sandbox: Sandbox;
+    try {
+      sandbox = await client.waitForReady(name, { timeoutMs, intervalMs: 200 });
+    } catch (err) {
+      // A detached ephemeral sandbox may finish and be cleaned up before we look: that is success.
+      const gone = (isServiceError(err) && err.code === Status.NOT_FOUND) || (err instanceof SandboxNotReadyError && err.sandbox?.status?.phase === SandboxPhase.DELETING);
+      if (!ephemeral || !gone) throw err;
+      if (args.json) write(formatJson(sandboxJson(created)));
+      else write(`sandbox ${name} (${created.metadata?.id ?? '?'}) finished and was removed (ephemeral)\n`);
+      return 0;
+    }
     const id = sandbox.metadata?.id ?? created.metadata?.id ?? '?';
     if (!args.detach) {
       // Attached: the main process's output (replayed from its start), then its exit code.

@@ -1,0 +1,261 @@
+// Issue 4 acceptance: one lifecycle, one access rule, the same answer from every replica.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Redis } from 'ioredis';
+import { status as grpcStatus } from '@grpc/grpc-js';
+import { keys } from '@sandgate/store';
+import { Cluster, runCli } from '../harness/cluster.ts';
+import { startRedis, type TestRedis } from '../harness/redis.ts';
+import { openShellClient, unaryCall, type AnyClient } from '../harness/grpc-client.ts';
+import { createSandbox, killSupervisor, ownerOf } from '../harness/sandbox.ts';
+import { waitFor } from '../harness/wait.ts';
+
+let redis: TestRedis;
+let r: Redis;
+let cluster: Cluster;
+
+beforeAll(async () => {
+  redis = await startRedis();
+  r = redis.client();
+  cluster = await Cluster.start({ redisUrl: redis.url, replicas: 3 });
+});
+
+afterAll(async () => {
+  // Leave nothing behind: delete whatever the tests left.
+  const list = await runCli(['sandbox', 'list', '-o', 'json'], { gateway: gw(0) }).catch(() => null);
+  if (list?.code === 0) {
+    for (const sb of (JSON.parse(list.stdout.toString()) as { sandboxes: { metadata: { name: string } }[] }).sandboxes) {
+      await runCli(['sandbox', 'delete', sb.metadata.name], { gateway: gw(0) });
+    }
+  }
+  await cluster?.stop();
+  cluster?.cleanup();
+  await redis?.stop();
+});
+
+const gw = (i: number) => cluster.replicas[i]!.grpcAddress;
+const replicaIndex = (id: string) => cluster.replicas.findIndex((x) => x.id === id);
+
+interface SandboxJson {
+  metadata: { id: string; name: string };
+  status: { phase: string; exitCode?: number; mainProcessInstanceId?: string; conditions?: { reason?: string }[] };
+}
+
+async function getJson(name: string, via = 0): Promise<SandboxJson | null> {
+  const res = await runCli(['sandbox', 'get', name, '-o', 'json'], { gateway: gw(via) });
+  if (res.code !== 0) return null;
+  return JSON.parse(res.stdout.toString()) as SandboxJson;
+}
+
+async function computeGone(sandboxId: string): Promise<boolean> {
+  const { existsSync } = await import('node:fs');
+  return !existsSync(`${cluster.stateDir}/sandboxes/${sandboxId}`);
+}
+
+describe('ephemeral sandboxes', () => {
+  for (const [label, cmd] of [
+    ['exit 0', ['/bin/true']],
+    ['exit 3', ['sh', '-c', 'exit 3']],
+  ] as const) {
+    it(`are deleted without a CLI delete while the supervisor is connected (${label})`, async () => {
+      const before = Number((await r.get('sg:metrics:ephemeral_deleted_while_connected')) ?? 0);
+      const name = `eph-${label.replace(' ', '')}`;
+      const t0 = Date.now();
+      const res = await runCli(['sandbox', 'create', '--name', name, '--no-keep', '--detach', '-o', 'json', '--', ...cmd], { gateway: gw(1) });
+      expect(res.code, res.stderr).toBe(0);
+      const id = (JSON.parse(res.stdout.toString()) as SandboxJson).metadata.id;
+      await waitFor('record and compute gone', async () => (await getJson(name, 2)) === null && (await computeGone(id)), 10_000, 100);
+      expect(Date.now() - t0).toBeLessThan(10_000);
+      // The deletion began while the supervisor session was still live: no disconnect needed first.
+      expect(Number(await r.get('sg:metrics:ephemeral_deleted_while_connected'))).toBe(before + 1);
+      expect(await r.exists(keys.sandbox(id), keys.owner(id))).toBe(0);
+    });
+  }
+
+  it('are still deleted when the owner replica is killed right after the exit report', async () => {
+    const name = 'eph-crash';
+    const res = await runCli(['sandbox', 'create', '--name', name, '--no-keep', '--detach', '-o', 'json', '--', 'sh', '-c', 'sleep 2; exit 0'], {
+      gateway: gw(0),
+    });
+    expect(res.code, res.stderr).toBe(0);
+    const id = (JSON.parse(res.stdout.toString()) as SandboxJson).metadata.id;
+    const owner = replicaIndex(await ownerOf(r, id));
+    // The exit report is durable the moment the phase leaves Ready: kill the owner right then.
+    await waitFor('exit recorded', async () => {
+      const phase = (await getJson(name, (owner + 1) % 3))?.status.phase;
+      return phase !== undefined && phase !== 'SANDBOX_PHASE_READY' && phase !== 'SANDBOX_PHASE_PROVISIONING';
+    }, 15_000, 20).catch(() => undefined);
+    await cluster.signal(owner, 'SIGKILL');
+    await waitFor('ephemeral sandbox deleted after owner crash', async () => (await getJson(name, (owner + 1) % 3)) === null && (await computeGone(id)), 30_000, 250);
+    await cluster.startReplica(owner);
+  });
+});
+
+describe('retained sandboxes and the access rule', () => {
+  for (const [label, cmd, phase, code] of [
+    ['exit 0', ['/bin/true'], 'SANDBOX_PHASE_COMPLETED', 0],
+    ['exit 3', ['sh', '-c', 'exit 3'], 'SANDBOX_PHASE_ERROR', 3],
+  ] as const) {
+    it(`${label}: ${phase}, exec works through every replica, and is refused once the supervisor is gone`, async () => {
+      const name = `keep-${code}`;
+      const res = await runCli(['sandbox', 'create', '--name', name, '--detach', '--', ...cmd], { gateway: gw(0) });
+      expect(res.code, res.stderr).toBe(0);
+      const sb = await waitFor('main process result', async () => {
+        const s = await getJson(name);
+        return s?.status.phase === phase ? s : undefined;
+      });
+      expect(sb.status.exitCode ?? 0).toBe(code);
+      if (code !== 0) expect(sb.status.conditions?.[0]?.reason).toBe('MainProcessFailed');
+      for (let i = 0; i < 3; i++) {
+        const ex = await runCli(['sandbox', 'exec', name, '--', 'cat', '/proc/1/cmdline'], { gateway: gw(i) });
+        expect(ex.code, `replica ${i}: ${ex.stderr}`).toBe(0);
+      }
+      // The supervisor dies: from then on no replica may let anyone in.
+      expect(await killSupervisor(sb.metadata.id)).toBe(1);
+      for (let i = 0; i < 3; i++) {
+        await waitFor(`refusal through replica ${i}`, async () => {
+          const ex = await runCli(['sandbox', 'exec', name, '--', 'true'], { gateway: gw(i) });
+          return ex.code === 1 && ex.stderr.includes('FAILED_PRECONDITION') && ex.stderr.includes('sandbox is not ready');
+        }, 15_000, 200);
+      }
+    });
+  }
+
+  it('attached create prints all the output, then exits with the main process code', async () => {
+    const res = await runCli(['sandbox', 'create', '--name', 'attached', '--', 'sh', '-c', 'seq 1 100000; exit 5'], { gateway: gw(1) });
+    const lines = res.stdout.toString().trimEnd().split('\n');
+    expect(lines).toHaveLength(100000);
+    expect(lines[0]).toBe('1');
+    expect(lines[99999]).toBe('100000');
+    expect(res.code).toBe(5);
+  });
+});
+
+describe('stop and start', () => {
+  it('stop refuses exec; start makes a new run with a new instance id', async () => {
+    const sb = await createSandbox(gw(0), 'stopstart');
+    const before = (await getJson('stopstart'))!.status.mainProcessInstanceId;
+    await runCli(['sandbox', 'exec', 'stopstart', '--', 'sh', '-c', 'echo kept > /sandbox/file'], { gateway: gw(1) });
+    const stop = await runCli(['sandbox', 'stop', 'stopstart'], { gateway: gw(2) });
+    expect(stop.code, stop.stderr).toBe(0);
+    expect((await getJson('stopstart'))!.status.phase).toBe('SANDBOX_PHASE_STOPPED');
+    const refused = await runCli(['sandbox', 'exec', 'stopstart', '--', 'true'], { gateway: gw(1) });
+    expect(refused.code).toBe(1);
+    expect(refused.stderr).toContain('sandbox is not ready');
+    const start = await runCli(['sandbox', 'start', 'stopstart'], { gateway: gw(1) });
+    expect(start.code, start.stderr).toBe(0);
+    const after = (await getJson('stopstart'))!;
+    expect(after.status.phase).toBe('SANDBOX_PHASE_READY');
+    expect(after.status.mainProcessInstanceId).toBeTruthy();
+    expect(after.status.mainProcessInstanceId).not.toBe(before);
+    const file = await runCli(['sandbox', 'exec', 'stopstart', '--', 'cat', '/sandbox/file'], { gateway: gw(0) });
+    expect(file.stdout.toString()).toBe('kept\n');
+    expect(sb.id).toBe(after.metadata.id);
+  });
+
+  it('start on a Ready sandbox is a no-op', async () => {
+    const client = openShellClient(gw(0));
+    await runCli(['sandbox', 'create', '--name', 'prov', '--detach', '--', 'sleep', 'infinity'], { gateway: gw(0) });
+    const err = (await unaryCall(client, 'StartSandbox', { name: 'prov' }).then(() => null, (e: unknown) => e)) as { code: number; details: string } | null;
+    // Ready: start is a no-op.
+    expect(err).toBeNull();
+    client.close();
+  });
+});
+
+describe('watch across replicas', () => {
+  it('a watcher on replica A sees every phase change driven through replica C, in order', async () => {
+    const sb = await createSandbox(gw(2), 'watched');
+    const client = openShellClient(gw(0));
+    const phases: number[] = [];
+    const ended = new Promise<void>((resolve, reject) => {
+      const call = client.WatchSandbox({ id: sb.id, follow_status: true, log_sources: [] });
+      call.on('data', (ev: { sandbox?: { status?: { phase?: number } } }) => {
+        if (ev.sandbox) phases.push(ev.sandbox.status?.phase ?? 0);
+      });
+      call.on('end', resolve);
+      call.on('error', reject);
+    });
+    await waitFor('initial snapshot', () => phases.length >= 1);
+    expect(phases[0]).toBe(2);
+    expect((await runCli(['sandbox', 'stop', 'watched'], { gateway: gw(2) })).code).toBe(0);
+    expect((await runCli(['sandbox', 'start', 'watched'], { gateway: gw(2) })).code).toBe(0);
+    expect((await runCli(['sandbox', 'delete', 'watched'], { gateway: gw(2) })).code).toBe(0);
+    await ended;
+    client.close();
+    // Ready, Stopping, Stopped, Starting, Ready, Deleting — and the stream ends with the sandbox.
+    expect(phases).toEqual([2, 6, 7, 8, 2, 4]);
+  });
+
+  it('logs record the lifecycle and are readable through any replica', async () => {
+    await runCli(['sandbox', 'create', '--name', 'logged', '--detach', '--', '/bin/true'], { gateway: gw(0) });
+    await waitFor('completed', async () => (await getJson('logged'))?.status.phase === 'SANDBOX_PHASE_COMPLETED');
+    const logs = await runCli(['logs', 'logged'], { gateway: gw(2) });
+    expect(logs.code).toBe(0);
+    expect(logs.stdout.toString()).toContain('sandbox created');
+    expect(logs.stdout.toString()).toContain('main process exited with code 0');
+  });
+});
+
+describe('provisioning deadline', () => {
+  it('a sandbox whose supervisor never connects becomes Error at the deadline, even with its creator killed', async () => {
+    // A replica that hands supervisors an address nobody listens on, with a 3 s deadline.
+    const bogus = await cluster.addReplica({ supervisorEndpoint: '127.0.0.1:9', env: { SANDGATE_PROVISION_DEADLINE_SECONDS: '3' } });
+    const res = await runCli(['sandbox', 'create', '--name', 'never', '--detach', '--', 'sleep', 'infinity'], {
+      gateway: gw(bogus),
+      env: { SANDGATE_PROVISION_TIMEOUT: '1' },
+    });
+    expect(res.code).toBe(1); // the CLI gave up waiting; the sandbox exists
+    await cluster.signal(bogus, 'SIGKILL');
+    const sb = await waitFor('Error at the deadline', async () => {
+      const s = await getJson('never', 0);
+      return s?.status.phase === 'SANDBOX_PHASE_ERROR' ? s : undefined;
+    }, 20_000, 250);
+    expect(sb.status.conditions?.[0]?.reason).toBe('ProvisioningTimeout');
+    await waitFor('compute removed', async () => {
+      const { readFileSync } = await import('node:fs');
+      try {
+        const h = JSON.parse(readFileSync(`${cluster.stateDir}/sandboxes/${sb.metadata.id}/handle.json`, 'utf8')) as { pid: number };
+        process.kill(h.pid, 0);
+        return false;
+      } catch {
+        return true;
+      }
+    }, 10_000);
+  });
+});
+
+describe('conformance', () => {
+  let client: AnyClient;
+  beforeAll(() => {
+    client = openShellClient(gw(1));
+  });
+  afterAll(() => client.close());
+
+  it('repeat delete answers NOT_FOUND', async () => {
+    await createSandbox(gw(0), 'twice');
+    expect(await unaryCall(client, 'DeleteSandbox', { name: 'twice' })).toEqual({ deleted: true });
+    const err = (await unaryCall(client, 'DeleteSandbox', { name: 'twice' }).catch((e: unknown) => e)) as { code: number; details: string };
+    expect(err.code).toBe(grpcStatus.NOT_FOUND);
+    expect(err.details).toBe('sandbox not found');
+  });
+
+  it('concurrent creates with one name through three replicas: exactly one wins', async () => {
+    const results = await Promise.allSettled(
+      [0, 1, 2, 0, 1, 2].map((i) =>
+        unaryCall(openShellClient(gw(i)), 'CreateSandbox', { name: 'same', spec: { command: ['sleep', 'infinity'] } }),
+      ),
+    );
+    expect(results.filter((x) => x.status === 'fulfilled')).toHaveLength(1);
+    for (const x of results) if (x.status === 'rejected') expect((x.reason as { code: number }).code).toBe(grpcStatus.ALREADY_EXISTS);
+  });
+
+  it('lists by label selector', async () => {
+    for (const [name, team] of [['lab-a', 'red'], ['lab-b', 'blue']] as const) {
+      expect((await runCli(['sandbox', 'create', '--name', name, '--label', `team=${team}`, '--label', 'env=ci', '--detach', '--', 'sleep', 'infinity'], { gateway: gw(0) })).code).toBe(0);
+    }
+    const red = (await unaryCall<{ sandboxes: { metadata: { name: string } }[] }>(client, 'ListSandboxes', { label_selector: 'team=red' })).sandboxes;
+    expect(red.map((s) => s.metadata.name)).toEqual(['lab-a']);
+    const ci = (await unaryCall<{ sandboxes: { metadata: { name: string } }[] }>(client, 'ListSandboxes', { label_selector: 'env=ci' })).sandboxes;
+    expect(ci.map((s) => s.metadata.name).sort()).toEqual(['lab-a', 'lab-b']);
+  });
+});
