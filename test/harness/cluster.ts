@@ -29,6 +29,8 @@ export interface ClusterOptions {
   replicas?: number;
   redisUrl: string;
   env?: Record<string, string>;
+  /** What supervisors dial (e.g. a load balancer); defaults to every replica's address. */
+  supervisorEndpoint?: string;
 }
 
 export class Cluster {
@@ -36,15 +38,17 @@ export class Cluster {
   readonly stateDir: string;
   readonly redisUrl: string;
   private readonly env: Record<string, string>;
+  private readonly endpointOverride: string | undefined;
 
-  private constructor(redisUrl: string, env: Record<string, string>) {
+  private constructor(redisUrl: string, env: Record<string, string>, endpointOverride: string | undefined) {
     this.redisUrl = redisUrl;
     this.env = env;
+    this.endpointOverride = endpointOverride;
     this.stateDir = mkdtempSync(path.join(os.tmpdir(), 'sg-state-'));
   }
 
   static async start(opts: ClusterOptions): Promise<Cluster> {
-    const cluster = new Cluster(opts.redisUrl, opts.env ?? {});
+    const cluster = new Cluster(opts.redisUrl, opts.env ?? {}, opts.supervisorEndpoint);
     const n = opts.replicas ?? 3;
     const ports = await freePorts(n * 3);
     for (let i = 0; i < n; i++) {
@@ -66,6 +70,7 @@ export class Cluster {
 
   /** Every regular replica's gRPC address (what supervisors dial, as they would a load balancer). */
   get supervisorEndpoint(): string {
+    if (this.endpointOverride) return this.endpointOverride;
     return this.replicas
       .filter((r) => r.supervisorEndpoint === undefined)
       .map((r) => r.grpcAddress)

@@ -8,7 +8,11 @@ const OpenShellClient = makeGenericClientConstructor(serviceDefinition('openshel
 export type AnyClient = Client & Record<string, any>;
 
 export function openShellClient(address: string): AnyClient {
-  return new OpenShellClient(address, credentials.createInsecure()) as unknown as AnyClient;
+  // Reconnect quickly after a replica or the balancer dropped us (grpc-js defaults back off to 2 min).
+  return new OpenShellClient(address, credentials.createInsecure(), {
+    'grpc.initial_reconnect_backoff_ms': 100,
+    'grpc.max_reconnect_backoff_ms': 1000,
+  }) as unknown as AnyClient;
 }
 
 /** Calls a unary method and resolves with the response or rejects with the ServiceError. */

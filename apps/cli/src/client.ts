@@ -116,6 +116,8 @@ export function createClient(endpoint: string, options: ClientOptions = {}): San
   const raw = new OpenShellClient(address, credentials.createInsecure(), {
     'grpc.keepalive_time_ms': 20_000,
     'grpc.keepalive_timeout_ms': 10_000,
+    'grpc.initial_reconnect_backoff_ms': 100,
+    'grpc.max_reconnect_backoff_ms': 2000,
   });
   const methods = raw as unknown as Record<string, unknown>;
   const unaryTimeoutMs = options.unaryTimeoutMs ?? 60_000;

@@ -2,7 +2,7 @@
 // otherwise through the owner replica's peer port (found in Redis).
 import { credentials, makeGenericClientConstructor, Metadata, type Client, type ClientDuplexStream, type ServiceError } from '@grpc/grpc-js';
 import type { Duplex } from 'node:stream';
-import { serviceDefinition, type ExecFrame, type ExecStart } from '@sandgate/protocols';
+import { serviceDefinition, type ExecFrame, type ExecStart, type TcpFrame, type TcpOpen } from '@sandgate/protocols';
 import { GatewayError, Code } from '@sandgate/core';
 import type { OwnershipStore, ReplicaRegistry } from '@sandgate/store';
 import type { Logger } from '@sandgate/telemetry';
@@ -16,10 +16,14 @@ export interface ExecPath {
   abort(reason: string): void;
 }
 
+/** One TCP channel's frame stream to the supervisor (TcpFrames), wherever it is. */
+export type TcpPath = ExecPath;
+
 const PeerClient = makeGenericClientConstructor(serviceDefinition('sandgate.v1.Peer'), 'Peer');
 
 type PeerClientInstance = Client & {
   Exec(metadata: Metadata): ClientDuplexStream<ExecFrame, ExecFrame>;
+  Tcp(metadata: Metadata): ClientDuplexStream<TcpFrame, TcpFrame>;
   KillExec(
     req: { sandbox_id: string; exec_id: string },
     metadata: Metadata,
@@ -126,12 +130,48 @@ export class ExecRouter {
     return { stream: call as unknown as Duplex, via: 'peer', abort: () => call.cancel() };
   }
 
+  // ---- TCP channels (SSH and ForwardTcp): the same routing as exec, with TcpFrames -----------
+
+  /** Opens a TCP channel to the sandbox's supervisor, wherever its session is. */
+  async openTcp(sandboxId: string, open: TcpOpen): Promise<TcpPath> {
+    if (this.deps.sessions.get(sandboxId)) return this.openTcpLocal(sandboxId, open);
+    const owner = await this.deps.ownership.get(sandboxId);
+    if (!owner || owner.replica === this.deps.replicaId) {
+      throw new GatewayError(Code.UNAVAILABLE, 'supervisor relay failed: supervisor session not connected');
+    }
+    const info = await this.deps.replicas.get(owner.replica);
+    if (!info) {
+      throw new GatewayError(
+        Code.UNAVAILABLE,
+        `supervisor relay failed: the session is held by replica ${owner.replica}, which is not live; the supervisor is reconnecting, retry`,
+      );
+    }
+    const call = this.peerClient(info.peerAddress).Tcp(this.peerMetadata());
+    call.on('error', (err: { code?: number }) => {
+      if (err.code === Code.UNAVAILABLE) this.evict(info.peerAddress);
+    });
+    call.write({ open });
+    return { stream: call as unknown as Duplex, via: 'peer', abort: () => call.cancel() };
+  }
+
+  /** This replica holds the session: ask the supervisor for a TcpChannel. */
+  async openTcpLocal(sandboxId: string, open: TcpOpen): Promise<TcpPath> {
+    const session = this.deps.sessions.get(sandboxId);
+    if (!session) throw new GatewayError(Code.UNAVAILABLE, 'supervisor relay failed: supervisor session not connected');
+    const call = await this.deps.sessions.openTcp(session, open);
+    return {
+      stream: call as unknown as Duplex,
+      via: 'local',
+      abort: (reason) => endWithError(call, new GatewayError(Code.CANCELLED, reason)),
+    };
+  }
+
   private peerClient(address: string): PeerClientInstance {
     let client = this.peers.get(address);
     if (!client) {
       client = new PeerClient(address, credentials.createInsecure(), {
-        'grpc.keepalive_time_ms': 10_000,
-        'grpc.keepalive_timeout_ms': 5_000,
+        'grpc.keepalive_time_ms': 2_000,
+        'grpc.keepalive_timeout_ms': 2_000,
         'grpc.keepalive_permit_without_calls': 1,
         'grpc.initial_reconnect_backoff_ms': 100,
         'grpc.max_reconnect_backoff_ms': 1000,

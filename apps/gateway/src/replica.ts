@@ -28,6 +28,13 @@ const GRPC_SERVER_OPTIONS = {
   'grpc.keepalive_timeout_ms': 5_000,
   'grpc.keepalive_permit_without_calls': 1,
 };
+// Peers are on a local network: a stalled or vanished replica is noticed within ~4 s, which bounds
+// how long a relayed exec can outlive its client after the entry replica froze.
+const PEER_SERVER_OPTIONS = {
+  'grpc.keepalive_time_ms': 2_000,
+  'grpc.keepalive_timeout_ms': 2_000,
+  'grpc.keepalive_permit_without_calls': 1,
+};
 
 function bindGrpc(server: Server, host: string, port: number): Promise<number> {
   return new Promise((resolve, reject) => {
@@ -48,7 +55,11 @@ export async function startReplica(config: ReplicaConfig): Promise<RunningReplic
   await redis.connect();
 
   const store = new SandboxStore(redis);
-  const ownership = new OwnershipStore(redis, config.ownerTtlMs);
+  const debugNoFencing = process.env.SANDGATE_DEBUG_DISABLE_FENCING === '1';
+  const debugNoJobs = process.env.SANDGATE_DEBUG_DISABLE_JOBS === '1';
+  if (debugNoFencing) log.warn('DEBUG: ownership fencing is DISABLED (SANDGATE_DEBUG_DISABLE_FENCING=1)');
+  if (debugNoJobs) log.warn('DEBUG: durable jobs are DISABLED (SANDGATE_DEBUG_DISABLE_JOBS=1)');
+  const ownership = new OwnershipStore(redis, config.ownerTtlMs, { fencing: !debugNoFencing });
   const replicas = new ReplicaRegistry(redis, config.ownerTtlMs);
   const driver = createDriver(config);
   // The peer secret is shared through Redis on first start (replicas trust the same Redis).
@@ -56,7 +67,7 @@ export async function startReplica(config: ReplicaConfig): Promise<RunningReplic
 
   const logs = new SandboxLogStore(redis);
   // BullMQ gets its own connections: workers block on Redis, and must retry forever.
-  const scheduler = new JobScheduler(new Redis(config.redisUrl, { maxRetriesPerRequest: 2 }));
+  const scheduler = new JobScheduler(new Redis(config.redisUrl, { maxRetriesPerRequest: 2 }), { enabled: !debugNoJobs });
   // Sessions report to the lifecycle, which asks the router about sessions: bound late.
   let lifecycle: LifecycleService | undefined;
   const sessions = new SessionRegistry({
@@ -66,6 +77,7 @@ export async function startReplica(config: ReplicaConfig): Promise<RunningReplic
     heartbeatIntervalMs: config.heartbeatIntervalMs,
     heartbeatMisses: config.heartbeatMisses,
     maxExecsPerSandbox: config.maxExecsPerSandbox ?? 64,
+    disconnectGraceMs: 5_000,
     reports: {
       mainExit: (id, instance, code) => lifecycle!.mainProcessExited(id, instance, code),
       terminalFinal: (id, instance) => lifecycle!.terminalFinal(id, instance),
@@ -77,7 +89,7 @@ export async function startReplica(config: ReplicaConfig): Promise<RunningReplic
   const exec = new ExecService({ store, router, peerSecret, scheduler, log, metrics });
 
   const publicServer = new Server(GRPC_SERVER_OPTIONS);
-  const peerServer = new Server(GRPC_SERVER_OPTIONS);
+  const peerServer = new Server(PEER_SERVER_OPTIONS);
   const grpcPort = await bindGrpc(publicServer, config.host, config.grpcPort);
   const peerPort = await bindGrpc(peerServer, config.host, config.peerPort);
   const grpcAddress = `${config.host}:${grpcPort}`;

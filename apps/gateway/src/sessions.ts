@@ -4,7 +4,7 @@
 // separate ExecChannel call, matched to its pending request by exec id.
 import { randomUUID } from 'node:crypto';
 import type { ServerDuplexStream } from '@grpc/grpc-js';
-import type { ExecFrame, ExecStart, GatewayMessage, SupervisorMessage } from '@sandgate/protocols';
+import type { ExecFrame, ExecStart, GatewayMessage, SupervisorMessage, TcpFrame, TcpOpen } from '@sandgate/protocols';
 import { GatewayError, Code, onSupervisorConnected, onSupervisorDisconnected, type LifecycleStatus } from '@sandgate/core';
 import type { OwnershipStore, SandboxStore } from '@sandgate/store';
 import type { Logger, Metrics } from '@sandgate/telemetry';
@@ -12,6 +12,7 @@ import { verifyCredential } from './credentials.ts';
 
 export type ControlCall = ServerDuplexStream<SupervisorMessage, GatewayMessage>;
 export type ExecChannelCall = ServerDuplexStream<ExecFrame, ExecFrame>;
+export type TcpChannelCall = ServerDuplexStream<TcpFrame, TcpFrame>;
 
 /** How long a supervisor has to open the ExecChannel after `open_exec`. */
 const EXEC_ATTACH_TIMEOUT_MS = 10_000;
@@ -20,6 +21,11 @@ interface PendingExec {
   resolve(call: ExecChannelCall): void;
   reject(err: Error): void;
   timer: NodeJS.Timeout;
+}
+
+interface PendingTcp {
+  resolve(call: TcpChannelCall): void;
+  reject(err: Error): void;
 }
 
 export class Session {
@@ -31,6 +37,8 @@ export class Session {
   lastSeenMs = Date.now();
   closed = false;
   readonly pending = new Map<string, PendingExec>();
+  /** TCP channels (SSH, forwarded TCP) asked for with `open_tcp`, by channel id. */
+  readonly pendingTcp = new Map<string, PendingTcp>();
   /** Kill requests sent to the supervisor, by request id. */
   readonly kills = new Map<string, { resolve(killed: number): void; reject(err: Error): void }>();
   /** Execs with an open ExecChannel on this session (the per-sandbox concurrency limit). */
@@ -51,6 +59,8 @@ export interface SessionDeps {
   heartbeatIntervalMs: number;
   heartbeatMisses: number;
   maxExecsPerSandbox: number;
+  /** How long a released session may stay gone before the sandbox leaves Ready. */
+  disconnectGraceMs: number;
   /** Durable handling of the supervisor's reports; acknowledged only once these resolve. */
   reports: {
     mainExit(sandboxId: string, instanceId: string, exitCode: number): Promise<void>;
@@ -113,6 +123,10 @@ export class SessionRegistry {
         const p = session.pending.get(msg.exec_open_failed.exec_id ?? '');
         p?.reject(new GatewayError(Code.UNAVAILABLE, `supervisor could not open exec: ${msg.exec_open_failed.message ?? ''}`));
       }
+      if (msg.tcp_open_failed) {
+        const p = session.pendingTcp.get(msg.tcp_open_failed.channel_id ?? '');
+        p?.reject(new GatewayError(Code.UNAVAILABLE, `supervisor could not open the connection: ${msg.tcp_open_failed.message ?? ''}`));
+      }
       if (msg.main_exit) this.onMainExit(session, msg.main_exit);
       if (msg.terminal_final) this.onTerminalFinal(session, msg.terminal_final);
       if (msg.exec_kill_result) {
@@ -160,9 +174,19 @@ export class SessionRegistry {
     log.info('supervisor session accepted', { sandboxId, sessionId: session.sessionId, fence: session.fence, instanceId });
 
     // Heartbeats: send ours, and close the session after `heartbeatMisses` silent intervals.
+    // If this replica itself stalled (a GC pause, SIGSTOP, an overloaded host), the supervisor's
+    // heartbeats are sitting unread in the socket: judge silence only after a timely tick.
+    let lastTick = Date.now();
     session.timers.push(
       setInterval(() => {
-        if (Date.now() - session.lastSeenMs > heartbeatIntervalMs * heartbeatMisses) {
+        const now = Date.now();
+        const stalled = now - lastTick > heartbeatIntervalMs * 2;
+        lastTick = now;
+        if (stalled) {
+          session.lastSeenMs = Math.max(session.lastSeenMs, now - heartbeatIntervalMs);
+          return;
+        }
+        if (now - session.lastSeenMs > heartbeatIntervalMs * heartbeatMisses) {
           metrics.inc('sandgate_supervisor_sessions_timed_out_total');
           void this.close(session, 'heartbeats stopped');
           return;
@@ -192,11 +216,22 @@ export class SessionRegistry {
     if (this.sessions.get(session.sandboxId) === session) this.sessions.delete(session.sandboxId);
     for (const [, p] of session.pending) p.reject(new GatewayError(Code.UNAVAILABLE, `supervisor session closed: ${reason}`));
     for (const [, k] of session.kills) k.reject(new GatewayError(Code.UNAVAILABLE, `supervisor session closed: ${reason}`));
+    for (const [, p] of session.pendingTcp) p.reject(new GatewayError(Code.UNAVAILABLE, `supervisor session closed: ${reason}`));
     endWithError(session.call, new GatewayError(Code.UNAVAILABLE, `session closed: ${reason}`));
     this.deps.log.info('supervisor session closed', { sandboxId: session.sandboxId, sessionId: session.sessionId, reason });
     try {
       const released = await this.deps.ownership.release(session.sandboxId, session.fence);
-      if (released) await this.markDisconnected(session);
+      // A supervisor usually reconnects within a second or two (through another replica, too):
+      // only a session that stays gone moves the sandbox out of Ready. Until then access is
+      // answered with a retriable UNAVAILABLE, not a precondition failure.
+      if (released) {
+        const timer = setTimeout(() => {
+          this.markDisconnected(session).catch((err: unknown) =>
+            this.deps.log.warn('marking disconnect failed', { sandboxId: session.sandboxId, err }),
+          );
+        }, this.deps.disconnectGraceMs);
+        timer.unref();
+      }
     } catch (err) {
       this.deps.log.warn('ownership release failed', { sandboxId: session.sandboxId, err });
     }
@@ -204,6 +239,7 @@ export class SessionRegistry {
 
   /** Ready → Provisioning when the supervisor is gone, unless a newer session already moved it. */
   private async markDisconnected(session: Session): Promise<void> {
+    if (await this.deps.ownership.get(session.sandboxId)) return; // it came back meanwhile
     await this.deps.store.mutate(session.sandboxId, (cur) => {
       if (cur.ownerFence !== session.fence) return null;
       const next = onSupervisorDisconnected(cur.sandbox.status as LifecycleStatus, new Date());
@@ -297,6 +333,51 @@ export class SessionRegistry {
         session!.activeExecs--;
       };
       for (const ev of ['close', 'finish', 'error', 'cancelled']) call.once(ev, release);
+      pending.resolve(call);
+    });
+  }
+
+  /** Asks the supervisor to open a TCP channel and resolves with its TcpChannel call once attached. */
+  openTcp(session: Session, open: TcpOpen): Promise<TcpChannelCall> {
+    const channelId = open.channel_id!;
+    return new Promise<TcpChannelCall>((resolve, reject) => {
+      const timer = setTimeout(() => {
+        session.pendingTcp.delete(channelId);
+        reject(new GatewayError(Code.DEADLINE_EXCEEDED, 'relay open timed out'));
+      }, EXEC_ATTACH_TIMEOUT_MS);
+      const settle = () => {
+        clearTimeout(timer);
+        session.pendingTcp.delete(channelId);
+      };
+      session.pendingTcp.set(channelId, {
+        resolve: (call) => {
+          settle();
+          resolve(call);
+        },
+        reject: (err) => {
+          settle();
+          reject(err);
+        },
+      });
+      session.call.write({ open_tcp: open });
+    });
+  }
+
+  /** A TcpChannel call from a supervisor: its first frame names the pending TCP channel. */
+  handleTcpChannel(call: TcpChannelCall): void {
+    const timer = setTimeout(() => endWithError(call, new GatewayError(Code.DEADLINE_EXCEEDED, 'expected attach frame')), 10_000);
+    call.once('data', (frame: TcpFrame) => {
+      clearTimeout(timer);
+      const sandboxId = call.metadata.get('x-sandgate-sandbox-id')[0];
+      const session = typeof sandboxId === 'string' ? this.get(sandboxId) : undefined;
+      const channelId = frame.attach?.channel_id ?? '';
+      const pending = session && frame.attach?.session_id === session.sessionId ? session.pendingTcp.get(channelId) : undefined;
+      if (!pending) {
+        endWithError(call, new GatewayError(Code.NOT_FOUND, 'unknown or expired relay channel'));
+        return;
+      }
+      // Stop the flow until the relay pipes this call somewhere (back-pressure from the start).
+      call.pause();
       pending.resolve(call);
     });
   }

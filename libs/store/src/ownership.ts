@@ -57,12 +57,34 @@ export interface OwnerRecord {
   instance: string;
 }
 
+// DEBUG ONLY (SANDGATE_DEBUG_DISABLE_FENCING): renew and release that ignore the fence, so the
+// chaos suite can prove its invariants catch what fencing prevents. Never use in production.
+const RENEW_UNFENCED = new LuaScript(
+  `
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1
+`,
+  1,
+);
+const RELEASE_UNFENCED = new LuaScript(
+  `
+redis.call('DEL', KEYS[1])
+return 1
+`,
+  1,
+);
+
 export class OwnershipStore {
   private readonly redis: Redis;
   readonly ttlMs: number;
-  constructor(redis: Redis, ttlMs: number) {
+  private readonly renewScript: LuaScript;
+  private readonly releaseScript: LuaScript;
+  constructor(redis: Redis, ttlMs: number, opts: { fencing?: boolean } = {}) {
     this.redis = redis;
     this.ttlMs = ttlMs;
+    const fencing = opts.fencing ?? true;
+    this.renewScript = fencing ? RENEW : RENEW_UNFENCED;
+    this.releaseScript = fencing ? RELEASE : RELEASE_UNFENCED;
   }
 
   async claim(sandboxId: string, replicaId: string, sessionId: string, instanceId: string): Promise<number> {
@@ -71,11 +93,11 @@ export class OwnershipStore {
   }
 
   async renew(sandboxId: string, fence: number): Promise<boolean> {
-    return (await RENEW.run(this.redis, [keys.owner(sandboxId)], [String(fence), this.ttlMs])) === 1;
+    return (await this.renewScript.run(this.redis, [keys.owner(sandboxId)], [String(fence), this.ttlMs])) === 1;
   }
 
   async release(sandboxId: string, fence: number): Promise<boolean> {
-    return (await RELEASE.run(this.redis, [keys.owner(sandboxId)], [String(fence)])) === 1;
+    return (await this.releaseScript.run(this.redis, [keys.owner(sandboxId)], [String(fence)])) === 1;
   }
 
   async revoke(sandboxId: string): Promise<void> {

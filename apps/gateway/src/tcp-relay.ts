@@ -1,0 +1,107 @@
+// Moving a TCP channel's bytes between hops, with back-pressure (libs/relay's pump) and one set of
+// end rules on every hop:
+//   * `data` frames carry bytes; `eof` is a half-close of the sender's direction;
+//   * a stream ending (or erroring) means the connection is closed, in both directions.
+// ForwardTcp (client ↔ entry replica) maps onto that: the client's half-close becomes `eof`, the
+// target's `eof` ends the client's call (the server closes first, as OpenShell clients expect).
+import type { Duplex } from 'node:stream';
+import type { TcpForwardFrame, TcpFrame } from '@sandgate/protocols';
+import { GatewayError, Code } from '@sandgate/core';
+import { pump } from '@sandgate/relay';
+import type { Logger } from '@sandgate/telemetry';
+import type { TcpPath } from './exec-router.ts';
+import { endWithError } from './sessions.ts';
+import { toServiceError } from './grpc-errors.ts';
+
+/** The grpc-js server call side we need (ForwardTcp and Peer.Tcp calls alike). */
+type ServerCall = Duplex & { cancelled: boolean; on(event: string, fn: (...args: unknown[]) => void): unknown };
+
+function pathError(frame: TcpFrame): GatewayError {
+  return new GatewayError((frame.error?.code ?? Code.UNAVAILABLE) as Code, frame.error?.message || 'relay channel failed');
+}
+
+function brokenError(err: unknown): GatewayError {
+  const e = err as { code?: number; details?: string } | undefined;
+  const code = e?.code && e.code !== Code.CANCELLED && e.code !== Code.OK ? e.code : Code.UNAVAILABLE;
+  return new GatewayError(code as Code, e?.details ? `relay channel dropped: ${e.details}` : 'relay channel dropped');
+}
+
+/** ForwardTcp at the entry replica: the client's call ↔ the path to the supervisor. */
+export function relayForward(client: ServerCall, path: TcpPath, log: Logger, onDone: () => void): void {
+  const up = path.stream;
+  let done = false;
+  let eofSent = false;
+  const sendEof = () => {
+    if (eofSent || done || up.writableEnded) return;
+    eofSent = true;
+    up.write({ eof: {} });
+  };
+  const finish = (err?: GatewayError) => {
+    if (done) return;
+    done = true;
+    stopUp();
+    stopDown();
+    // The connection is over: close the upstream hop once the client has been handed everything.
+    const closeUpstream = () => {
+      if (!up.writableEnded) up.end();
+    };
+    if (err) {
+      endWithError(client, toServiceError(err, log));
+      closeUpstream();
+    } else if (client.writableEnded) {
+      closeUpstream();
+    } else {
+      client.once('finish', closeUpstream);
+      client.once('close', closeUpstream);
+      client.end();
+    }
+    onDone();
+  };
+  const stopUp = pump(client, up, (frame: TcpForwardFrame): TcpFrame | null => {
+    if (eofSent) return null;
+    if (frame.data !== undefined) return frame.data.length > 0 ? { data: frame.data } : null;
+    // Anything but data after init ends the client → target direction (as upstream does).
+    sendEof();
+    return null;
+  });
+  client.on('end', sendEof);
+  const stopDown = pump(up, client, (frame: TcpFrame): TcpForwardFrame | null => {
+    if (frame.data) return frame.data.length > 0 ? { data: frame.data } : null;
+    if (frame.eof) finish();
+    else if (frame.error) finish(pathError(frame));
+    return null;
+  });
+  up.on('end', () => finish());
+  up.on('error', (err: unknown) => finish(brokenError(err)));
+  up.on('cancelled', () => finish(brokenError(undefined)));
+  client.on('cancelled', () => {
+    if (done) return;
+    done = true;
+    stopUp();
+    stopDown();
+    path.abort('client closed the forward');
+    onDone();
+  });
+}
+
+/** Peer.Tcp at the owner replica: the entry replica's call ↔ the supervisor's TcpChannel. */
+export function spliceTcp(call: ServerCall, path: TcpPath): void {
+  const up = path.stream;
+  pump(up, call, (f: TcpFrame) => (f.data || f.eof || f.error ? f : null));
+  pump(call, up, (f: TcpFrame) => (f.data || f.eof ? f : null));
+  up.on('end', () => {
+    // Close the supervisor's side only after the entry replica has been handed everything.
+    call.once('finish', () => {
+      if (!up.writableEnded) up.end();
+    });
+    if (!call.writableEnded) call.end();
+  });
+  // The entry replica ending its side means the connection is closed.
+  call.on('end', () => {
+    if (!up.writableEnded) up.end();
+  });
+  const broken = () => endWithError(call, new GatewayError(Code.UNAVAILABLE, 'supervisor tcp channel dropped'));
+  up.on('error', broken);
+  up.on('cancelled', broken);
+  call.on('cancelled', () => path.abort('peer relay cancelled'));
+}

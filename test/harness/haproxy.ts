@@ -1,0 +1,75 @@
+// haproxy in front of the replicas, as a production load balancer would be: TCP mode (gRPC is
+// HTTP/2 end to end), health checks on /readyz, sessions to a backend that goes down are shut
+// so clients and supervisors reconnect to a live replica.
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import { waitFor } from './wait.ts';
+
+export interface HaproxyBackend {
+  name: string;
+  grpcPort: number;
+  httpPort: number;
+}
+
+export interface Haproxy {
+  address: string;
+  stop(): Promise<void>;
+}
+
+export function haproxyConfig(port: number, backends: HaproxyBackend[]): string {
+  return [
+    'global',
+    '  maxconn 4000',
+    'defaults',
+    '  mode tcp',
+    '  timeout connect 1s',
+    '  timeout client 1h',
+    '  timeout server 1h',
+    '  timeout tunnel 1h',
+    '  retries 3',
+    '  option redispatch',
+    'frontend grpc',
+    `  bind 127.0.0.1:${port}`,
+    '  default_backend replicas',
+    'backend replicas',
+    '  balance roundrobin',
+    '  option httpchk GET /readyz',
+    '  http-check expect status 200',
+    '  default-server inter 300 fall 2 rise 1 on-marked-down shutdown-sessions',
+    ...backends.map((b) => `  server ${b.name} 127.0.0.1:${b.grpcPort} check port ${b.httpPort}`),
+    '',
+  ].join('\n');
+}
+
+export async function startHaproxy(port: number, backends: HaproxyBackend[]): Promise<Haproxy> {
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'sg-haproxy-'));
+  const cfg = path.join(dir, 'haproxy.cfg');
+  writeFileSync(cfg, haproxyConfig(port, backends));
+  const proc: ChildProcess = spawn('haproxy', ['-f', cfg, '-db'], { stdio: ['ignore', 'ignore', 'pipe'] });
+  let err = '';
+  proc.stderr!.on('data', (c: Buffer) => (err = (err + c.toString()).slice(-4000)));
+  await waitFor('haproxy listening', () => {
+    if (proc.exitCode !== null) throw new Error(`haproxy exited ${proc.exitCode}: ${err}`);
+    return new Promise<boolean>((resolve) => {
+      const s = net.connect(port, '127.0.0.1', () => {
+        s.destroy();
+        resolve(true);
+      });
+      s.on('error', () => resolve(false));
+    });
+  });
+  return {
+    address: `127.0.0.1:${port}`,
+    async stop() {
+      if (proc.exitCode === null) {
+        const exited = new Promise((r) => proc.once('exit', r));
+        proc.kill('SIGKILL');
+        await exited;
+      }
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
