@@ -65,7 +65,8 @@ export function pumpExec(call: ExecCall, start: ExecSandboxRequest, io: ExecStdi
     };
 
     const settleIfDone = () => {
-      if (!gotStatus || !ended) return;
+      // Already settled (e.g. Ctrl-C exits 130): the CANCELLED that follows is ours, not news.
+      if (settled || !gotStatus || !ended) return;
       if (streamError) {
         io.stderr.write(`error: ${statusName(streamError.code)}: ${streamError.details || streamError.message}\n`);
         finish(EXIT_FAILURE);

@@ -73,18 +73,27 @@ export class ExecService {
   }
 
   /**
-   * Opens the path to the supervisor. An exec with a deadline first gets its durable backstop
-   * job, so that no crash after this point can let the tree outlive the deadline unnoticed.
+   * Opens the path to the supervisor; an exec with a deadline then gets its durable backstop job,
+   * so that a crash of any replica cannot let the tree outlive the deadline unnoticed.
    */
   private async openPath(start: ExecStart): Promise<ExecPath> {
+    const path = await this.deps.router.open(start.sandbox_id!, start);
+    // The supervisor's clock starts when it spawns, i.e. about now: the backstop is timed from
+    // here, so a slow open cannot make it fire before the exec's own deadline. (Until this is
+    // enqueued the supervisor's local timeout alone holds the deadline, as it always does.)
     if (start.timeout_seconds && this.deps.scheduler) {
-      await this.deps.scheduler.execDeadline({
-        sandboxId: start.sandbox_id!,
-        execId: start.exec_id!,
-        deadlineMs: Date.now() + start.timeout_seconds * 1000,
-      });
+      try {
+        await this.deps.scheduler.execDeadline({
+          sandboxId: start.sandbox_id!,
+          execId: start.exec_id!,
+          deadlineMs: Date.now() + start.timeout_seconds * 1000,
+        });
+      } catch (err) {
+        path.abort('could not record the exec deadline');
+        throw err;
+      }
     }
-    return this.deps.router.open(start.sandbox_id!, start);
+    return path;
   }
 
   /** ExecSandbox: server-streaming; stdin is the request's whole payload. */
@@ -94,6 +103,8 @@ export class ExecService {
       .then(async (start) => {
         if (call.cancelled) return;
         const path = await this.openPath(start);
+        // The client may have gone while the path was opening: nobody will see this exec.
+        if (call.cancelled) return path.abort('client cancelled before the exec started');
         this.relayToClient(path, call, start);
       })
       .catch((err: unknown) => endWithError(call, toServiceError(err, this.deps.log)));
@@ -119,6 +130,7 @@ export class ExecService {
         .then(async (start) => {
           if (call.cancelled) return;
           const path = await this.openPath(start);
+          if (call.cancelled) return path.abort('client cancelled before the exec started');
           this.relayToClient(path, call, start);
           pump(call, path.stream, (input: ExecSandboxInput): ExecFrame | null => {
             if (input.stdin) return { stdin: input.stdin };
@@ -150,6 +162,8 @@ export class ExecService {
       const closeUpstream = () => {
         if (!path.stream.writableEnded) path.stream.end();
       };
+      // A client stream that is already gone emits neither event again: close (and free the slot) now.
+      if (client.destroyed || client.writableFinished) closeUpstream();
       client.once('finish', closeUpstream);
       client.once('close', closeUpstream);
       if (err) endWithError(client, toServiceError(err, log));
@@ -176,7 +190,11 @@ export class ExecService {
     const broken = (err: unknown) => {
       if (exitSeen) return finish();
       const e = err as { code?: number; details?: string } | undefined;
-      const code = e?.code && e.code !== Code.CANCELLED ? e.code : Code.UNAVAILABLE;
+      // A hop that vanished (a killed replica, a reset stream) surfaces in grpc-js as CANCELLED,
+      // UNKNOWN or INTERNAL ("RST_STREAM … without gRPC status"): to the client that is a broken
+      // path, which is retriable. Deliberate statuses from the owner pass through unchanged.
+      const transport = e?.code === undefined || e.code === Code.CANCELLED || e.code === Code.UNKNOWN || e.code === Code.INTERNAL;
+      const code = transport ? Code.UNAVAILABLE : e.code!;
       finish(new GatewayError(code as Code, e?.details ? `exec relay failed: ${e.details}` : 'relay channel dropped'));
     };
     path.stream.on('error', broken);

@@ -3,6 +3,7 @@
 // has been fully read (so no output can arrive after the exit frame).
 import { spawn, type ChildProcess } from 'node:child_process';
 import * as pty from 'node-pty';
+import { readProcStat } from './kill-tree.ts';
 import { signalNumber } from './signals.ts';
 
 export interface ExecProcessHandlers {
@@ -20,8 +21,13 @@ export interface ExecProcessHandlers {
 
 export interface ExecProcess {
   readonly pid: number;
-  /** The process group to signal; the pid, since every exec leads its own group. */
+  /** The process group to signal; the pid, since every exec leads its own session and group. */
   readonly pgid: number;
+  /**
+   * The leader's start time as read right after the fork (undefined if unreadable): tells the
+   * exec's group and session apart from a later process that recycled the pid.
+   */
+  readonly startTime: string | undefined;
   readonly tty: boolean;
   /** false: stop feeding stdin until stdinDrain. */
   writeStdin(data: Buffer): boolean;
@@ -84,6 +90,7 @@ export function spawnPiped(spec: SpawnSpec, h: ExecProcessHandlers): ExecProcess
   return {
     pid,
     pgid: pid,
+    startTime: pid > 0 ? readProcStat(pid)?.startTime : undefined,
     tty: false,
     writeStdin: (data) => {
       if (stdin.destroyed || stdin.writableEnded) return true;
@@ -125,6 +132,7 @@ export function spawnPty(spec: SpawnSpec, h: ExecProcessHandlers): ExecProcess {
   return {
     pid: term.pid,
     pgid: term.pid,
+    startTime: readProcStat(term.pid)?.startTime,
     tty: true,
     // node-pty queues writes internally and exposes no drain event.
     writeStdin: (data) => {

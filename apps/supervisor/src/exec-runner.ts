@@ -19,7 +19,7 @@ export interface ExecRunnerOptions {
   /** The sandbox environment (SANDGATE_* already stripped). */
   sandboxEnv: Record<string, string>;
   log: Logger;
-  killOptions?: Omit<KillTreeOptions, 'pty' | 'log'>;
+  killOptions?: Omit<KillTreeOptions, 'pty' | 'log' | 'leaderStartTime'>;
   /** After a timeout kill, how long to wait for the exit before reporting it anyway. */
   timeoutReportGraceMs?: number;
 }
@@ -300,6 +300,7 @@ export class ExecRunner {
     this.killing ??= killExecTree(this.execId, this.proc?.pgid, {
       ...this.opts.killOptions,
       pty: this.proc?.tty ?? false,
+      leaderStartTime: this.proc?.startTime,
       log: this.log,
     }).catch((err: unknown) => {
       this.log.error('killing exec tree failed', { err });

@@ -1,8 +1,10 @@
-// Kills every process belonging to one exec. An exec runs in its own process group, but a process
-// can leave the group (setsid, double fork, daemonising), so the group alone is not enough: every
-// exec process also inherits SANDGATE_EXEC_ID=<exec id> in its environment, and /proc/<pid>/environ
-// lets us find it wherever it went. Pids found by a scan are remembered with their start time so a
-// pid recycled by an unrelated process in the meantime is never signalled.
+// Kills every process belonging to one exec. An exec's leader starts its own session and process
+// group, but a process can leave the group (a job-control shell's background jobs, setsid, double
+// fork, daemonising), so the group alone is not enough: members of the leader's session are swept
+// too, and every exec process inherits SANDGATE_EXEC_ID=<exec id> in its environment, so
+// /proc/<pid>/environ finds it wherever it went. Pids found by a scan are remembered with their
+// start time so a pid recycled by an unrelated process in the meantime is never signalled; the
+// group and session are only trusted while no other process has taken over the leader's pid.
 import fs from 'node:fs';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { EXEC_ID_ENV } from './config.ts';
@@ -11,6 +13,11 @@ import type { Logger } from './log.ts';
 export interface KillTreeOptions {
   /** The exec runs on a PTY: also SIGHUP the group, as a terminal hangup would. */
   pty?: boolean;
+  /**
+   * Start time (/proc/<pid>/stat field 22) of the exec's leader, whose pid is the group and session
+   * id. Once a different process holds that pid, the group and session are someone else's.
+   */
+  leaderStartTime?: string;
   /** Time between SIGTERM and SIGKILL. */
   graceMs?: number;
   /** How long to keep re-scanning and SIGKILLing after the grace period. */
@@ -20,9 +27,11 @@ export interface KillTreeOptions {
   log?: Logger;
 }
 
-interface ProcStat {
+export interface ProcStat {
   state: string;
   pgrp: number;
+  /** Session id. */
+  session: number;
   startTime: string;
 }
 
@@ -31,8 +40,8 @@ export function readProcStat(pid: number, procRoot = '/proc'): ProcStat | undefi
   try {
     const text = fs.readFileSync(`${procRoot}/${pid}/stat`, 'utf8');
     const fields = text.slice(text.lastIndexOf(')') + 2).split(' ');
-    // fields[0] is field 3 (state), pgrp is field 5, starttime field 22.
-    return { state: fields[0], pgrp: Number(fields[2]), startTime: fields[19] };
+    // fields[0] is field 3 (state), pgrp is field 5, session field 6, starttime field 22.
+    return { state: fields[0], pgrp: Number(fields[2]), session: Number(fields[3]), startTime: fields[19] };
   } catch {
     return undefined;
   }
@@ -50,12 +59,24 @@ function environHasTag(environ: Buffer, tag: Buffer): boolean {
 
 const isDead = (state: string) => state === 'Z' || state === 'X';
 
+/** The exec's group/session id may be used: a real id, not ours, and not taken over by a new process. */
+function groupIsOurs(pgid: number | undefined, leaderStartTime: string | undefined, procRoot: string): pgid is number {
+  if (!pgid || pgid <= 1 || pgid === process.pid) return false;
+  if (leaderStartTime === undefined) return true;
+  // The leader alive (or a zombie) with its own start time, or gone: its pid then stays reserved
+  // as long as members of its group or session exist, so the ids still name the exec's processes.
+  // Another process under that pid means the exec's group emptied and the pid was recycled.
+  const leader = readProcStat(pgid, procRoot);
+  return !leader || leader.startTime === leaderStartTime;
+}
+
 /**
  * Live processes of the exec, as pid -> start time: those tagged with the exec id, plus any member
- * of its process group (a child started with a scrubbed environment is still in the group).
- * Zombies are already dead; whoever inherited them (bwrap as init) reaps them.
+ * of its process group or of its leader's session (a child started with a scrubbed environment
+ * stays in the group, or at least in the session when a job-control shell moved it to a group of
+ * its own). Zombies are already dead; whoever inherited them (bwrap as init) reaps them.
  */
-export function findExecProcesses(execId: string, pgid?: number, procRoot = '/proc'): Map<number, string> {
+export function findExecProcesses(execId: string, pgid?: number, procRoot = '/proc', leaderStartTime?: string): Map<number, string> {
   // The trailing NUL makes `abc` not match `abcd`; environHasTag anchors the start.
   const tag = Buffer.from(`${EXEC_ID_ENV}=${execId}\0`);
   const found = new Map<number, string>();
@@ -65,13 +86,14 @@ export function findExecProcesses(execId: string, pgid?: number, procRoot = '/pr
   } catch {
     return found;
   }
+  const group = groupIsOurs(pgid, leaderStartTime, procRoot) ? pgid : undefined;
   for (const entry of entries) {
     if (!/^\d+$/.test(entry)) continue;
     const pid = Number(entry);
     if (pid === process.pid) continue;
     const stat = readProcStat(pid, procRoot);
     if (!stat || isDead(stat.state)) continue;
-    if (pgid && pgid > 1 && stat.pgrp === pgid) {
+    if (group !== undefined && (stat.pgrp === group || stat.session === group)) {
       found.set(pid, stat.startTime);
       continue;
     }
@@ -91,9 +113,9 @@ export function findTaggedProcesses(execId: string, procRoot = '/proc'): Map<num
   return findExecProcesses(execId, undefined, procRoot);
 }
 
-function signalGroup(pgid: number | undefined, signal: NodeJS.Signals): void {
-  // Never signal group 0/1 or our own: -0 would hit the supervisor's group.
-  if (!pgid || pgid <= 1 || pgid === process.pid) return;
+function signalGroup(pgid: number | undefined, leaderStartTime: string | undefined, signal: NodeJS.Signals, procRoot: string): void {
+  // Never signal group 0/1 or our own (-0 would hit the supervisor's group), nor a recycled one.
+  if (!groupIsOurs(pgid, leaderStartTime, procRoot)) return;
   try {
     process.kill(-pgid, signal);
   } catch {
@@ -118,9 +140,9 @@ function signalTagged(known: Map<number, string>, signal: NodeJS.Signals | 0, pr
 }
 
 /** Re-scans /proc and adds newly tagged processes to `known`; returns only the new ones. */
-function rescan(execId: string, pgid: number | undefined, known: Map<number, string>, procRoot: string): Map<number, string> {
+function rescan(execId: string, pgid: number | undefined, leaderStartTime: string | undefined, known: Map<number, string>, procRoot: string): Map<number, string> {
   const fresh = new Map<number, string>();
-  for (const [pid, startTime] of findExecProcesses(execId, pgid, procRoot)) {
+  for (const [pid, startTime] of findExecProcesses(execId, pgid, procRoot, leaderStartTime)) {
     if (known.get(pid) === startTime) continue;
     known.set(pid, startTime);
     fresh.set(pid, startTime);
@@ -137,35 +159,47 @@ export async function killExecTree(execId: string, pgid: number | undefined, opt
   const procRoot = opts.procRoot ?? '/proc';
   const graceMs = opts.graceMs ?? 500;
   const killDeadlineMs = opts.killDeadlineMs ?? 2000;
-  const pollMs = 50;
-  const known = findExecProcesses(execId, pgid, procRoot);
+  const leader = opts.leaderStartTime;
+  // Processes usually die within a millisecond of SIGTERM: look again soon, then less often.
+  let pollMs = 5;
+  const maxPollMs = 50;
+  const known = findExecProcesses(execId, pgid, procRoot, leader);
   // The common case at a normal exit: nothing of the exec is left, so nothing to wait for.
   if (known.size === 0) return true;
 
-  signalGroup(pgid, 'SIGTERM');
-  if (opts.pty) signalGroup(pgid, 'SIGHUP');
-  signalTagged(known, 'SIGTERM', procRoot);
+  // SIGTERM, and for a PTY the SIGHUP a terminal hangup would deliver, to the group and to every
+  // process found (members that left the group get theirs individually).
+  const soft = (pids: Map<number, string>) => {
+    signalTagged(pids, 'SIGTERM', procRoot);
+    if (opts.pty) signalTagged(pids, 'SIGHUP', procRoot);
+  };
+  signalGroup(pgid, leader, 'SIGTERM', procRoot);
+  if (opts.pty) signalGroup(pgid, leader, 'SIGHUP', procRoot);
+  soft(known);
 
   // Most processes die promptly on SIGTERM: stop waiting as soon as nothing is left.
   const graceEnd = Date.now() + graceMs;
   while (Date.now() < graceEnd) {
-    await sleep(pollMs);
+    await sleep(Math.min(pollMs, Math.max(1, graceEnd - Date.now())));
+    pollMs = Math.min(maxPollMs, pollMs * 2);
     // Children forked during the grace period get their SIGTERM too; the others only a liveness check.
-    signalTagged(rescan(execId, pgid, known, procRoot), 'SIGTERM', procRoot);
+    soft(rescan(execId, pgid, leader, known, procRoot));
     signalTagged(known, 0, procRoot);
     if (known.size === 0) return true;
   }
 
   const killEnd = Date.now() + killDeadlineMs;
+  pollMs = 5;
   for (;;) {
-    rescan(execId, pgid, known, procRoot);
-    signalGroup(pgid, 'SIGKILL');
+    rescan(execId, pgid, leader, known, procRoot);
+    signalGroup(pgid, leader, 'SIGKILL', procRoot);
     signalTagged(known, 'SIGKILL', procRoot);
     if (known.size === 0) return true;
     if (Date.now() >= killEnd) break;
     await sleep(pollMs);
+    pollMs = Math.min(maxPollMs, pollMs * 2);
   }
-  const left = [...findExecProcesses(execId, pgid, procRoot).keys()];
+  const left = [...findExecProcesses(execId, pgid, procRoot, leader).keys()];
   opts.log?.warn('exec processes survived kill', { exec_id: execId, pids: left, pgid });
   return left.length === 0;
 }
