@@ -6,7 +6,8 @@
 //   npm run chaos -- [--duration 300] [--seed 42] [--workers 6]
 //   SANDGATE_DEBUG_DISABLE_FENCING=1 / SANDGATE_DEBUG_DISABLE_JOBS=1 (or --no-fencing / --no-jobs)
 //   make the replicas drop a safety mechanism, so the run must fail: proof the checks can fail.
-import { existsSync, readdirSync } from 'node:fs';
+import { cpSync, existsSync, mkdirSync, readdirSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
 import { parseArgs } from 'node:util';
 import type { ServiceError } from '@grpc/grpc-js';
 import { keys, SandboxStore } from '@sandgate/store';
@@ -82,7 +83,7 @@ async function main(): Promise<void> {
     replicas: 3,
     supervisorEndpoint: `127.0.0.1:${lbPort}`,
     env: {
-      SANDGATE_LOG_LEVEL: 'warn',
+      SANDGATE_LOG_LEVEL: 'info',
       ...(noFencing ? { SANDGATE_DEBUG_DISABLE_FENCING: '1' } : {}),
       ...(noJobs ? { SANDGATE_DEBUG_DISABLE_JOBS: '1' } : {}),
     },
@@ -269,13 +270,26 @@ async function main(): Promise<void> {
 
     // ---- invariants ----------------------------------------------------------------------------
     const results: [string, boolean, string][] = [];
-    const leftovers = (await pidsMatching('sleep 60')).length;
+    // Only this run's markers (other processes on the machine may run sleeps of their own).
+    const leftovers = await countMatching(/sleep 60[0-2]\.\d{7}/);
     const outlived = ledger.violations.filter((v) => v.kind === 'process outlived its exec').length;
     results.push(['no exec process outlives its deadline or cancel', outlived === 0 && leftovers === 0, `${outlived} late, ${leftovers} left at the end`]);
 
+    // An ephemeral sandbox whose main process never ran (its launch failed) stays, in Error, for
+    // the user to see why; every one whose main process finished must be gone.
     let ephemeralLeft = 0;
-    for (const id of ephemeralIds) if ((await store.get(id)) || existsSync(`${cluster.stateDir}/sandboxes/${id}`)) ephemeralLeft++;
-    results.push(['every finished ephemeral sandbox is deleted', ephemeralLeft === 0, `${ephemeralIds.length - ephemeralLeft}/${ephemeralIds.length} deleted`]);
+    let neverRan = 0;
+    for (const id of ephemeralIds) {
+      const rec = await store.get(id);
+      const reason = rec?.sandbox.status?.conditions?.[0]?.reason;
+      if (rec && (reason === 'ComputeFailed' || reason === 'ProvisioningTimeout')) neverRan++;
+      else if (rec || existsSync(`${cluster.stateDir}/sandboxes/${id}`)) ephemeralLeft++;
+    }
+    results.push([
+      'every finished ephemeral sandbox is deleted',
+      ephemeralLeft === 0,
+      `${ephemeralIds.length - ephemeralLeft - neverRan}/${ephemeralIds.length - neverRan} deleted${neverRan ? ` (${neverRan} never launched)` : ''}`,
+    ]);
 
     const records = await store.list();
     const recordIds = new Set(records.map((x) => x.sandbox.metadata!.id!));
@@ -322,6 +336,14 @@ async function main(): Promise<void> {
     console.log(table(['invariant', 'result', 'detail'], results.map(([name, ok, detail]) => [name, ok ? 'PASS' : 'FAIL', detail])));
     for (const v of ledger.violations.slice(0, 20)) console.log(`violation @${(v.atMs / 1000).toFixed(1)}s ${v.kind}: ${v.detail}`);
     const passed = results.every(([, ok]) => ok);
+    if (!passed) {
+      // Keep what explains the failure: every replica's log and every supervisor's log.
+      const dir = `${os.tmpdir()}/sandgate-chaos-${seed}-${Date.now()}`;
+      mkdirSync(dir, { recursive: true });
+      for (const rep of cluster.replicas) writeFileSync(`${dir}/${rep.id}.log`, rep.logs.join(''));
+      if (existsSync(`${cluster.stateDir}/sandboxes`)) cpSync(`${cluster.stateDir}/sandboxes`, `${dir}/sandboxes`, { recursive: true });
+      console.log(`logs kept in ${dir}`);
+    }
     console.log(`\nchaos ${passed ? 'PASSED' : 'FAILED'} (seed ${seed}, ${((Date.now() - t0) / 1000).toFixed(0)} s)`);
     process.exitCode = passed ? 0 : 1;
 
@@ -336,6 +358,17 @@ async function main(): Promise<void> {
     cluster.cleanup();
     await redis.stop();
   }
+}
+
+async function countMatching(re: RegExp): Promise<number> {
+  const { readdir, readFile } = await import('node:fs/promises');
+  let n = 0;
+  for (const entry of await readdir('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    const cmd = await readFile(`/proc/${entry}/cmdline`).then((b) => b.toString().replace(/\0/g, ' '), () => '');
+    if (re.test(cmd)) n++;
+  }
+  return n;
 }
 
 /** Fixed-width, so no marker is a prefix of another when matching command lines. */

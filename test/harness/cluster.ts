@@ -31,6 +31,7 @@ export interface ClusterOptions {
   env?: Record<string, string>;
   /** What supervisors dial (e.g. a load balancer); defaults to every replica's address. */
   supervisorEndpoint?: string;
+  driver?: 'local' | 'docker';
 }
 
 export class Cluster {
@@ -39,6 +40,7 @@ export class Cluster {
   readonly redisUrl: string;
   private readonly env: Record<string, string>;
   private readonly endpointOverride: string | undefined;
+  driver: 'local' | 'docker' = 'local';
 
   private constructor(redisUrl: string, env: Record<string, string>, endpointOverride: string | undefined) {
     this.redisUrl = redisUrl;
@@ -49,6 +51,7 @@ export class Cluster {
 
   static async start(opts: ClusterOptions): Promise<Cluster> {
     const cluster = new Cluster(opts.redisUrl, opts.env ?? {}, opts.supervisorEndpoint);
+    cluster.driver = opts.driver ?? 'local';
     const n = opts.replicas ?? 3;
     const ports = await freePorts(n * 3);
     for (let i = 0; i < n; i++) {
@@ -109,7 +112,7 @@ export class Cluster {
       '--peer-port', String(r.peerPort),
       '--redis', this.redisUrl,
       '--replica-id', r.id,
-      '--driver', 'local',
+      '--driver', this.driver,
       '--state-dir', this.stateDir,
       '--supervisor-endpoint', r.supervisorEndpoint ?? this.supervisorEndpoint,
     ];
@@ -120,7 +123,7 @@ export class Cluster {
     r.proc = proc;
     const collect = (chunk: Buffer) => {
       r.logs.push(chunk.toString());
-      if (r.logs.length > 2000) r.logs.splice(0, 1000);
+      if (r.logs.length > 20000) r.logs.splice(0, 10000);
     };
     proc.stdout!.on('data', collect);
     proc.stderr!.on('data', collect);

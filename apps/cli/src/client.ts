@@ -23,6 +23,8 @@ import {
   type Sandbox,
   type SandboxSpec,
   type StringMap,
+  type CreateSshSessionResponse,
+  type TcpForwardFrame,
 } from '@sandgate/protocols';
 import { normaliseEndpoint } from './args.ts';
 
@@ -82,6 +84,12 @@ export interface SandgateClient {
   waitForReady(name: string, options?: WaitForReadyOptions): Promise<Sandbox>;
   /** WatchSandbox: a server stream of SandboxStreamEvent. */
   watch(request: { id: string; follow_status?: boolean; follow_logs?: boolean; log_tail_lines?: number; log_sources?: string[]; stop_on_terminal?: boolean }): ClientReadableStream<unknown>;
+  /** CreateSshSession: a token for ForwardTcp to this sandbox (bound to its current run). */
+  createSshSession(sandboxId: string): Promise<CreateSshSessionResponse>;
+  /** RevokeSshSession: true if the token existed. */
+  revokeSshSession(token: string, options?: CallOptions): Promise<boolean>;
+  /** Bidi `ForwardTcp`: write `{init}` first, then `{data}`; `end()` is the half-close. */
+  forwardTcp(options?: CallOptions): ClientDuplexStream<TcpForwardFrame, TcpForwardFrame>;
   close(): void;
 }
 
@@ -242,6 +250,17 @@ export function createClient(endpoint: string, options: ClientOptions = {}): San
         { log_sources: [], ...request },
         new Metadata(),
         {},
+      ),
+    createSshSession: (sandboxId) => unary<CreateSshSessionResponse>('CreateSshSession', { sandbox_id: sandboxId }),
+    async revokeSshSession(token, callOptions) {
+      const res = await unary<{ revoked?: boolean }>('RevokeSshSession', { token }, callOptions);
+      return Boolean(res.revoked);
+    },
+    forwardTcp: (callOptions = {}) =>
+      (methods.ForwardTcp as (md: Metadata, opts: CallOptions) => ClientDuplexStream<TcpForwardFrame, TcpForwardFrame>).call(
+        raw,
+        new Metadata(),
+        callOptions,
       ),
     close: () => raw.close(),
   };

@@ -15,6 +15,8 @@ const COMMANDS: Record<string, () => Promise<{ run: CommandRun }>> = {
   'sandbox delete': () => import('./commands/sandbox-delete.ts'),
   'sandbox exec': () => import('./commands/sandbox-exec.ts'),
   'sandbox connect': () => import('./commands/sandbox-connect.ts'),
+  'sandbox ssh-config': () => import('./commands/sandbox-ssh-config.ts'),
+  'ssh-proxy': () => import('./commands/ssh-proxy.ts'),
   'sandbox stop': () => import('./commands/sandbox-lifecycle.ts').then((m) => ({ run: m.runStop })),
   'sandbox start': () => import('./commands/sandbox-lifecycle.ts').then((m) => ({ run: m.runStart })),
   logs: () => import('./commands/logs.ts'),

@@ -15,6 +15,8 @@ Usage:
   sandgate sandbox list [-o json] [--selector k=v,...] [--limit N]
   sandgate sandbox delete NAME...
   sandgate sandbox exec NAME [flags] -- CMD...
+  sandgate sandbox ssh-config NAME     print an OpenSSH Host block for ssh, scp, sftp
+  sandgate ssh-proxy [flags]           OpenSSH ProxyCommand over ForwardTcp
 
 ${GLOBAL_FLAGS}
   --version       print the version
@@ -27,6 +29,7 @@ Run 'sandgate COMMAND --help' for a command's flags.
   sandgate sandbox list [-o json] [--selector k=v,...] [--limit N]
   sandgate sandbox delete NAME...
   sandgate sandbox exec NAME [--timeout SECS] [--tty] [--workdir D] [--env K=V]... -- CMD...
+  sandgate sandbox ssh-config NAME
 
 ${GLOBAL_FLAGS}
 
@@ -76,6 +79,31 @@ Flags:
   --tty           run CMD on a terminal (raw mode when stdin is a terminal)
   --workdir D     working directory
   --env K=V       environment variable (repeatable)
+${GLOBAL_FLAGS}
+`,
+  'sandbox ssh-config': `Usage: sandgate sandbox ssh-config NAME
+
+Prints an OpenSSH Host block named sandgate-NAME whose ProxyCommand is 'sandgate ssh-proxy
+--name NAME' against this gateway, so plain ssh, scp, sftp and editors can use it:
+
+  sandgate sandbox ssh-config demo > demo.ssh && ssh -F demo.ssh sandgate-demo
+
+Each connection mints a fresh SSH session token. Subsystem 'openshell-main' attaches to the
+main process (ssh -tt -F demo.ssh -s sandgate-demo openshell-main; Ctrl-P Ctrl-Q detaches).
+
+${GLOBAL_FLAGS}
+`,
+  'ssh-proxy': `Usage: sandgate ssh-proxy --sandbox-id ID --token TOKEN
+       sandgate ssh-proxy --name NAME
+
+An OpenSSH ProxyCommand: pipes stdin and stdout to the sandbox's SSH server over ForwardTcp,
+and exits when either side closes. With --name it mints a fresh SSH session (CreateSshSession)
+for this connection and revokes it afterwards.
+
+Flags:
+  --sandbox-id ID   sandbox id (with --token)
+  --token TOKEN     a CreateSshSession token for that sandbox
+  --name NAME       sandbox name (mints the token itself)
 ${GLOBAL_FLAGS}
 `,
   gateway: `Usage: sandgate gateway [flags]

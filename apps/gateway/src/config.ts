@@ -33,6 +33,12 @@ export interface ReplicaConfig {
   maxExecsPerSandbox: number;
   /** A sandbox whose supervisor has not connected by then becomes Error (ProvisioningTimeout). */
   provisionTimeoutMs: number;
+  /** Lifetime of CreateSshSession tokens; 0 = never expire. Default: SANDGATE_SSH_SESSION_TTL_SECONDS, else 24 h. */
+  sshSessionTtlSeconds?: number;
+  /** Concurrent ForwardTcp connections per SSH session token (default 3). */
+  sshMaxConnectionsPerToken?: number;
+  /** Concurrent ForwardTcp connections per sandbox, across replicas (default 20). */
+  sshMaxConnectionsPerSandbox?: number;
 }
 
 export const CONFIG_DEFAULTS = {

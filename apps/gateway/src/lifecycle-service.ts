@@ -11,6 +11,7 @@ import {
   mainProcessFinished,
   normaliseWorkspace,
   notFound,
+  onComputeFailed,
   onComputeVanished,
   onDeleteRequested,
   onMainProcessExit,
@@ -217,7 +218,42 @@ export class LifecycleService {
     await this.deps.revokeSessions(id, 'new run');
     await this.scheduleProvisionDeadline(id, runStartedAtMs);
     const handle = await this.deps.driver.start(launchSpecFor(starting.sandbox, credential.secret, this.deps.supervisorEndpoint()), starting.compute);
-    return this.deps.store.mutate(id, (cur) => ({ sandbox: cur.sandbox, extra: { compute: JSON.stringify(handle) } }));
+    const updated = await this.deps.store.mutate(id, (cur) => ({ sandbox: cur.sandbox, extra: { compute: JSON.stringify(handle) } }));
+    this.watchLaunch(id);
+    return updated;
+  }
+
+  /**
+   * Watches a fresh launch for a few seconds: compute that dies before its supervisor connects
+   * (an image that cannot run it, a crash at start) makes the sandbox Error at once, with the
+   * driver's explanation, instead of waiting for the provisioning deadline. Best effort; the
+   * deadline job and the reconcile sweep remain the durable backstops.
+   */
+  watchLaunch(sandboxId: string): void {
+    const delays = [300, 700, 1000, 2000, 3000, 5000, 8000];
+    void (async () => {
+      for (const delay of delays) {
+        await new Promise((r) => setTimeout(r, delay));
+        const rec = await this.deps.store.get(sandboxId);
+        const phase = rec?.sandbox.status?.phase;
+        if (!rec || (phase !== Phase.PROVISIONING && phase !== Phase.STARTING)) return;
+        if ((await this.deps.driver.inspect(sandboxId, rec.compute)) === 'running') continue;
+        await this.failLaunch(rec);
+        return;
+      }
+    })().catch((err: unknown) => this.deps.log.warn('launch watch failed', { sandboxId, err }));
+  }
+
+  private async failLaunch(rec: StoredSandbox): Promise<void> {
+    const id = rec.sandbox.metadata!.id!;
+    const reason =
+      (await this.deps.driver.failureReason?.(id, rec.compute).catch(() => null)) ??
+      `the sandbox compute exited before its supervisor connected (driver ${this.deps.driver.name})`;
+    const failed = await this.transition(id, (s) => onComputeFailed(s, reason, now()));
+    if (failed?.sandbox.status?.phase === Phase.ERROR) {
+      this.note(id, reason, 'ERROR');
+      this.deps.log.warn('sandbox compute failed at launch', { sandboxId: id, reason });
+    }
   }
 
   async scheduleProvisionDeadline(sandboxId: string, runStartedAtMs: number): Promise<void> {
@@ -291,6 +327,10 @@ export class LifecycleService {
         continue;
       }
       if (await this.maybeScheduleEphemeralCleanup(rec)) ephemeral++;
+      if ((phase === Phase.PROVISIONING || phase === Phase.STARTING) && rec.compute && Date.now() - rec.runStartedAtMs > 10_000) {
+        if ((await this.deps.driver.inspect(id, rec.compute)) !== 'running') await this.failLaunch(rec);
+        continue;
+      }
       const running = computeById.get(id)?.state === 'running';
       const expectsCompute = phase === Phase.READY || phase === Phase.COMPLETED || (phase === Phase.ERROR && rec.compute !== null);
       // Give a fresh launch time to show up before calling it vanished.

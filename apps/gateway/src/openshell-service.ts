@@ -8,6 +8,8 @@ import type { SandboxService } from './sandbox-service.ts';
 import type { ExecService } from './exec-service.ts';
 import type { LifecycleService } from './lifecycle-service.ts';
 import type { WatchService } from './watch-service.ts';
+import type { SshService } from './ssh-service.ts';
+import type { TcpForwardService } from './tcp-forward.ts';
 import { toServiceError } from './grpc-errors.ts';
 
 export const openShellDefinition = serviceDefinition('openshell.v1.OpenShell');
@@ -29,6 +31,7 @@ export function openShellImplementation(
   lifecycle: LifecycleService,
   watch: WatchService,
   log: Logger,
+  ssh?: { sessions: SshService; forward: TcpForwardService },
 ): UntypedServiceImplementation {
   const implemented: UntypedServiceImplementation = {
     Health: unary(log, async () => ({ status: ServiceStatus.HEALTHY, version: GATEWAY_VERSION })),
@@ -43,6 +46,11 @@ export function openShellImplementation(
     ExecSandbox: (call: Parameters<ExecService['handleUnary']>[0]) => exec.handleUnary(call),
     ExecSandboxInteractive: (call: Parameters<ExecService['handleInteractive']>[0]) => exec.handleInteractive(call),
   };
+  if (ssh) {
+    implemented.CreateSshSession = unary(log, (req: Parameters<SshService['create']>[0]) => ssh.sessions.create(req));
+    implemented.RevokeSshSession = unary(log, (req: Parameters<SshService['revoke']>[0]) => ssh.sessions.revoke(req));
+    implemented.ForwardTcp = (call: Parameters<TcpForwardService['handleForward']>[0]) => ssh.forward.handleForward(call);
+  }
   for (const method of Object.keys(openShellDefinition)) {
     if (implemented[method]) continue;
     const def = openShellDefinition[method]!;

@@ -7,12 +7,12 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Redis } from 'ioredis';
 import { serviceDefinition } from '@sandgate/protocols';
-import { OwnershipStore, ReplicaRegistry, SandboxLogStore, SandboxStore } from '@sandgate/store';
-import { LocalDriver, type ComputeDriver } from '@sandgate/compute';
+import { OwnershipStore, ReplicaRegistry, SandboxLogStore, SandboxStore, SshSessionStore } from '@sandgate/store';
+import { DockerDriver, LocalDriver, type ComputeDriver } from '@sandgate/compute';
 import { createLogger, Metrics, type Logger } from '@sandgate/telemetry';
 import { JobScheduler, startJobWorker, type JobProcessors, type RunningWorker } from '@sandgate/worker';
 import type { ReplicaConfig, RunningReplica } from './config.ts';
-import { SessionRegistry, type ControlCall, type ExecChannelCall } from './sessions.ts';
+import { SessionRegistry, type ControlCall, type ExecChannelCall, type TcpChannelCall } from './sessions.ts';
 import { ExecRouter } from './exec-router.ts';
 import { ExecService } from './exec-service.ts';
 import { SandboxService } from './sandbox-service.ts';
@@ -20,6 +20,8 @@ import { openShellDefinition, openShellImplementation } from './openshell-servic
 import { buildHttp } from './http.ts';
 import { LifecycleService } from './lifecycle-service.ts';
 import { WatchService } from './watch-service.ts';
+import { gatewayHostForResponse, SshService, sshSessionTtlFromEnv, DEFAULT_SSH_MAX_PER_SANDBOX, DEFAULT_SSH_MAX_PER_TOKEN } from './ssh-service.ts';
+import { TcpForwardService } from './tcp-forward.ts';
 
 const supervisorEntry = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../supervisor/src/main.ts');
 
@@ -44,7 +46,16 @@ function bindGrpc(server: Server, host: string, port: number): Promise<number> {
 
 export function createDriver(config: ReplicaConfig): ComputeDriver {
   if (config.driver === 'local') return new LocalDriver({ stateDir: config.stateDir, supervisorEntry });
-  throw new Error(`driver '${config.driver}' is not available in this build; use --driver local`);
+  if (config.driver === 'docker') {
+    return new DockerDriver({
+      stateDir: config.stateDir,
+      supervisorEntry,
+      // The supervisor and its node_modules are bind-mounted read-only from this checkout.
+      repoRoot: path.resolve(path.dirname(supervisorEntry), '../../..'),
+      defaultImage: process.env.SANDGATE_DOCKER_IMAGE || undefined,
+    });
+  }
+  throw new Error(`unknown driver '${config.driver}': use local or docker`);
 }
 
 export async function startReplica(config: ReplicaConfig): Promise<RunningReplica> {
@@ -115,21 +126,36 @@ export async function startReplica(config: ReplicaConfig): Promise<RunningReplic
   const sandboxes = new SandboxService({
     store,
     driver,
-    defaultImage: config.driver === 'local' ? 'host' : 'sandgate-sandbox:latest',
+    defaultImage: config.driver === 'local' ? 'host' : process.env.SANDGATE_DOCKER_IMAGE || 'sandgate-sandbox:latest',
     supervisorEndpoint: () => supervisorEndpoint,
     lifecycle,
     log,
     metrics,
   });
   const watch = new WatchService({ redis, store, logs, log });
-  publicServer.addService(openShellDefinition, openShellImplementation(sandboxes, exec, lifecycle, watch, log));
+  const ssh = new SshService({
+    store,
+    sessions: new SshSessionStore(redis),
+    sessionLive: (id) => router.sessionLive(id),
+    gatewayHost: gatewayHostForResponse(config.advertiseHost || config.host),
+    gatewayPort: grpcPort,
+    ttlSeconds: config.sshSessionTtlSeconds ?? sshSessionTtlFromEnv(process.env),
+    maxPerToken: config.sshMaxConnectionsPerToken ?? DEFAULT_SSH_MAX_PER_TOKEN,
+    maxPerSandbox: config.sshMaxConnectionsPerSandbox ?? DEFAULT_SSH_MAX_PER_SANDBOX,
+    log,
+    metrics,
+  });
+  const forward = new TcpForwardService({ ssh, router, peerSecret, log, metrics });
+  publicServer.addService(openShellDefinition, openShellImplementation(sandboxes, exec, lifecycle, watch, log, { sessions: ssh, forward }));
   publicServer.addService(serviceDefinition('sandgate.v1.SupervisorGateway'), {
     Control: (call: ControlCall) => sessions.handleControl(call),
     ExecChannel: (call: ExecChannelCall) => sessions.handleExecChannel(call),
+    TcpChannel: (call: TcpChannelCall) => sessions.handleTcpChannel(call),
   });
   peerServer.addService(serviceDefinition('sandgate.v1.Peer'), {
     Exec: (call: Parameters<ExecService['handlePeer']>[0]) => exec.handlePeer(call),
     KillExec: (call: Parameters<ExecService['handlePeerKill']>[0], cb: Parameters<ExecService['handlePeerKill']>[1]) => exec.handlePeerKill(call, cb),
+    Tcp: (call: Parameters<TcpForwardService['handlePeer']>[0]) => forward.handlePeer(call),
   });
 
   let worker: RunningWorker | null = null;
@@ -174,6 +200,7 @@ export async function startReplica(config: ReplicaConfig): Promise<RunningReplic
   const close = () => {
     closing ??= (async () => {
       clearInterval(heartbeatTimer);
+      ssh.close();
       await worker?.close();
       await sessions.drain();
       await scheduler.close().catch(() => undefined);

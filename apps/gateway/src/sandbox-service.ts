@@ -99,6 +99,7 @@ export class SandboxService {
         extra: { compute: JSON.stringify(handle), runstart: String(now) },
       }));
       this.deps.lifecycle.note(id, `sandbox created (driver ${driver.name})`);
+      this.deps.lifecycle.watchLaunch(id);
       this.deps.metrics.inc('sandgate_sandboxes_created_total');
       log.info('sandbox created', { sandboxId: id, name: sandbox.metadata!.name, driver: driver.name });
       return { sandbox: updated?.sandbox ?? sandbox };

@@ -94,6 +94,7 @@ export class SessionRegistry {
   handleControl(call: ControlCall): void {
     const log = this.deps.log;
     let session: Session | undefined;
+    let gone = false;
     const helloTimer = setTimeout(() => {
       if (!session) endWithError(call, new GatewayError(Code.DEADLINE_EXCEEDED, 'expected hello within 10s'));
     }, 10_000);
@@ -110,7 +111,9 @@ export class SessionRegistry {
         this.accept(call, msg.hello.sandbox_id ?? '', msg.hello.instance_id ?? '')
           .then((s) => {
             session = s;
-            call.resume();
+            // The stream may have ended while the hello was being accepted.
+            if (gone) void this.close(s, 'control stream ended during hello');
+            else call.resume();
           })
           .catch((err: unknown) => {
             log.warn('supervisor hello refused', { err, sandboxId: msg.hello?.sandbox_id });
@@ -135,6 +138,7 @@ export class SessionRegistry {
       }
     });
     const onGone = () => {
+      gone = true;
       clearTimeout(helloTimer);
       if (session) void this.close(session, 'control stream ended');
     };
@@ -160,7 +164,6 @@ export class SessionRegistry {
     const previous = this.sessions.get(sandboxId);
     if (previous) void this.close(previous, 'superseded by a new session of the same sandbox');
     session.fence = await ownership.claim(sandboxId, replicaId, session.sessionId, instanceId);
-    this.sessions.set(sandboxId, session);
     metrics.inc('sandgate_supervisor_sessions_accepted_total');
 
     await store.mutate(sandboxId, (cur) => {
@@ -171,6 +174,9 @@ export class SessionRegistry {
     });
 
     call.write({ hello_ack: { session_id: session.sessionId, heartbeat_interval_ms: heartbeatIntervalMs, replica_id: replicaId, fence: session.fence } });
+    // Only now may execs use the session: the supervisor ignores open_exec before hello_ack,
+    // and the stream keeps this order. (Until then relays get a retriable UNAVAILABLE.)
+    this.sessions.set(sandboxId, session);
     log.info('supervisor session accepted', { sandboxId, sessionId: session.sessionId, fence: session.fence, instanceId });
 
     // Heartbeats: send ours, and close the session after `heartbeatMisses` silent intervals.

@@ -3,7 +3,7 @@
 // the endpoints, with backoff) whenever the stream ends, errors or goes silent. The gateway being
 // unavailable is never a reason for the supervisor to exit.
 import type * as grpc from '@grpc/grpc-js';
-import type { ExecStart, GatewayMessage, SupervisorMessage } from '@sandgate/protocols';
+import type { ExecStart, GatewayMessage, SupervisorMessage, TcpOpen } from '@sandgate/protocols';
 import { backoffDelay, DEFAULT_BACKOFF, type BackoffOptions } from './backoff.ts';
 import { callMetadata, createGatewayClient, type GatewayClient } from './gateway-client.ts';
 import type { Logger } from './log.ts';
@@ -31,6 +31,8 @@ export interface ControlSessionOptions {
   onOpenExec: (start: ExecStart, conn: GatewayConnection) => void;
   /** The gateway's deadline backstop: kill what is left of an exec; resolves with how many died. */
   onKillExec: (execId: string) => Promise<number>;
+  /** The gateway wants a TCP channel (an SSH connection, a forwarded port). */
+  onOpenTcp?: (open: TcpOpen, conn: GatewayConnection) => void;
   /** Without a hello_ack by then, the attempt is abandoned. */
   helloTimeoutMs?: number;
   backoff?: BackoffOptions;
@@ -120,6 +122,13 @@ export class ControlSession {
     const attempt = this.current;
     if (!attempt || attempt.conn !== conn) return;
     this.send(attempt, { exec_open_failed: { exec_id: execId, message } });
+  }
+
+  /** Tells the gateway a TCP channel could not be opened. */
+  reportTcpOpenFailed(conn: GatewayConnection, channelId: string, message: string): void {
+    const attempt = this.current;
+    if (!attempt || attempt.conn !== conn) return;
+    this.send(attempt, { tcp_open_failed: { channel_id: channelId, message } });
   }
 
   private connect(): void {
@@ -216,6 +225,10 @@ export class ControlSession {
         return;
       }
       this.opts.onOpenExec(msg.open_exec, attempt.conn);
+    } else if (msg.open_tcp) {
+      if (!attempt.conn) return;
+      if (this.opts.onOpenTcp) this.opts.onOpenTcp(msg.open_tcp, attempt.conn);
+      else this.send(attempt, { tcp_open_failed: { channel_id: msg.open_tcp.channel_id, message: 'tcp channels are not supported' } });
     } else if (msg.main_exit_ack) {
       this.onAck('main_exit', msg.main_exit_ack.instance_id);
     } else if (msg.terminal_final_ack) {

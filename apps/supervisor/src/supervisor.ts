@@ -1,11 +1,13 @@
 // Wires the pieces together: the main process, the control session, and the execs it opens.
 import { randomUUID } from 'node:crypto';
-import type { ExecStart } from '@sandgate/protocols';
+import type { ExecStart, TcpOpen } from '@sandgate/protocols';
 import { readCredential, type SupervisorConfig } from './config.ts';
 import { ControlSession, type GatewayConnection } from './control-session.ts';
 import { ExecRunner } from './exec-runner.ts';
 import { findTaggedProcesses, killExecTree } from './kill-tree.ts';
 import { MainAttach } from './main-attach.ts';
+import { SshServer } from './ssh/ssh-server.ts';
+import { openTcpChannel } from './ssh/tcp-channel.ts';
 import type { MainExit } from './main-process.ts';
 
 /** How long the exit waits for attached clients to receive it before cleanup may start anyway. */
@@ -24,6 +26,8 @@ export class Supervisor {
   private readonly execs = new Map<string, ExecRunner>();
   private readonly attaches = new Set<MainAttach>();
   private readonly stdinLease: { holder: MainAttach | null } = { holder: null };
+  /** SSH connections, relayed by the gateway as TCP channels (no listening port). */
+  readonly ssh: SshServer;
   private releaseExit!: (exit: MainExit) => void;
   /** The main process's exit, released to attached clients once the gateway recorded it. */
   private readonly exitReleased = new Promise<MainExit>((resolve) => (this.releaseExit = resolve));
@@ -45,6 +49,24 @@ export class Supervisor {
       log,
       onOpenExec: (start, conn) => this.openExec(start, conn),
       onKillExec: (execId) => this.killExec(execId),
+      onOpenTcp: (open, conn) => this.openTcp(open, conn),
+    });
+    this.ssh = new SshServer({
+      sandboxEnv: config.sandboxEnv,
+      main: { main: this.main, exitReleased: this.exitReleased, stdinLease: this.stdinLease, log },
+      log,
+    });
+  }
+
+  private openTcp(open: TcpOpen, conn: GatewayConnection): void {
+    if (this.shuttingDown) {
+      this.control.reportTcpOpenFailed(conn, open.channel_id ?? '', 'supervisor is shutting down');
+      return;
+    }
+    openTcpChannel(open, conn, {
+      acceptSsh: (socket, channelId) => this.ssh.accept(socket, channelId),
+      reportFailed: (channelId, message) => this.control.reportTcpOpenFailed(conn, channelId, message),
+      log: this.log,
     });
   }
 
@@ -73,7 +95,7 @@ export class Supervisor {
     });
     this.log.info('main process exit recorded by the gateway', { exit_code: exit.exitCode });
     this.releaseExit(exit);
-    const drain = Promise.all([...this.attaches].map((a) => a.delivered));
+    const drain = Promise.all([...[...this.attaches].map((a) => a.delivered), ...[...this.ssh.mainChannels].map((m) => m.delivered)]);
     await Promise.race([drain, new Promise((r) => setTimeout(r, TERMINAL_DRAIN_TIMEOUT_MS))]);
     await this.control.report('terminal_final', { terminal_final: { instance_id: this.instanceId } });
     this.log.info('terminal delivery final');
@@ -152,6 +174,7 @@ export class Supervisor {
       this.log.info('supervisor shutting down', { reason, execs: this.execs.size });
       this.control.stop(); // aborts the connection, which also breaks every exec's path
       await Promise.all([...this.execs.values()].map((r) => r.abort(reason)));
+      await this.ssh.shutdown(reason);
       for (const a of this.attaches) a.abort();
       await this.main.stop();
     })();

@@ -44,6 +44,11 @@ export interface ComputeDriver {
   start(spec: LaunchSpec, handle: ComputeHandle | null): Promise<ComputeHandle>;
   /** Idempotent. Resolves true if anything existed and was removed. */
   delete(sandboxId: string, handle: ComputeHandle | null): Promise<boolean>;
+  /**
+   * Why compute that stopped on its own failed, in words a user can act on (e.g. "the image has
+   * no glibc"), or null if it did not fail. Optional: drivers without diagnostics omit it.
+   */
+  failureReason?(sandboxId: string, handle: ComputeHandle | null): Promise<string | null>;
   /** All compute this driver manages on this host/cluster (for reconciliation). */
   list(): Promise<ObservedCompute[]>;
 }

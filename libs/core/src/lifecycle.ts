@@ -27,6 +27,7 @@ export const Reason = {
   Deleting: 'Deleting',
   ProvisioningTimeout: 'ProvisioningTimeout',
   ComputeVanished: 'ComputeVanished',
+  ComputeFailed: 'ComputeFailed',
 } as const;
 
 export const RETENTION_ANNOTATION = 'openshell.nvidia.com/retention';
@@ -113,7 +114,8 @@ export function planStart(s: LifecycleStatus, now: Date): LifecycleStatus | null
   const startable =
     phase === Phase.STOPPED ||
     phase === Phase.COMPLETED ||
-    (phase === Phase.ERROR && (reason === Reason.MainProcessFailed || reason === Reason.ProvisioningTimeout || reason === Reason.ComputeVanished));
+    (phase === Phase.ERROR &&
+      (reason === Reason.MainProcessFailed || reason === Reason.ProvisioningTimeout || reason === Reason.ComputeVanished || reason === Reason.ComputeFailed));
   if (!startable) {
     throw new GatewayError(Code.FAILED_PRECONDITION, `sandbox must be Stopped to start (current phase: ${phaseName(phase)})`);
   }
@@ -134,6 +136,12 @@ export function onProvisioningTimeout(s: LifecycleStatus, timeoutMs: number, now
     Phase.ERROR,
     readyCondition('False', Reason.ProvisioningTimeout, `Supervisor did not connect within ${Math.round(timeoutMs / 1000)}s`, now),
   );
+}
+
+/** The compute died before its supervisor ever connected (e.g. an image that cannot run it). */
+export function onComputeFailed(s: LifecycleStatus, message: string, now: Date): LifecycleStatus | null {
+  if (s.phase !== Phase.PROVISIONING && s.phase !== Phase.STARTING) return null;
+  return withPhase(s, Phase.ERROR, readyCondition('False', Reason.ComputeFailed, message, now));
 }
 
 /** Reconcile found the record's compute gone behind sandgate's back. */

@@ -199,3 +199,38 @@ export interface GetSandboxLogsResponse {
   logs: SandboxLogLine[];
   buffer_total: number;
 }
+
+export interface CreateSshSessionRequest {
+  sandbox_id?: string;
+}
+
+export interface CreateSshSessionResponse {
+  sandbox_id: string;
+  token: string;
+  gateway_host: string;
+  gateway_port: number;
+  gateway_scheme: string;
+  host_key_fingerprint: string;
+  expires_at_ms: number;
+}
+
+export interface RevokeSshSessionRequest {
+  token?: string;
+}
+
+export interface RevokeSshSessionResponse {
+  revoked: boolean;
+}
+
+export interface TcpForwardInit {
+  sandbox_id?: string;
+  service_id?: string;
+  ssh?: Record<string, never>;
+  tcp?: { host?: string; port?: number };
+  authorization_token?: string;
+}
+
+export interface TcpForwardFrame {
+  init?: TcpForwardInit;
+  data?: Buffer;
+}

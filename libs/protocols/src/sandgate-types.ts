@@ -55,6 +55,7 @@ export interface SupervisorMessage {
   exec_kill_result?: { exec_id?: string; request_id?: string; killed?: number };
   main_exit?: { instance_id?: string; exit_code?: number; signal?: number };
   terminal_final?: { instance_id?: string };
+  tcp_open_failed?: { channel_id?: string; message?: string };
 }
 
 export interface GatewayMessage {
@@ -64,4 +65,23 @@ export interface GatewayMessage {
   kill_exec?: { exec_id?: string; request_id?: string };
   main_exit_ack?: { instance_id?: string };
   terminal_final_ack?: { instance_id?: string };
+  open_tcp?: TcpOpen;
+}
+
+/** Where a TCP channel goes: the supervisor's SSH server, or a loopback port in the sandbox. */
+export interface TcpOpen {
+  channel_id?: string;
+  sandbox_id?: string;
+  ssh?: Record<string, never>;
+  tcp?: { host?: string; port?: number };
+  service_id?: string;
+}
+
+/** One frame of a TCP channel, on the supervisor channel and on the peer relay alike. */
+export interface TcpFrame {
+  open?: TcpOpen;
+  attach?: { channel_id?: string; session_id?: string };
+  data?: Buffer;
+  eof?: Record<string, never>;
+  error?: PathError;
 }

@@ -4,3 +4,4 @@ export * from './sandbox-store.ts';
 export * from './ownership.ts';
 export * from './replicas.ts';
 export * from './events.ts';
+export * from './ssh-sessions.ts';

@@ -1,5 +1,7 @@
 // sandgate up: the embedded default. One replica with its workers and, unless a Redis URL is
 // given, a private redis-server; everything stops on SIGINT/SIGTERM.
+import { execFileSync } from 'node:child_process';
+import { existsSync } from 'node:fs';
 import type { RunningReplica } from '@sandgate/gateway';
 import { DEFAULT_GATEWAY } from '../args.ts';
 import type { CommandContext } from '../context.ts';
@@ -33,8 +35,34 @@ function fail(message: string): never {
   throw new ExitError(1);
 }
 
+/**
+ * The best driver this machine can run when none was asked for: bubblewrap processes if `bwrap`
+ * is installed, else Docker if an engine answers.
+ */
+export function bestDriver(has: (bin: string) => boolean, dockerAnswers: () => boolean): 'local' | 'docker' {
+  if (has('bwrap')) return 'local';
+  if (has('docker') && dockerAnswers()) return 'docker';
+  fail('no sandbox driver available: install bubblewrap (apt-get install bubblewrap) or start a Docker engine');
+}
+
+function onPath(bin: string): boolean {
+  return (process.env.PATH ?? '').split(':').some((dir) => dir && existsSync(`${dir}/${bin}`));
+}
+
+function dockerAnswers(): boolean {
+  try {
+    execFileSync('docker', ['info'], { stdio: 'ignore', timeout: 5000 });
+    return true;
+  } catch {
+    return false;
+  }
+}
+
 export async function run(argv: string[], ctx: CommandContext): Promise<number> {
   const { config, privateRedis } = resolveUpConfig(argv, ctx.env);
+  if (!argv.some((a) => a === '--driver' || a.startsWith('--driver=')) && !ctx.env.SANDGATE_DRIVER) {
+    config.driver = bestDriver(onPath, dockerAnswers);
+  }
   const shutdown = waitForShutdownSignal();
 
   let redis: PrivateRedis | undefined;

@@ -1,0 +1,120 @@
+// ForwardTcp (clients) and Peer.Tcp (replicas). The entry replica checks everything — the init
+// frame, the access rule, the SSH session token and the connection caps — then opens a TCP channel
+// to the sandbox's supervisor wherever its session is (locally, or relayed through the owner) and
+// relays raw bytes both ways until either end closes.
+import { randomUUID } from 'node:crypto';
+import type { ServerDuplexStream } from '@grpc/grpc-js';
+import type { Duplex } from 'node:stream';
+import type { TcpForwardFrame, TcpFrame, TcpForwardInit } from '@sandgate/protocols';
+import { GatewayError, Code } from '@sandgate/core';
+import type { Logger, Metrics } from '@sandgate/telemetry';
+import type { ExecRouter } from './exec-router.ts';
+import type { SshService } from './ssh-service.ts';
+import { endWithError } from './sessions.ts';
+import { toServiceError } from './grpc-errors.ts';
+import { tcpOpenFor, validateForwardInit } from './tcp-target.ts';
+import { relayForward, spliceTcp } from './tcp-relay.ts';
+
+export interface TcpForwardDeps {
+  ssh: SshService;
+  router: ExecRouter;
+  peerSecret: string;
+  log: Logger;
+  metrics: Metrics;
+}
+
+type ForwardCall = ServerDuplexStream<TcpForwardFrame, TcpForwardFrame>;
+type PeerTcpCall = ServerDuplexStream<TcpFrame, TcpFrame>;
+
+/** Calls `fn` once, on whichever of the events comes first. */
+function onceAny(emitter: NodeJS.EventEmitter, events: string[], fn: () => void): void {
+  let fired = false;
+  const handler = () => {
+    if (fired) return;
+    fired = true;
+    for (const e of events) emitter.off(e, handler);
+    fn();
+  };
+  for (const e of events) emitter.on(e, handler);
+}
+
+export class TcpForwardService {
+  private readonly deps: TcpForwardDeps;
+
+  constructor(deps: TcpForwardDeps) {
+    this.deps = deps;
+  }
+
+  /** ForwardTcp: bidi; the first client frame must be `init`. */
+  handleForward(call: ForwardCall): void {
+    let started = false;
+    const onEarlyEnd = () => {
+      if (!started) endWithError(call, new GatewayError(Code.INVALID_ARGUMENT, 'empty ForwardTcp stream'));
+    };
+    call.on('end', onEarlyEnd);
+    call.once('data', (first: TcpForwardFrame) => {
+      started = true;
+      call.off('end', onEarlyEnd);
+      call.pause(); // later data frames wait until the path is open
+      if (!first.init) {
+        endWithError(call, new GatewayError(Code.INVALID_ARGUMENT, 'first TcpForwardFrame must be init'));
+        return;
+      }
+      this.open(call, first.init).catch((err: unknown) => endWithError(call, toServiceError(err, this.deps.log)));
+    });
+  }
+
+  private async open(call: ForwardCall, init: TcpForwardInit): Promise<void> {
+    const { ssh, router, log, metrics } = this.deps;
+    const { sandboxId, target } = validateForwardInit(init);
+    const record = await ssh.accessibleSandbox(sandboxId);
+    const token = init.authorization_token ?? '';
+    await ssh.checkToken(token, record);
+    const release = await ssh.acquire(token, sandboxId);
+    // The slot is held exactly as long as the client's call lives.
+    onceAny(call, ['close', 'finish', 'error', 'cancelled'], release);
+    if (call.cancelled) return release();
+    const channelId = randomUUID();
+    let path;
+    try {
+      path = await router.openTcp(sandboxId, tcpOpenFor(channelId, sandboxId, target, init.service_id ?? ''));
+    } catch (err) {
+      release();
+      throw err;
+    }
+    if (call.cancelled) {
+      path.abort('client went away');
+      return;
+    }
+    metrics.inc('sandgate_ssh_forwards_total');
+    log.debug('tcp forward opened', { sandboxId, channelId, target: target.kind, via: path.via });
+    relayForward(call as unknown as Duplex & { cancelled: boolean }, path, log, release);
+  }
+
+  private peerAuthorised(metadata: { get(key: string): unknown[] }): boolean {
+    return metadata.get('x-sandgate-peer-secret')[0] === this.deps.peerSecret;
+  }
+
+  /** Peer.Tcp on the owner replica: the entry replica relays one TCP channel here. */
+  handlePeer(call: PeerTcpCall): void {
+    if (!this.peerAuthorised(call.metadata)) {
+      endWithError(call, new GatewayError(Code.PERMISSION_DENIED, 'bad peer secret'));
+      return;
+    }
+    call.once('data', (first: TcpFrame) => {
+      call.pause();
+      const open = first.open;
+      if (!open?.sandbox_id || !open.channel_id || (!open.ssh && !open.tcp)) {
+        endWithError(call, new GatewayError(Code.INVALID_ARGUMENT, 'first peer frame must be open with sandbox_id, channel_id and a target'));
+        return;
+      }
+      this.deps.router
+        .openTcpLocal(open.sandbox_id, open)
+        .then((path) => {
+          if (call.cancelled) return path.abort('peer went away');
+          spliceTcp(call as unknown as Duplex & { cancelled: boolean }, path);
+        })
+        .catch((err: unknown) => endWithError(call, toServiceError(err, this.deps.log)));
+    });
+  }
+}

@@ -1,0 +1,220 @@
+// One process started for one SSH channel (shell, exec or the sftp subsystem), on a PTY or on
+// pipes, tagged SANDGATE_EXEC_ID=<id> and leading its own process group, exactly like an exec.
+// Its lifetime is the channel's: the process exiting ends the channel (data, EOF, exit-status,
+// close), and the channel going away — closed by the client, or its whole connection dropped —
+// kills the process's tree with the exec kill procedure. Channel EOF only closes stdin.
+import { normaliseExit } from '@sandgate/core';
+import type { ServerChannel } from 'ssh2';
+import { EXEC_ID_ENV } from '../config.ts';
+import { spawnPiped, spawnPty, type ExecProcess, type ExecProcessHandlers } from '../exec-process.ts';
+import { killExecTree } from '../kill-tree.ts';
+import type { Logger } from '../log.ts';
+import { exitCodeForSpawnError, preflight, reasonOf } from '../preflight.ts';
+
+export interface PtyRequest {
+  cols: number;
+  rows: number;
+  term: string;
+}
+
+export interface ChannelProcessOptions {
+  channel: ServerChannel;
+  execId: string;
+  argv: string[];
+  cwd: string;
+  /** The complete environment (the exec tag is added here). */
+  env: Record<string, string>;
+  pty: PtyRequest | undefined;
+  log: Logger;
+}
+
+type State = 'starting' | 'running' | 'exited' | 'killed';
+
+/** Signals a client may send on a channel (RFC 4254 names, without "SIG"). */
+const CLIENT_SIGNALS = new Set(['HUP', 'INT', 'KILL', 'QUIT', 'TERM', 'USR1', 'USR2', 'ALRM', 'PIPE']);
+
+function termSize(n: number | undefined): number {
+  return Number.isInteger(n) && n! > 0 && n! <= 65535 ? n! : 0;
+}
+
+/** Resolves once everything written to `w` before now was handed on (0-byte write callbacks run in order). */
+function flushed(w: NodeJS.WritableStream & { writable: boolean }): Promise<void> {
+  return new Promise((resolve) => {
+    if (!w.writable) return resolve();
+    try {
+      w.write(Buffer.alloc(0), () => resolve());
+    } catch {
+      resolve();
+    }
+  });
+}
+
+export class ChannelProcess {
+  readonly execId: string;
+  /** Resolves when the channel's process is gone and its tree was cleaned up. */
+  readonly done: Promise<void>;
+  private resolveDone!: () => void;
+  private readonly opts: ChannelProcessOptions;
+  private readonly log: Logger;
+  private state: State = 'starting';
+  private proc: ExecProcess | undefined;
+  private killing: Promise<boolean> | undefined;
+  private outputPaused = false;
+
+  constructor(opts: ChannelProcessOptions) {
+    this.opts = opts;
+    this.execId = opts.execId;
+    this.log = opts.log.child({ exec_id: opts.execId });
+    this.done = new Promise((resolve) => (this.resolveDone = resolve));
+  }
+
+  get running(): boolean {
+    return this.state === 'starting' || this.state === 'running';
+  }
+
+  /** Starts the process. Never throws: failures become stderr text and an exit status. */
+  start(): void {
+    const { channel, argv, cwd, pty } = this.opts;
+    const env = { ...this.opts.env, [EXEC_ID_ENV]: this.execId };
+    const check = preflight(argv[0], cwd, env);
+    if (!check.ok) return this.failStart(check.message, check.exitCode);
+
+    const handlers: ExecProcessHandlers = {
+      stdout: (chunk) => this.output(channel, chunk),
+      stderr: (chunk) => this.output(channel.stderr, chunk),
+      exit: (code, signal) => this.onExit(code, signal),
+      childExited: () => this.onChildExited(),
+      spawnError: (err) => this.failStart(`${argv[0]}: ${reasonOf(err)}`, exitCodeForSpawnError(err)),
+      stdinDrain: () => channel.resume(),
+    };
+    const spec = { argv, cwd, env, cols: termSize(pty?.cols), rows: termSize(pty?.rows) };
+    try {
+      this.proc = pty ? spawnPty(spec, handlers) : spawnPiped(spec, handlers);
+    } catch (err) {
+      return this.failStart(`${argv[0]}: ${reasonOf(err)}`, exitCodeForSpawnError(err));
+    }
+    if (this.state !== 'starting') return; // a synchronous spawn error already ended it
+    this.state = 'running';
+    this.log.info('ssh channel process started', { pid: this.proc.pid, argv0: argv[0], tty: Boolean(pty) });
+
+    channel.on('data', (data: Buffer) => {
+      if (this.state !== 'running' || !this.proc) return;
+      // Stdin back-pressure: stop reading the channel (SSH flow control then stops the client).
+      if (!this.proc.writeStdin(data)) channel.pause();
+    });
+    // EOF from the client closes stdin (`tar xf -` needs it); it never kills.
+    channel.on('end', () => this.proc?.endStdin());
+    channel.on('close', () => void this.close('channel closed by the client'));
+  }
+
+  /** Output with back-pressure: a full channel pauses the process's output. */
+  private output(stream: NodeJS.WritableStream, chunk: Buffer): void {
+    if (this.state !== 'running' && this.state !== 'starting') return;
+    let ok = true;
+    try {
+      ok = stream.write(chunk);
+    } catch {
+      return;
+    }
+    if (!ok && !this.outputPaused && this.proc) {
+      this.outputPaused = true;
+      this.proc.pause();
+      stream.once('drain', () => {
+        this.outputPaused = false;
+        if (this.state === 'running') this.proc?.resume();
+      });
+    }
+  }
+
+  signal(name: string): void {
+    if (this.state !== 'running' || !this.proc || !CLIENT_SIGNALS.has(name)) return;
+    try {
+      process.kill(-this.proc.pgid, `SIG${name}` as NodeJS.Signals);
+    } catch {
+      // the group is gone; the exit is on its way
+    }
+  }
+
+  resize(cols: number, rows: number): void {
+    if (this.state === 'running') this.proc?.resize(cols, rows);
+  }
+
+  /** Before the spawn, or when the spawn itself failed (then no exit event follows). */
+  private failStart(message: string, exitCode: number): void {
+    if (this.state !== 'starting' && this.state !== 'running') return;
+    this.state = 'exited';
+    this.log.info('ssh channel process could not be started', { message, exit_code: exitCode });
+    try {
+      this.opts.channel.stderr.write(message + '\n');
+    } catch {
+      // channel gone
+    }
+    void this.finishChannel(exitCode).then(() => this.resolveDone());
+  }
+
+  /** The leader exited: what it left behind dies with it, so the output pipes close. */
+  private onChildExited(): void {
+    if (this.state !== 'running') return;
+    void this.killTree().then(() => {
+      setTimeout(() => {
+        if (this.state === 'running') this.proc?.abandonOutput();
+      }, 200);
+    });
+  }
+
+  private onExit(code: number | null, signal: number | null): void {
+    if (this.state !== 'running') return;
+    this.state = 'exited';
+    const exitCode = normaliseExit(code, signal);
+    void this.killTree()
+      .then(() => this.finishChannel(exitCode))
+      .then(() => {
+        this.log.info('ssh channel process exited', { exit_code: exitCode });
+        this.resolveDone();
+      });
+  }
+
+  /** Everything written so far, then exit-status, EOF and close — the order OpenSSH expects. */
+  private async finishChannel(exitCode: number): Promise<void> {
+    const channel = this.opts.channel;
+    await Promise.all([flushed(channel), flushed(channel.stderr as NodeJS.WritableStream & { writable: boolean })]);
+    try {
+      channel.exit(exitCode);
+      channel.end();
+    } catch {
+      // the client is gone already
+    }
+  }
+
+  /**
+   * The channel is gone (closed by the client, or its connection dropped): kill the whole tree.
+   * Idempotent; the main process is never anyone's channel process, so it is never touched.
+   */
+  close(reason: string): Promise<void> {
+    if (this.state === 'starting') {
+      this.state = 'killed';
+      this.resolveDone();
+      return this.done;
+    }
+    if (this.state !== 'running') return this.done;
+    this.state = 'killed';
+    this.log.info('ssh channel gone: killing its process tree', { reason });
+    void this.killTree().then(() => {
+      this.proc?.abandonOutput();
+      this.resolveDone();
+    });
+    return this.done;
+  }
+
+  private killTree(): Promise<boolean> {
+    this.killing ??= killExecTree(this.execId, this.proc?.pgid, {
+      pty: this.proc?.tty ?? false,
+      leaderStartTime: this.proc?.startTime,
+      log: this.log,
+    }).catch((err: unknown) => {
+      this.log.error('killing ssh channel process tree failed', { err });
+      return false;
+    });
+    return this.killing;
+  }
+}

@@ -1,0 +1,733 @@
+// The `docker` compute driver: each sandbox is one container (plus one named volume for
+// /sandbox) on a Docker engine, reached through dockerode (DOCKER_HOST or /var/run/docker.sock).
+//
+// Supervisor delivery: nothing is baked into the user's image. The host's Node binary and the
+// repository root (apps/supervisor + node_modules) are bind-mounted read-only at /opt/sandgate/…
+// and the container's ENTRYPOINT is `node …/apps/supervisor/src/main.ts --`, its CMD the sandbox
+// command. Docker's init (HostConfig.Init, tini) runs in front as PID 1 and reaps zombies. The
+// credential is a 0600 file under <stateDir>/docker/<id>/ bind-mounted read-only at
+// /run/sandgate/credential, never an environment variable. See deploy/README.md for which images
+// can run the supervisor.
+//
+// Lifetime: the container belongs to no replica; any replica talking to the same engine finds it
+// again by name (sandgate-<id>) or label (sandgate.sandbox-id=<id>). Restarts are sandgate's, so
+// Docker's restart policy is off. stop/start keep the container and its volume (the sandbox's
+// files); delete removes both.
+import fs from 'node:fs';
+import fsp from 'node:fs/promises';
+import path from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import Docker from 'dockerode';
+import type Dockerode from 'dockerode';
+import type { ComputeDriver, ComputeHandle, ComputeState, LaunchSpec, ObservedCompute } from './driver.ts';
+import { assertLaunchSpec, assertSandboxId } from './validate.ts';
+import {
+  assertResources,
+  buildContainerCreateOptions,
+  containerName,
+  DEFAULT_IMAGE,
+  LABEL_MANAGED,
+  LABEL_SANDBOX_ID,
+  labelsFor,
+  numericImageUser,
+  STOP_TIMEOUT_S,
+  volumeName,
+  type DockerResources,
+} from './docker/launch.ts';
+import { demuxDockerStream, describeFailure, elfInterpreter, tailLines } from './docker/diagnose.ts';
+
+export { DEFAULT_IMAGE, type DockerResources } from './docker/launch.ts';
+
+export interface DockerDriverOptions {
+  /** Host directory for per-sandbox state (the credential files live in <stateDir>/docker/<id>/). */
+  stateDir: string;
+  /** Absolute path of the supervisor entry (apps/supervisor/src/main.ts); must be inside repoRoot. */
+  supervisorEntry: string;
+  /** Repository root: mounted read-only at /opt/sandgate/app (needs apps/, libs/, node_modules/). */
+  repoRoot: string;
+  /** The Node binary to mount into containers. Defaults to process.execPath. Must be glibc-linked. */
+  nodePath?: string;
+  /** Image used when the launch spec names none. Default `sandgate-sandbox:latest`. */
+  defaultImage?: string;
+  /** A dockerode client. Default: `new Docker()` (DOCKER_HOST, else /var/run/docker.sock). */
+  docker?: Dockerode;
+  /** Default limits for every sandbox; a launch spec's `resources` overrides them field by field. */
+  resources?: DockerResources;
+}
+
+/** A launch spec with optional per-sandbox limits (the template's resources). */
+export type DockerLaunchSpec = LaunchSpec & { resources?: DockerResources };
+
+/** The docker driver's handle, as persisted by the gateway. */
+export interface DockerHandle {
+  containerId: string;
+  container: string;
+  volume: string;
+  image: string;
+}
+
+/** One Docker event about a sandbox container (see watch()). */
+export interface DockerComputeEvent {
+  sandboxId: string;
+  containerId: string;
+  /** Docker's action: create, start, die, stop, kill, oom, destroy… */
+  action: string;
+  /** For `die`: the container's exit code. */
+  exitCode?: number;
+  /** Milliseconds since the epoch. */
+  time: number;
+}
+
+export interface DockerWatchOptions {
+  /** Called with the full list() every resyncMs (default 30 s); events can be lost, a resync cannot. */
+  onResync?: (observed: ObservedCompute[]) => void;
+  resyncMs?: number;
+  /** Errors of the event stream or of a resync (the watch keeps going). */
+  onError?: (err: Error) => void;
+}
+
+export interface DockerWatch {
+  close(): void;
+}
+
+const CREDENTIAL_FILE = 'credential';
+
+export class DockerDriver implements ComputeDriver {
+  readonly name = 'docker';
+  readonly defaultImage: string;
+  private readonly docker: Dockerode;
+  private readonly stateDir: string;
+  private readonly supervisorEntry: string;
+  private readonly repoRoot: string;
+  private readonly nodePath: string;
+  private readonly resources: DockerResources;
+  private runtimeCache: Runtime | null = null;
+
+  constructor(opts: DockerDriverOptions) {
+    if (!opts.stateDir) throw new Error('DockerDriver: stateDir is required');
+    for (const [k, v] of [
+      ['supervisorEntry', opts.supervisorEntry],
+      ['repoRoot', opts.repoRoot],
+    ] as const) {
+      if (!path.isAbsolute(v ?? '')) throw new Error(`DockerDriver: ${k} must be an absolute path (got ${JSON.stringify(v)})`);
+    }
+    this.stateDir = path.resolve(opts.stateDir);
+    if (this.stateDir === '/') throw new Error('DockerDriver: stateDir must not be /');
+    this.supervisorEntry = opts.supervisorEntry;
+    this.repoRoot = opts.repoRoot;
+    this.nodePath = opts.nodePath ?? process.execPath;
+    if (!path.isAbsolute(this.nodePath)) throw new Error('DockerDriver: nodePath must be an absolute path');
+    this.defaultImage = opts.defaultImage || DEFAULT_IMAGE;
+    assertResources(opts.resources, 'DockerDriver resources');
+    this.resources = { ...opts.resources };
+    this.docker = opts.docker ?? new Docker();
+  }
+
+  /** Throws a clear error unless the engine answers and the default image exists locally. */
+  async preflight(): Promise<void> {
+    try {
+      await this.docker.ping();
+    } catch (err) {
+      throw new Error(`docker driver: no Docker engine answers (${errMessage(err)}); start one, e.g. scripts/ensure-docker.sh`);
+    }
+    await this.runtime();
+    await this.imageInfo(this.defaultImage);
+  }
+
+  async create(spec: DockerLaunchSpec): Promise<ComputeHandle> {
+    const plan = await this.plan(spec);
+    const id = spec.sandboxId;
+    const existing = await this.containersOf(id);
+    if (existing.length > 0) {
+      throw new Error(`sandbox ${id} already exists (container ${containerName(id)} is ${existing[0].State})`);
+    }
+    // A volume without a container is a leftover (a crash between the two): the new sandbox
+    // starts with an empty /sandbox, not someone else's files.
+    await this.removeVolume(id);
+    return this.launch(plan, true);
+  }
+
+  /** Everything a container for `spec` needs, checked: runtime paths, image, command, limits. */
+  private async plan(spec: DockerLaunchSpec): Promise<LaunchPlan> {
+    assertSandboxId(spec.sandboxId);
+    const id = spec.sandboxId;
+    const image = (spec.image ?? '').trim() || this.defaultImage;
+    if (image.includes('\0')) throw new Error('image must not contain NUL');
+    const rt = await this.runtime();
+    const imageInfo = await this.imageInfo(image);
+    // An empty command means the image's own ENTRYPOINT + CMD, as `docker run IMAGE` would.
+    const command =
+      spec.command && spec.command.length > 0
+        ? spec.command
+        : [...(imageInfo.Config?.Entrypoint ?? []), ...(imageInfo.Config?.Cmd ?? [])];
+    if (command.length === 0) throw new Error(`sandbox ${id}: no command given and image ${image} has no ENTRYPOINT/CMD`);
+    assertLaunchSpec({ ...spec, command });
+    assertResources(spec.resources, 'resources');
+    const resources: DockerResources = { ...this.resources, ...stripUndefined(spec.resources ?? {}) };
+    const dir = path.join(this.stateDir, 'docker', id);
+    return {
+      spec: { ...spec, command },
+      image,
+      imageUser: imageInfo.Config?.User ?? '',
+      command,
+      runtime: rt,
+      dir,
+      credentialHostPath: path.join(dir, CREDENTIAL_FILE),
+      resources,
+    };
+  }
+
+  private createOptions(plan: LaunchPlan): Dockerode.ContainerCreateOptions {
+    return buildContainerCreateOptions({
+      spec: plan.spec,
+      image: plan.image,
+      command: plan.command,
+      nodeHostPath: plan.runtime.nodeHostPath,
+      appHostPath: plan.runtime.appHostPath,
+      supervisorRelPath: plan.runtime.supervisorRelPath,
+      credentialHostPath: plan.credentialHostPath,
+      resources: plan.resources,
+    });
+  }
+
+  /**
+   * Writes the credential, makes sure the labelled volume exists, creates and starts the
+   * container. On failure a fresh sandbox is removed whole; a restart keeps its volume.
+   */
+  private async launch(plan: LaunchPlan, fresh: boolean): Promise<ComputeHandle> {
+    const id = plan.spec.sandboxId;
+    let container: Dockerode.Container | null = null;
+    try {
+      await fsp.mkdir(plan.dir, { recursive: true, mode: 0o700 });
+      await writeCredential(plan.credentialHostPath, plan.spec.credential, plan.imageUser);
+      // Creating an existing volume is a no-op in Docker (a restart reuses the kept one).
+      await this.docker.createVolume({ Name: volumeName(id), Labels: labelsFor(id) });
+      try {
+        container = await this.docker.createContainer(this.createOptions(plan));
+      } catch (err) {
+        if (statusOf(err) === 409) {
+          throw new AlreadyExists(`sandbox ${id} already exists (a container named ${containerName(id)} was created concurrently)`);
+        }
+        throw new Error(`sandbox ${id}: docker could not create the container: ${errMessage(err)}`);
+      }
+      try {
+        await container.start();
+      } catch (err) {
+        throw new Error(`sandbox ${id}: docker could not start the container (image ${plan.image}): ${errMessage(err)}`);
+      }
+      const handle: DockerHandle = { containerId: container.id, container: containerName(id), volume: volumeName(id), image: plan.image };
+      return { ...handle };
+    } catch (err) {
+      // Never undo a concurrent create's work: its container is not ours.
+      if (!(err instanceof AlreadyExists)) {
+        if (fresh) await this.delete(id, container ? { containerId: container.id } : null).catch(() => {});
+        else if (container) await this.removeContainers(id, [container.id]).catch(() => {});
+      }
+      throw err;
+    }
+  }
+
+  async inspect(sandboxId: string, handle: ComputeHandle | null): Promise<ComputeState> {
+    assertSandboxId(sandboxId);
+    const info = await this.findContainer(sandboxId, handle);
+    return info ? stateOf(info.State.Status) : 'gone';
+  }
+
+  async delete(sandboxId: string, handle: ComputeHandle | null): Promise<boolean> {
+    assertSandboxId(sandboxId);
+    let existed = false;
+    const ids = new Set((await this.containersOf(sandboxId)).map((c) => c.Id));
+    const h = parseDockerHandle(handle);
+    if (h?.containerId && !ids.has(h.containerId)) {
+      const info = await this.inspectContainer(h.containerId);
+      if (info && info.Config.Labels?.[LABEL_SANDBOX_ID] === sandboxId) ids.add(info.Id);
+    }
+    if (await this.removeContainers(sandboxId, [...ids])) existed = true;
+    if (await this.removeVolume(sandboxId)) existed = true;
+    const dir = path.join(this.stateDir, 'docker', sandboxId);
+    await fsp.rm(dir, { recursive: true, force: true });
+    return existed;
+  }
+
+  async list(): Promise<ObservedCompute[]> {
+    const containers = await this.docker.listContainers({ all: true, filters: { label: [`${LABEL_MANAGED}=true`] } });
+    const out: ObservedCompute[] = [];
+    const seen = new Set<string>();
+    for (const c of containers) {
+      const id = c.Labels?.[LABEL_SANDBOX_ID];
+      if (!validId(id)) continue;
+      seen.add(id);
+      const handle: DockerHandle = { containerId: c.Id, container: containerName(id), volume: volumeName(id), image: c.Image };
+      out.push({ sandboxId: id, handle: { ...handle }, state: stateOf(c.State) });
+    }
+    // A labelled volume without its container is leftover compute too: reported as gone, so that
+    // reconciliation deletes it with the sandbox.
+    const vols = await this.docker.listVolumes({ filters: { label: [`${LABEL_MANAGED}=true`] } });
+    for (const v of vols.Volumes ?? []) {
+      const id = v.Labels?.[LABEL_SANDBOX_ID];
+      if (!validId(id) || seen.has(id)) continue;
+      seen.add(id);
+      out.push({ sandboxId: id, handle: { volume: v.Name }, state: 'gone' });
+    }
+    return out;
+  }
+
+  /**
+   * Stops the sandbox's container (SIGTERM to the supervisor through Docker's init, SIGKILL after
+   * 15 s), keeping its filesystem and volume. Idempotent: nothing to stop is not an error.
+   */
+  async stop(sandboxId: string, handle: ComputeHandle | null): Promise<void> {
+    assertSandboxId(sandboxId);
+    const info = await this.findContainer(sandboxId, handle);
+    if (!info) return;
+    try {
+      await this.docker.getContainer(info.Id).stop({ t: STOP_TIMEOUT_S });
+    } catch (err) {
+      const code = statusOf(err);
+      if (code === 304 || code === 404) return; // already stopped, or gone
+      throw new Error(`sandbox ${sandboxId}: cannot stop container: ${errMessage(err)}`);
+    }
+  }
+
+  /**
+   * A new run of a stopped (or finished) sandbox on the filesystem it kept, with the spec's new
+   * credential: a running container is stopped first, the credential file replaced, and the same
+   * container started again (its whole filesystem, not only /sandbox, is kept). If the spec no
+   * longer matches the container (image, command or sandgate's environment, e.g. a new gateway
+   * endpoint), or the container vanished but its volume did not, a new container is made on the
+   * kept /sandbox volume instead. Returns the (possibly new) handle.
+   */
+  async start(spec: DockerLaunchSpec, handle: ComputeHandle | null): Promise<ComputeHandle> {
+    const plan = await this.plan(spec);
+    const id = spec.sandboxId;
+    const info = await this.findContainer(id, handle);
+    if (info) {
+      const wanted = this.createOptions(plan);
+      if (sameLaunch(info, wanted)) {
+        await this.stop(id, { containerId: info.Id });
+        await writeCredential(plan.credentialHostPath, spec.credential, plan.imageUser);
+        try {
+          await this.docker.getContainer(info.Id).start();
+        } catch (err) {
+          if (statusOf(err) !== 304) throw new Error(`sandbox ${id}: cannot start container: ${errMessage(err)}`);
+        }
+        const h: DockerHandle = { containerId: info.Id, container: containerName(id), volume: volumeName(id), image: plan.image };
+        return { ...h };
+      }
+      await this.removeContainers(id, [info.Id]);
+    } else if (!(await this.volumeExists(id))) {
+      throw new Error(`sandbox ${id}: nothing to start (its container and its volume are gone)`);
+    }
+    return this.launch(plan, false);
+  }
+
+  /**
+   * Why the sandbox's container is not running, when that is a failure: null while it runs,
+   * after a clean stop (exit 0, or 143: died of docker stop's SIGTERM), or when there is no
+   * container. Otherwise one line such as `supervisor could not start in image busybox: exit
+   * code 127: the image has no glibc dynamic loader (…): … | [FATAL tini (7)] exec
+   * /opt/sandgate/node/bin/node failed: No such file or directory`.
+   */
+  async failureReason(sandboxId: string, handle: ComputeHandle | null = null): Promise<string | null> {
+    assertSandboxId(sandboxId);
+    const info = await this.findContainer(sandboxId, handle);
+    if (!info) return null;
+    const s = info.State;
+    if (s.Running || s.Restarting || s.Paused) return null;
+    // A clean stop: the supervisor exits 0 on SIGTERM; 143 is a process that died of that SIGTERM.
+    if (!s.Error && !s.OOMKilled && (s.Status === 'created' || s.ExitCode === 0 || s.ExitCode === 143)) return null;
+    const container = this.docker.getContainer(info.Id);
+    let logTail = '';
+    try {
+      const raw = (await container.logs({ stdout: true, stderr: true, tail: 20, follow: false })) as unknown;
+      logTail = tailLines(demuxDockerStream(Buffer.isBuffer(raw) ? raw : Buffer.from(String(raw))), 6, 1500);
+    } catch {
+      // logs unavailable (another log driver): the exit code alone still says something
+    }
+    const rt = await this.runtime().catch(() => null);
+    const loader = rt?.loader ?? null;
+    let imageHasLoader: boolean | null = null;
+    if (loader && s.ExitCode === 127) {
+      try {
+        await container.infoArchive({ path: loader });
+        imageHasLoader = true;
+      } catch (err) {
+        if (statusOf(err) === 404) imageHasLoader = false;
+      }
+    }
+    const started = Date.parse(s.StartedAt);
+    const finished = Date.parse(s.FinishedAt);
+    const ranMs = started > 0 && finished >= started ? finished - started : null;
+    return describeFailure({
+      image: info.Config.Image,
+      exitCode: s.ExitCode,
+      oomKilled: s.OOMKilled,
+      dockerError: s.Error ?? '',
+      ranMs,
+      logTail,
+      loader,
+      imageHasLoader,
+      imageUser: info.Config.User ?? '',
+    });
+  }
+
+  /**
+   * Follows Docker's events about sandgate's containers (create, start, die, stop, kill, oom,
+   * destroy), reconnecting if the stream breaks, and hands the full list() to onResync every
+   * resyncMs. A `die` of a container nobody stopped is the moment to ask failureReason().
+   */
+  watch(onEvent: (e: DockerComputeEvent) => void, opts: DockerWatchOptions = {}): DockerWatch {
+    let closed = false;
+    let stream: NodeJS.ReadableStream | null = null;
+    const onError = (err: unknown) => {
+      if (!closed) opts.onError?.(err instanceof Error ? err : new Error(String(err)));
+    };
+    const follow = async () => {
+      let backoff = 250;
+      while (!closed) {
+        try {
+          const s = await this.docker.getEvents({
+            filters: {
+              type: ['container'],
+              label: [`${LABEL_MANAGED}=true`],
+              event: ['create', 'start', 'die', 'stop', 'kill', 'oom', 'destroy'],
+            },
+          });
+          if (closed) {
+            destroyStream(s);
+            return;
+          }
+          stream = s;
+          backoff = 250;
+          await new Promise<void>((resolve) => {
+            let buf = '';
+            s.on('data', (chunk: Buffer | string) => {
+              buf += chunk.toString();
+              let nl: number;
+              while ((nl = buf.indexOf('\n')) >= 0) {
+                const line = buf.slice(0, nl).trim();
+                buf = buf.slice(nl + 1);
+                if (!line) continue;
+                const e = parseEvent(line);
+                if (e) {
+                  try {
+                    onEvent(e);
+                  } catch (err) {
+                    onError(err);
+                  }
+                }
+              }
+            });
+            s.once('end', resolve);
+            s.once('close', resolve);
+            s.once('error', (err: Error) => {
+              onError(err);
+              resolve();
+            });
+          });
+        } catch (err) {
+          onError(err);
+        }
+        stream = null;
+        if (!closed) await sleep(backoff);
+        backoff = Math.min(backoff * 2, 5000);
+      }
+    };
+    void follow();
+    const timer = opts.onResync
+      ? setInterval(() => {
+          this.list().then(
+            (l) => {
+              if (!closed) opts.onResync?.(l);
+            },
+            onError,
+          );
+        }, opts.resyncMs ?? 30_000)
+      : null;
+    timer?.unref();
+    return {
+      close() {
+        closed = true;
+        if (timer) clearInterval(timer);
+        if (stream) destroyStream(stream);
+      },
+    };
+  }
+
+  // ---- internals -------------------------------------------------------------------------------
+
+  private async runtime(): Promise<Runtime> {
+    if (this.runtimeCache) return this.runtimeCache;
+    let nodeHostPath: string;
+    let appHostPath: string;
+    let entry: string;
+    try {
+      nodeHostPath = await fsp.realpath(this.nodePath);
+      await fsp.access(nodeHostPath, fs.constants.X_OK);
+    } catch {
+      throw new Error(`docker driver: node is not executable at ${this.nodePath}`);
+    }
+    try {
+      appHostPath = await fsp.realpath(this.repoRoot);
+      entry = await fsp.realpath(this.supervisorEntry);
+      await fsp.access(entry, fs.constants.R_OK);
+    } catch (err) {
+      throw new Error(`docker driver: supervisor entry ${this.supervisorEntry} or repo root ${this.repoRoot} unreadable: ${errMessage(err)}`);
+    }
+    const rel = path.relative(appHostPath, entry);
+    if (rel === '' || rel.startsWith('..') || path.isAbsolute(rel)) {
+      throw new Error(`docker driver: supervisor entry ${entry} is not inside the repo root ${appHostPath}`);
+    }
+    this.runtimeCache = {
+      nodeHostPath,
+      appHostPath,
+      supervisorRelPath: rel.split(path.sep).join('/'),
+      loader: elfInterpreter(nodeHostPath),
+    };
+    return this.runtimeCache;
+  }
+
+  private async imageInfo(image: string): Promise<Dockerode.ImageInspectInfo> {
+    const info = await this.inspectImage(image);
+    if (!info) {
+      throw new Error(
+        `docker image ${image} is not available on this Docker engine (no registry is used); ` +
+          (image === DEFAULT_IMAGE
+            ? 'build it with scripts/build-sandbox-image.sh'
+            : `load it first (docker pull/load/import), or build the default ${DEFAULT_IMAGE} with scripts/build-sandbox-image.sh`),
+      );
+    }
+    return info;
+  }
+
+  private async inspectImage(image: string): Promise<Dockerode.ImageInspectInfo | null> {
+    try {
+      return await this.docker.getImage(image).inspect();
+    } catch (err) {
+      if (statusOf(err) === 404) return null;
+      throw new Error(`docker: cannot inspect image ${image}: ${errMessage(err)}`);
+    }
+  }
+
+  private async inspectContainer(ref: string): Promise<Dockerode.ContainerInspectInfo | null> {
+    try {
+      return await this.docker.getContainer(ref).inspect();
+    } catch (err) {
+      if (statusOf(err) === 404) return null;
+      throw err;
+    }
+  }
+
+  /** The sandbox's container, by the handle's id or by name; only if labelled with this id. */
+  private async findContainer(sandboxId: string, handle: ComputeHandle | null): Promise<Dockerode.ContainerInspectInfo | null> {
+    const h = parseDockerHandle(handle);
+    for (const ref of [h?.containerId, containerName(sandboxId)]) {
+      if (!ref) continue;
+      const info = await this.inspectContainer(ref);
+      if (info && info.Config.Labels?.[LABEL_SANDBOX_ID] === sandboxId && info.State.Status !== 'removing') return info;
+    }
+    return null;
+  }
+
+  private async containersOf(sandboxId: string): Promise<Dockerode.ContainerInfo[]> {
+    return this.docker.listContainers({
+      all: true,
+      filters: { label: [`${LABEL_MANAGED}=true`, `${LABEL_SANDBOX_ID}=${sandboxId}`] },
+    });
+  }
+
+  /** Removes the sandbox's volume(s). Resolves true if one existed. Retries while still in use. */
+  private async removeVolume(sandboxId: string): Promise<boolean> {
+    const names = new Set([volumeName(sandboxId)]);
+    const labelled = await this.docker.listVolumes({
+      filters: { label: [`${LABEL_MANAGED}=true`, `${LABEL_SANDBOX_ID}=${sandboxId}`] },
+    });
+    for (const v of labelled.Volumes ?? []) names.add(v.Name);
+    let existed = false;
+    for (const name of names) {
+      const deadline = Date.now() + 10_000;
+      for (;;) {
+        try {
+          await this.docker.getVolume(name).remove();
+          existed = true;
+          break;
+        } catch (err) {
+          const code = statusOf(err);
+          if (code === 404) break;
+          // 409: still referenced by a container that is being removed.
+          if (code === 409 && Date.now() < deadline) {
+            await sleep(100);
+            continue;
+          }
+          throw new Error(`sandbox ${sandboxId}: cannot remove volume ${name}: ${errMessage(err)}`);
+        }
+      }
+    }
+    return existed;
+  }
+
+  /** Force-removes the given containers. Resolves true if any existed. */
+  private async removeContainers(sandboxId: string, ids: string[]): Promise<boolean> {
+    let existed = false;
+    for (const cid of ids) {
+      try {
+        await this.docker.getContainer(cid).remove({ force: true, v: true });
+        existed = true;
+      } catch (err) {
+        const code = statusOf(err);
+        if (code === 404) continue;
+        // 409 "removal already in progress": another replica is deleting it; wait for it to go.
+        if (code === 409) {
+          existed = true;
+          await this.waitContainerGone(cid, 10_000);
+          continue;
+        }
+        throw new Error(`sandbox ${sandboxId}: cannot remove container ${cid.slice(0, 12)}: ${errMessage(err)}`);
+      }
+    }
+    return existed;
+  }
+
+  private async volumeExists(sandboxId: string): Promise<boolean> {
+    try {
+      await this.docker.getVolume(volumeName(sandboxId)).inspect();
+      return true;
+    } catch (err) {
+      if (statusOf(err) === 404) return false;
+      throw err;
+    }
+  }
+
+  private async waitContainerGone(ref: string, timeoutMs: number): Promise<void> {
+    const deadline = Date.now() + timeoutMs;
+    while (Date.now() < deadline) {
+      if (!(await this.inspectContainer(ref))) return;
+      await sleep(100);
+    }
+    throw new Error(`container ${ref.slice(0, 12)} still exists ${timeoutMs} ms after its removal began`);
+  }
+}
+
+class AlreadyExists extends Error {}
+
+interface LaunchPlan {
+  spec: DockerLaunchSpec;
+  image: string;
+  imageUser: string;
+  command: string[];
+  runtime: Runtime;
+  /** <stateDir>/docker/<id> */
+  dir: string;
+  credentialHostPath: string;
+  resources: DockerResources;
+}
+
+/** Whether a container was made from the same image, command and sandgate environment. */
+function sameLaunch(info: Dockerode.ContainerInspectInfo, wanted: Dockerode.ContainerCreateOptions): boolean {
+  if (info.Config.Image !== wanted.Image) return false;
+  if (JSON.stringify(info.Config.Cmd ?? []) !== JSON.stringify(wanted.Cmd ?? [])) return false;
+  if (JSON.stringify(info.Config.Entrypoint ?? []) !== JSON.stringify(wanted.Entrypoint ?? [])) return false;
+  const have = new Set(info.Config.Env ?? []);
+  return (wanted.Env ?? []).every((e) => have.has(e));
+}
+
+interface Runtime {
+  nodeHostPath: string;
+  appHostPath: string;
+  supervisorRelPath: string;
+  /** The ELF interpreter the node binary needs (null: static or unknown). */
+  loader: string | null;
+}
+
+/** A handle from Redis, or null if it is not one of ours. */
+export function parseDockerHandle(h: ComputeHandle | null | undefined): Partial<DockerHandle> | null {
+  if (h === null || h === undefined || typeof h !== 'object') return null;
+  const { containerId, container, volume, image } = h as Record<string, unknown>;
+  const out: Partial<DockerHandle> = {};
+  if (typeof containerId === 'string' && /^[0-9a-f]{12,64}$/.test(containerId)) out.containerId = containerId;
+  if (typeof container === 'string') out.container = container;
+  if (typeof volume === 'string') out.volume = volume;
+  if (typeof image === 'string') out.image = image;
+  return out;
+}
+
+function stateOf(status: string): ComputeState {
+  switch (status) {
+    case 'running':
+    case 'restarting':
+    case 'paused':
+      return 'running';
+    case 'created':
+    case 'exited':
+    case 'dead':
+      return 'stopped';
+    default: // 'removing'
+      return 'gone';
+  }
+}
+
+function validId(id: string | undefined): id is string {
+  try {
+    assertSandboxId(id);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+async function writeCredential(file: string, credential: string, imageUser: string | undefined): Promise<void> {
+  // Written whole, then renamed: a container started later bind-mounts the complete file.
+  const tmp = `${file}.${process.pid}.tmp`;
+  await fsp.writeFile(tmp, credential, { mode: 0o600 });
+  await fsp.chmod(tmp, 0o600);
+  // An image whose USER is numeric runs the supervisor as that user: it must be able to read it.
+  const u = numericImageUser(imageUser);
+  if (u && u.uid !== 0) await fsp.chown(tmp, u.uid, u.gid);
+  await fsp.rename(tmp, file);
+}
+
+function parseEvent(line: string): DockerComputeEvent | null {
+  try {
+    const e = JSON.parse(line) as {
+      Action?: string;
+      status?: string;
+      id?: string;
+      Actor?: { ID?: string; Attributes?: Record<string, string> };
+      timeNano?: number;
+      time?: number;
+    };
+    const attrs = e.Actor?.Attributes ?? {};
+    const sandboxId = attrs[LABEL_SANDBOX_ID];
+    if (!validId(sandboxId)) return null;
+    const action = (e.Action ?? e.status ?? '').split(':')[0];
+    const out: DockerComputeEvent = {
+      sandboxId,
+      containerId: e.Actor?.ID ?? e.id ?? '',
+      action,
+      time: e.timeNano ? Math.floor(e.timeNano / 1e6) : (e.time ?? 0) * 1000,
+    };
+    if (attrs.exitCode !== undefined && /^-?\d+$/.test(attrs.exitCode)) out.exitCode = Number(attrs.exitCode);
+    return out;
+  } catch {
+    return null;
+  }
+}
+
+function destroyStream(s: NodeJS.ReadableStream): void {
+  const d = s as NodeJS.ReadableStream & { destroy?: () => void };
+  d.destroy?.();
+}
+
+function stripUndefined<T extends object>(o: T): Partial<T> {
+  return Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as Partial<T>;
+}
+
+function statusOf(err: unknown): number | undefined {
+  const c = (err as { statusCode?: unknown } | null)?.statusCode;
+  return typeof c === 'number' ? c : undefined;
+}
+
+function errMessage(err: unknown): string {
+  const e = err as { json?: { message?: string }; message?: string } | null;
+  return (e?.json?.message ?? e?.message ?? String(err)).trim();
+}

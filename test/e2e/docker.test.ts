@@ -1,0 +1,153 @@
+// Issue 6 acceptance: the docker driver behind three replicas, against a real dockerd.
+// .ci/run starts dockerd and builds the sandbox image; without an engine this file fails loudly.
+import { execFileSync } from 'node:child_process';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Redis } from 'ioredis';
+import { status as grpcStatus } from '@grpc/grpc-js';
+import { Cluster, repoRoot, runCli } from '../harness/cluster.ts';
+import { startRedis, type TestRedis } from '../harness/redis.ts';
+import { openShellClient, unaryCall } from '../harness/grpc-client.ts';
+import { waitFor } from '../harness/wait.ts';
+
+let redis: TestRedis;
+let r: Redis;
+let cluster: Cluster;
+
+const docker = (...args: string[]) => execFileSync('docker', args, { encoding: 'utf8' }).trim();
+const labelled = (id?: string) =>
+  docker('ps', '-aq', '--filter', id ? `label=sandgate.sandbox-id=${id}` : 'label=sandgate.managed=true').split('\n').filter(Boolean);
+const volumes = (id?: string) =>
+  docker('volume', 'ls', '-q', '--filter', id ? `label=sandgate.sandbox-id=${id}` : 'label=sandgate.managed=true').split('\n').filter(Boolean);
+
+beforeAll(async () => {
+  // Fails (does not skip) when there is no engine: the docker driver must be tested in CI.
+  docker('info', '--format', '{{.ServerVersion}}');
+  execFileSync('bash', [`${repoRoot}/scripts/build-sandbox-image.sh`], { stdio: 'ignore' });
+  redis = await startRedis();
+  r = redis.client();
+  cluster = await Cluster.start({ redisUrl: redis.url, replicas: 3, driver: 'docker' });
+}, 180_000);
+
+afterAll(async () => {
+  await cluster?.stop();
+  for (const c of labelled()) docker('rm', '-f', c);
+  for (const v of volumes()) docker('volume', 'rm', '-f', v);
+  cluster?.cleanup();
+  await redis?.stop();
+});
+
+const gw = (i: number) => cluster.replicas[i]!.grpcAddress;
+
+interface SandboxJson {
+  metadata: { id: string; name: string };
+  status: { phase: string; conditions?: { reason?: string; message?: string }[] };
+}
+
+async function get(name: string, via = 0): Promise<SandboxJson | null> {
+  const res = await runCli(['sandbox', 'get', name, '-o', 'json'], { gateway: gw(via) });
+  return res.code === 0 ? (JSON.parse(res.stdout.toString()) as SandboxJson) : null;
+}
+
+async function create(name: string, args: string[] = ['--', 'sleep', 'infinity'], via = 0): Promise<SandboxJson> {
+  const res = await runCli(['sandbox', 'create', '--name', name, '--detach', '-o', 'json', ...args], { gateway: gw(via) });
+  expect(res.code, res.stderr).toBe(0);
+  return JSON.parse(res.stdout.toString()) as SandboxJson;
+}
+
+describe('docker driver through the gateway', () => {
+  it('creates through A; exec works through B and C; processes are checked in the container', async () => {
+    const sb = await create('dk-basic');
+    expect(sb.status.phase).toBe('SANDBOX_PHASE_READY');
+    expect(labelled(sb.metadata.id)).toHaveLength(1);
+    for (const i of [1, 2]) {
+      const res = await runCli(['sandbox', 'exec', 'dk-basic', '--', 'sh', '-c', 'echo hi; cat /etc/os-release | head -1'], { gateway: gw(i) });
+      expect(res.code, res.stderr).toBe(0);
+      expect(res.stdout.toString()).toMatch(/^hi\n/);
+    }
+    // Exec kill against a container: a timed-out tree is gone inside the container.
+    const t = await runCli(['sandbox', 'exec', 'dk-basic', '--timeout', '2', '--', 'sh', '-c', 'sleep 611 & setsid sleep 612 & sleep 613'], {
+      gateway: gw(1),
+    });
+    expect(t.code).toBe(124);
+    const container = labelled(sb.metadata.id)[0]!;
+    await waitFor('no sleep 61x left in the container', () => !/sleep 61[123]/.test(docker('top', container, '-eo', 'pid,args')), 5_000);
+  });
+
+  it('stop keeps files, start finds them, delete removes container and volume, a second delete is NOT_FOUND', async () => {
+    const sb = await create('dk-life');
+    await runCli(['sandbox', 'exec', 'dk-life', '--', 'sh', '-c', 'echo persisted > /sandbox/f'], { gateway: gw(1) });
+    expect((await runCli(['sandbox', 'stop', 'dk-life'], { gateway: gw(2) })).code).toBe(0);
+    expect(docker('inspect', '-f', '{{.State.Running}}', labelled(sb.metadata.id)[0]!)).toBe('false');
+    expect((await runCli(['sandbox', 'start', 'dk-life'], { gateway: gw(0) })).code).toBe(0);
+    const f = await runCli(['sandbox', 'exec', 'dk-life', '--', 'cat', '/sandbox/f'], { gateway: gw(1) });
+    expect(f.stdout.toString()).toBe('persisted\n');
+    expect((await runCli(['sandbox', 'delete', 'dk-life'], { gateway: gw(2) })).code).toBe(0);
+    expect(labelled(sb.metadata.id)).toHaveLength(0);
+    expect(volumes(sb.metadata.id)).toHaveLength(0);
+    const again = await runCli(['sandbox', 'delete', 'dk-life'], { gateway: gw(0) });
+    expect(again.code).toBe(1);
+    expect(again.stderr).toContain('not found');
+  });
+
+  it('an image that cannot run the supervisor makes the sandbox Error within seconds, naming the problem', async () => {
+    // An image without glibc: the host's node binary cannot start in it.
+    execFileSync('bash', ['-c', 'd=$(mktemp -d); cp /bin/busybox "$d/" 2>/dev/null || echo x > "$d/x"; tar -C "$d" -c . | docker import - sandgate-test-noglibc:latest; rm -rf "$d"'], {
+      stdio: 'ignore',
+    });
+    const client = openShellClient(gw(0));
+    const t0 = Date.now();
+    await unaryCall(client, 'CreateSandbox', { name: 'dk-bad', spec: { command: ['sleep', '1'], template: { image: 'sandgate-test-noglibc:latest' } } });
+    const sb = await waitFor('Error', async () => {
+      const s = await get('dk-bad');
+      return s?.status.phase === 'SANDBOX_PHASE_ERROR' ? s : undefined;
+    }, 20_000, 200);
+    expect(Date.now() - t0).toBeLessThan(20_000);
+    expect(sb.status.conditions?.[0]?.reason).toBe('ComputeFailed');
+    expect(sb.status.conditions?.[0]?.message).toMatch(/supervisor could not start in image sandgate-test-noglibc:latest/);
+    await unaryCall(client, 'DeleteSandbox', { name: 'dk-bad' });
+    client.close();
+  });
+
+  it('reconciles: a container removed behind its back marks the record; a labelled container without a record is removed', async () => {
+    const sb = await create('dk-gone');
+    docker('rm', '-f', labelled(sb.metadata.id)[0]!);
+    const marked = await waitFor('record marked', async () => {
+      const s = await get('dk-gone');
+      return s?.status.phase === 'SANDBOX_PHASE_ERROR' ? s : undefined;
+    }, 60_000, 500);
+    expect(marked.status.conditions?.[0]?.reason).toMatch(/ComputeVanished|ComputeFailed/);
+    await runCli(['sandbox', 'delete', 'dk-gone'], { gateway: gw(0) });
+
+    // A stray container with sandgate's labels and no record.
+    docker('run', '-d', '--label', 'sandgate.managed=true', '--label', 'sandgate.sandbox-id=stray-1', 'sandgate-sandbox:latest', 'sleep', 'infinity');
+    await waitFor('stray container removed', () => labelled('stray-1').length === 0, 60_000, 500);
+  });
+
+  it('20 concurrent creates all reach Ready and delete cleanly, leaving nothing behind', async () => {
+    const names = Array.from({ length: 20 }, (_, i) => `dk-many-${i}`);
+    const clients = [0, 1, 2].map((i) => openShellClient(gw(i)));
+    const created = await Promise.all(
+      names.map((name, i) =>
+        unaryCall<{ sandbox: { metadata: { id: string } } }>(clients[i % 3]!, 'CreateSandbox', { name, spec: { command: ['sleep', 'infinity'] } }),
+      ),
+    );
+    const ids = created.map((c) => c.sandbox.metadata.id);
+    await waitFor('all Ready', async () => {
+      const res = await unaryCall<{ sandboxes: { metadata: { name: string }; status: { phase?: number } }[] }>(clients[0]!, 'ListSandboxes', {});
+      return res.sandboxes.filter((s) => names.includes(s.metadata.name) && s.status.phase === 2).length === 20;
+    }, 120_000, 500);
+    await Promise.all(names.map((name, i) => unaryCall(clients[i % 3]!, 'DeleteSandbox', { name })));
+    for (const c of clients) c.close();
+    // No container, volume or Redis key of theirs is left (the event streams expire on their own).
+    for (const id of ids) {
+      expect(labelled(id)).toEqual([]);
+      expect(volumes(id)).toEqual([]);
+    }
+    const keys = (await r.keys('sg:*')).filter((k) => ids.some((id) => k.includes(id)) || names.some((n) => k.endsWith(`:${n}`)));
+    expect(keys.filter((k) => !k.startsWith('sg:events:'))).toEqual([]);
+    for (const k of keys) expect(await r.pttl(k)).toBeGreaterThan(0);
+    expect(await r.sismember('sg:sbxs', ids[0]!)).toBe(0);
+    const err = (await unaryCall(openShellClient(gw(0)), 'GetSandbox', { name: 'dk-many-0' }).catch((e: unknown) => e)) as { code: number };
+    expect(err.code).toBe(grpcStatus.NOT_FOUND);
+  });
+});
