@@ -1,0 +1,319 @@
+// Create-to-first-exec latency and sustained creates per second.
+//   node load-tests/create-latency.ts [--iterations 20] [--duration 20] [--concurrency 4] [--docker-iterations 5]
+//
+// One sandbox = CreateSandbox (unary) → GetSandbox polled every 10 ms until Ready (the
+// supervisor's hello was accepted) → `true` exec'd until it exits 0. Every figure is measured
+// from the CreateSandbox call. Phases:
+//   1. sequential: N sandboxes one after another on the local driver (p50/p90/p99);
+//   2. sustained: `--concurrency` workers creating back to back for `--duration` seconds
+//      (sandboxes stay up: that is what a burst of agents does), creates/s and failures;
+//   3. docker (only with a Docker engine AND a gateway that accepts `--driver docker`): the same
+//      sequential figure next to plain `docker run --rm IMAGE true`, interleaved.
+// Deletion is not timed into any create figure; every sandbox is deleted at the end (timed
+// separately), and the state dir is swept for leftovers.
+import { spawn } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { parseArgs } from 'node:util';
+import { SandboxPhase, type SandboxResponse } from '@sandgate/protocols';
+import { openShellClient, unaryCall, type AnyClient } from '../test/harness/grpc-client.ts';
+import { sleep } from '../test/harness/wait.ts';
+import { summarise, ms } from './stats.ts';
+import { COMMON_OPTIONS, emitReport, fixed, now, onCleanup, runMain, type BenchReport, type BenchTable } from './bench.ts';
+import { startEnv, startGateway } from './env.ts';
+import { execRun } from './exec-client.ts';
+
+export interface CreateLatencyOptions {
+  iterations: number;
+  durationS: number;
+  concurrency: number;
+  dockerIterations: number;
+  image: string;
+}
+
+interface Created {
+  name: string;
+  id: string;
+  rpcMs: number;
+  readyMs: number;
+  firstExecMs: number;
+  /** Exec attempts that failed before the first success (should be 0 once Ready). */
+  execRetries: number;
+}
+
+class StageError extends Error {
+  readonly stage: string;
+  constructor(stage: string, message: string) {
+    super(`${stage}: ${message}`);
+    this.stage = stage;
+  }
+}
+
+const errText = (err: unknown) => (err instanceof Error ? err.message : String(err)).split('\n')[0]!.slice(0, 160);
+
+/** Creates one sandbox and times it to its first successful exec. `created` learns the name first, for cleanup. */
+async function createToFirstExec(client: AnyClient, name: string, image: string | undefined, created: Set<string>, deadlineMs = 60_000): Promise<Created> {
+  const t0 = now();
+  const end = t0 + deadlineMs;
+  let res: SandboxResponse;
+  try {
+    res = await unaryCall<SandboxResponse>(client, 'CreateSandbox', {
+      name,
+      labels: { bench: 'create-latency' },
+      annotations: {},
+      spec: {
+        command: ['sleep', 'infinity'],
+        environment: {},
+        providers: [],
+        ...(image ? { template: { image, labels: {}, annotations: {}, environment: {} } } : {}),
+      },
+    });
+  } catch (err) {
+    throw new StageError('CreateSandbox', errText(err));
+  }
+  created.add(name);
+  const rpcMs = now() - t0;
+  const id = res.sandbox!.metadata!.id!;
+  let phase = res.sandbox?.status?.phase;
+  while (phase !== SandboxPhase.READY) {
+    if (phase === SandboxPhase.ERROR) throw new StageError('Ready', 'sandbox went to Error');
+    if (now() > end) throw new StageError('Ready', `not Ready after ${deadlineMs} ms (phase ${phase})`);
+    await sleep(10);
+    try {
+      phase = (await unaryCall<SandboxResponse>(client, 'GetSandbox', { name })).sandbox?.status?.phase;
+    } catch (err) {
+      throw new StageError('GetSandbox', errText(err));
+    }
+  }
+  const readyMs = now() - t0;
+  let execRetries = 0;
+  for (;;) {
+    try {
+      const r = await execRun(client, id, ['true'], { deadlineMs: 30_000 });
+      if (r.exitCode === 0) break;
+      throw new Error(`true exited ${r.exitCode}`);
+    } catch (err) {
+      execRetries++;
+      if (now() > end) throw new StageError('first exec', errText(err));
+      await sleep(10);
+    }
+  }
+  return { name, id, rpcMs, readyMs, firstExecMs: now() - t0, execRetries };
+}
+
+/** Deletes every name with bounded concurrency; returns per-delete latencies and failures. */
+async function deleteAll(client: AnyClient, names: Iterable<string>, concurrency = 4): Promise<{ ms: number[]; failed: string[] }> {
+  const queue = [...names];
+  const out: number[] = [];
+  const failed: string[] = [];
+  await Promise.all(
+    Array.from({ length: concurrency }, async () => {
+      for (let name = queue.shift(); name !== undefined; name = queue.shift()) {
+        const t = now();
+        try {
+          await unaryCall(client, 'DeleteSandbox', { name });
+          out.push(now() - t);
+        } catch (err) {
+          failed.push(`${name}: ${errText(err)}`);
+        }
+      }
+    }),
+  );
+  return { ms: out, failed };
+}
+
+function run0(argv: string[], timeoutMs = 60_000): Promise<{ code: number; out: string }> {
+  return new Promise((resolve) => {
+    const child = spawn(argv[0]!, argv.slice(1), { stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    child.stdout.on('data', (d) => (out += d));
+    child.stderr.on('data', (d) => (out += d));
+    const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
+    child.on('error', (err) => {
+      clearTimeout(timer);
+      resolve({ code: -1, out: err.message });
+    });
+    child.on('close', (code) => {
+      clearTimeout(timer);
+      resolve({ code: code ?? -1, out });
+    });
+  });
+}
+
+const latencyRow = (label: string, xs: number[]) => {
+  const s = summarise(xs);
+  return [label, String(s.n), ms(s.p50), ms(s.p90), ms(s.p99), ms(s.mean)];
+};
+const LATENCY_HEADERS = ['measure (from the CreateSandbox call)', 'n', 'p50', 'p90', 'p99', 'mean'];
+
+export async function run(opts: CreateLatencyOptions): Promise<BenchReport> {
+  const t0 = now();
+  const tag = `cl${process.pid.toString(36)}`;
+  const { redis, cluster } = await startEnv({ replicas: 2 });
+  const client = openShellClient(cluster.replicas[0]!.grpcAddress);
+  onCleanup('grpc client', () => client.close());
+  const live = new Set<string>();
+  onCleanup('benchmark sandboxes', () => deleteAll(client, live));
+  const tables: BenchTable[] = [];
+  const notes: string[] = [];
+
+  // 1. sequential
+  const seq: Created[] = [];
+  await createToFirstExec(client, `${tag}-warm`, undefined, live); // first launch pays cold caches
+  for (let i = 0; i < opts.iterations; i++) seq.push(await createToFirstExec(client, `${tag}-s${i}`, undefined, live));
+  tables.push({
+    caption: `local driver, ${opts.iterations} sandboxes created one after another (after 1 warm-up); \`sleep infinity\` main process; 2 replicas, client on r0`,
+    headers: LATENCY_HEADERS,
+    rows: [
+      latencyRow('CreateSandbox returned', seq.map((c) => c.rpcMs)),
+      latencyRow('phase Ready (GetSandbox poll, 10 ms)', seq.map((c) => c.readyMs)),
+      latencyRow('first `true` exited 0', seq.map((c) => c.firstExecMs)),
+    ],
+  });
+  const retried = seq.filter((c) => c.execRetries > 0).length;
+  if (retried) notes.push(`sequential: ${retried} sandbox(es) needed exec retries after Ready (an exec must work once Ready)`);
+
+  // 2. sustained
+  const sustained: Created[] = [];
+  const failures = new Map<string, number>();
+  const failureSamples: string[] = [];
+  let started = 0;
+  const tStart = now();
+  const tEnd = tStart + opts.durationS * 1000;
+  await Promise.all(
+    Array.from({ length: opts.concurrency }, async (_, w) => {
+      for (let i = 0; now() < tEnd; i++) {
+        started++;
+        try {
+          sustained.push(await createToFirstExec(client, `${tag}-c${w}-${i}`, undefined, live));
+        } catch (err) {
+          const stage = err instanceof StageError ? err.stage : 'other';
+          failures.set(stage, (failures.get(stage) ?? 0) + 1);
+          if (failureSamples.length < 5) failureSamples.push(errText(err));
+          await sleep(100);
+        }
+      }
+    }),
+  );
+  const elapsedS = (now() - tStart) / 1000;
+  const failed = [...failures.values()].reduce((a, b) => a + b, 0);
+  tables.push({
+    caption: `local driver, sustained: ${opts.concurrency} concurrent workers creating back to back for ${opts.durationS} s (sandboxes kept running: ${live.size} live at the end)`,
+    headers: ['measure', 'value'],
+    rows: [
+      ['creates started', started],
+      ['reached first exec', sustained.length],
+      ['failed', `${failed}${failed ? ` (${[...failures].map(([s, n]) => `${s}: ${n}`).join(', ')})` : ''}`],
+      ['elapsed (incl. creates in flight at the end)', `${fixed(elapsedS, 1)} s`],
+      ['creates/s (to first exec)', fixed(sustained.length / elapsedS, 2)],
+      ['CreateSandbox p50 / p99', `${ms(summarise(sustained.map((c) => c.rpcMs)).p50)} / ${ms(summarise(sustained.map((c) => c.rpcMs)).p99)}`],
+      ['create → Ready p50 / p99', `${ms(summarise(sustained.map((c) => c.readyMs)).p50)} / ${ms(summarise(sustained.map((c) => c.readyMs)).p99)}`],
+      ['create → first exec p50 / p99', `${ms(summarise(sustained.map((c) => c.firstExecMs)).p50)} / ${ms(summarise(sustained.map((c) => c.firstExecMs)).p99)}`],
+    ],
+  });
+  for (const s of failureSamples) notes.push(`sustained failure: ${s}`);
+
+  // 3. docker
+  notes.push(...(await dockerPhase(opts, redis.url, tables)));
+
+  // Deletion of everything (timed, not part of any create figure).
+  const del = await deleteAll(client, [...live]);
+  for (const n of live) if (!del.failed.some((f) => f.startsWith(`${n}:`))) live.delete(n);
+  const sd = summarise(del.ms);
+  notes.push(`deleted ${del.ms.length} sandbox(es) at concurrency 4: DeleteSandbox p50 ${ms(sd.p50)}, p99 ${ms(sd.p99)}${del.failed.length ? `; ${del.failed.length} failed (${del.failed[0]})` : ''}`);
+  const left = await redis.client().scard('sg:sbxs');
+  if (left) notes.push(`WARNING: ${left} record(s) left in sg:sbxs after deleting everything`);
+  void cluster;
+
+  return {
+    id: 'create-latency',
+    title: 'Sandbox create-to-first-exec latency and sustained creates',
+    command: `node load-tests/create-latency.ts --iterations ${opts.iterations} --duration ${opts.durationS} --concurrency ${opts.concurrency} --docker-iterations ${opts.dockerIterations}`,
+    tables,
+    notes,
+    durationMs: now() - t0,
+  };
+}
+
+/** The docker driver next to plain `docker run`, when both the engine and the driver are there. */
+async function dockerPhase(opts: CreateLatencyOptions, redisUrl: string, tables: BenchTable[]): Promise<string[]> {
+  if (opts.dockerIterations <= 0) return ['docker: skipped (--docker-iterations 0)'];
+  const info = await run0(['docker', 'info', '--format', '{{.ServerVersion}}'], 15_000);
+  if (info.code !== 0) return ['docker: skipped (no Docker engine: `docker info` failed)'];
+  const stateDir = mkdtempSync(path.join(os.tmpdir(), 'sg-bench-docker-'));
+  onCleanup('docker state dir', () => rmSync(stateDir, { recursive: true, force: true }));
+  let gw;
+  try {
+    gw = await startGateway({ redisUrl, driver: 'docker', stateDir, replicaId: 'rdocker' });
+  } catch (err) {
+    const msg = errText(err);
+    if (/not available in this build/.test(msg)) return ['docker: skipped (driver not wired: the gateway refuses `--driver docker`)'];
+    return [`docker: skipped (gateway --driver docker did not start: ${msg})`];
+  }
+  onCleanup('docker gateway', () => gw.stop());
+  const image = await run0(['docker', 'image', 'inspect', opts.image], 15_000);
+  if (image.code !== 0) return [`docker: skipped (image ${opts.image} missing: scripts/build-sandbox-image.sh)`];
+  const client = openShellClient(gw.grpcAddress);
+  onCleanup('docker grpc client', () => client.close());
+  const live = new Set<string>();
+  onCleanup('docker benchmark sandboxes', () => deleteAll(client, live));
+  const tag = `cd${process.pid.toString(36)}`;
+  const driver: Created[] = [];
+  const plain: number[] = [];
+  const notes: string[] = [];
+  try {
+    await createToFirstExec(client, `${tag}-warm`, opts.image, live, 120_000);
+    await run0(['docker', 'run', '--rm', opts.image, 'true']);
+    for (let i = 0; i < opts.dockerIterations; i++) {
+      driver.push(await createToFirstExec(client, `${tag}-${i}`, opts.image, live, 120_000));
+      const t = now();
+      const r = await run0(['docker', 'run', '--rm', opts.image, 'true']);
+      if (r.code !== 0) throw new Error(`docker run failed: ${r.out.trim().slice(0, 200)}`);
+      plain.push(now() - t);
+    }
+  } catch (err) {
+    notes.push(`docker: failed after ${driver.length} iteration(s): ${errText(err)}`);
+  }
+  const del = await deleteAll(client, [...live]);
+  for (const n of live) if (!del.failed.some((f) => f.startsWith(`${n}:`))) live.delete(n);
+  if (driver.length) {
+    const d = summarise(driver.map((c) => c.firstExecMs));
+    const p = summarise(plain);
+    tables.push({
+      caption: `docker driver (image ${opts.image}), ${driver.length} sandboxes one after another, interleaved with plain \`docker run --rm ${opts.image} true\``,
+      headers: LATENCY_HEADERS,
+      rows: [
+        latencyRow('docker driver: CreateSandbox returned', driver.map((c) => c.rpcMs)),
+        latencyRow('docker driver: phase Ready', driver.map((c) => c.readyMs)),
+        latencyRow('docker driver: first `true` exited 0', driver.map((c) => c.firstExecMs)),
+        latencyRow('plain `docker run --rm IMAGE true`', plain),
+        ['ratio driver first exec / docker run', '', fixed(d.p50 / p.p50, 2), fixed(d.p90 / p.p90, 2), fixed(d.p99 / p.p99, 2), fixed(d.mean / p.mean, 2)],
+      ],
+    });
+  }
+  return notes;
+}
+
+if (import.meta.main) {
+  const { values } = parseArgs({
+    options: {
+      iterations: { type: 'string', default: '20' },
+      duration: { type: 'string', default: '20' },
+      concurrency: { type: 'string', default: '4' },
+      'docker-iterations': { type: 'string', default: '5' },
+      image: { type: 'string', default: 'sandgate-sandbox:latest' },
+      ...COMMON_OPTIONS,
+    },
+  });
+  await runMain(async () => {
+    const report = await run({
+      iterations: Number(values.iterations),
+      durationS: Number(values.duration),
+      concurrency: Number(values.concurrency),
+      dockerIterations: Number(values['docker-iterations']),
+      image: values.image!,
+    });
+    emitReport(report, values['report-json']);
+  });
+}

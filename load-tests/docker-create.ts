@@ -1,0 +1,172 @@
+// Create-to-first-exec latency of the docker driver next to plain `docker run` of the same image,
+// interleaved in one run so machine noise hits both alike.
+//   node load-tests/docker-create.ts [--iterations 10] [--image sandgate-sandbox:latest]
+//
+// Measured per iteration:
+//   driver          driver.create() (real supervisor entry, no gateway) → `docker exec <c> true` exits 0
+//   driver → dial   driver.create() → the supervisor's first "dialling gateway" log line (Node up,
+//                   supervisor loaded: what a gateway would see as the earliest possible hello)
+//   docker run      `docker run --rm IMAGE true` (create + start + run + exit + remove)
+//   run -d + exec   `docker run -d --network host IMAGE sleep infinity` → `docker exec <c> true` exits 0
+// Deletion is not timed. Needs a Docker engine (scripts/ensure-docker.sh) and the image
+// (scripts/build-sandbox-image.sh). For now this drives the driver directly, not the gateway.
+import { spawn } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
+import Docker from 'dockerode';
+import { DockerDriver } from '../libs/compute/src/docker-driver.ts';
+import { summarise, ms, table } from './stats.ts';
+
+const { values } = parseArgs({
+  options: {
+    iterations: { type: 'string', default: '10' },
+    warmup: { type: 'string', default: '2' },
+    image: { type: 'string', default: 'sandgate-sandbox:latest' },
+  },
+});
+const iterations = Number(values.iterations);
+const warmup = Number(values.warmup);
+const image = values.image!;
+
+const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+const docker = new Docker();
+
+function run(argv: string[]): Promise<{ code: number; out: string }> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(argv[0]!, argv.slice(1), { stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    child.stdout.on('data', (d) => (out += d));
+    child.stderr.on('data', (d) => (out += d));
+    child.on('error', reject);
+    child.on('close', (code) => resolve({ code: code ?? -1, out }));
+  });
+}
+
+const now = () => Number(process.hrtime.bigint()) / 1e6;
+
+/** Retries `docker exec <c> true` until it exits 0; returns the time it did. */
+async function firstExec(container: string, deadlineMs = 30_000): Promise<number> {
+  const end = now() + deadlineMs;
+  for (;;) {
+    const r = await run(['docker', 'exec', container, 'true']);
+    if (r.code === 0) return now();
+    if (now() > end) throw new Error(`docker exec ${container} true never succeeded: ${r.out.trim()}`);
+  }
+}
+
+/** Resolves with the time the container's log first contains `needle`. */
+async function logLine(container: string, needle: string, deadlineMs = 30_000): Promise<number> {
+  const stream = (await docker.getContainer(container).logs({ follow: true, stdout: true, stderr: true })) as NodeJS.ReadableStream & {
+    destroy(): void;
+  };
+  return new Promise((resolve, reject) => {
+    let seen = '';
+    const timer = setTimeout(() => {
+      stream.destroy();
+      reject(new Error(`no "${needle}" in ${container}'s log within ${deadlineMs} ms`));
+    }, deadlineMs);
+    stream.on('data', (d: Buffer) => {
+      seen = (seen + d.toString('latin1')).slice(-4096);
+      if (seen.includes(needle)) {
+        const t = now();
+        clearTimeout(timer);
+        stream.destroy();
+        resolve(t);
+      }
+    });
+    stream.on('error', () => {});
+  });
+}
+
+async function main() {
+  const ok = await run(['docker', 'image', 'inspect', image]);
+  if (ok.code !== 0) throw new Error(`image ${image} missing: run scripts/build-sandbox-image.sh`);
+  const stateDir = fs.mkdtempSync(path.join(os.tmpdir(), 'sg-bench-docker-'));
+  const driver = new DockerDriver({
+    stateDir,
+    repoRoot,
+    supervisorEntry: path.join(repoRoot, 'apps', 'supervisor', 'src', 'main.ts'),
+    defaultImage: image,
+  });
+  await driver.preflight();
+  const tag = `bench${process.pid}`;
+  const samples = { driver: [] as number[], dial: [] as number[], run: [] as number[], runExec: [] as number[] };
+  try {
+    for (let i = 0; i < warmup + iterations; i++) {
+      const record = i >= warmup;
+      // 1. the driver
+      const id = `${tag}-${i}`;
+      const t0 = now();
+      await driver.create({
+        sandboxId: id,
+        command: ['sleep', 'infinity'],
+        tty: false,
+        environment: {},
+        image,
+        gatewayEndpoints: '127.0.0.1:1',
+        credential: `bench-${id}`,
+        logLevel: 'debug',
+      });
+      const name = `sandgate-${id}`;
+      const [tExec, tDial] = await Promise.all([firstExec(name), logLine(name, '"msg":"dialling gateway"')]);
+      if (record) {
+        samples.driver.push(tExec - t0);
+        samples.dial.push(tDial - t0);
+      }
+      await driver.delete(id, null);
+
+      // 2. plain docker run --rm IMAGE true
+      const t1 = now();
+      const r = await run(['docker', 'run', '--rm', image, 'true']);
+      if (r.code !== 0) throw new Error(`docker run failed: ${r.out}`);
+      if (record) samples.run.push(now() - t1);
+
+      // 3. plain docker run -d + first docker exec (the same shape as the driver's figure)
+      const plain = `${tag}-plain-${i}`;
+      const t2 = now();
+      const d = await run(['docker', 'run', '-d', '--name', plain, '--network', 'host', image, 'sleep', 'infinity']);
+      if (d.code !== 0) throw new Error(`docker run -d failed: ${d.out}`);
+      const tPlainExec = await firstExec(plain);
+      if (record) samples.runExec.push(tPlainExec - t2);
+      await run(['docker', 'rm', '-f', plain]);
+    }
+  } finally {
+    for (const o of await driver.list()) if (o.sandboxId.startsWith(tag)) await driver.delete(o.sandboxId, o.handle).catch(() => {});
+    fs.rmSync(stateDir, { recursive: true, force: true });
+  }
+  const s = {
+    driver: summarise(samples.driver),
+    dial: summarise(samples.dial),
+    run: summarise(samples.run),
+    runExec: summarise(samples.runExec),
+  };
+  const row = (name: string, x: ReturnType<typeof summarise>) => [name, ms(x.p50), ms(x.p90), ms(x.mean)];
+  const ratio = (name: string, a: ReturnType<typeof summarise>, b: ReturnType<typeof summarise>) => [
+    name,
+    (a.p50 / b.p50).toFixed(2),
+    (a.p90 / b.p90).toFixed(2),
+    (a.mean / b.mean).toFixed(2),
+  ];
+  console.log(`docker create-to-first-exec, image ${image}, ${iterations} iterations each after ${warmup} warm-up, interleaved`);
+  console.log(
+    table(
+      ['path', 'p50', 'p90', 'mean'],
+      [
+        row('driver: create → docker exec true', s.driver),
+        row('driver: create → supervisor dialling', s.dial),
+        row('plain: docker run --rm IMAGE true', s.run),
+        row('plain: docker run -d → docker exec true', s.runExec),
+        ratio('ratio driver / docker run --rm', s.driver, s.run),
+        ratio('ratio driver / run -d + exec', s.driver, s.runExec),
+      ],
+    ),
+  );
+}
+
+main().catch((err) => {
+  console.error(err);
+  process.exit(1);
+});

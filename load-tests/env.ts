@@ -1,0 +1,186 @@
+// The environment a benchmark runs against: a private redis-server and N `sandgate gateway`
+// replicas (test/harness), torn down by the benchmark's cleanups in the right order: the
+// cluster's sandboxes (any compute the benchmark did not delete itself), the replicas, the state
+// dir, Redis.
+import { spawn, type ChildProcess } from 'node:child_process';
+import path from 'node:path';
+import { readFile } from 'node:fs/promises';
+import { LocalDriver } from '@sandgate/compute';
+import { Cluster, cliBin, repoRoot } from '../test/harness/cluster.ts';
+import { freePorts } from '../test/harness/ports.ts';
+import { pidsMatching } from '../test/harness/sandbox.ts';
+import { waitFor } from '../test/harness/wait.ts';
+import { startRedis, type TestRedis } from '../test/harness/redis.ts';
+import { onCleanup } from './bench.ts';
+
+export interface BenchEnv {
+  redis: TestRedis;
+  cluster: Cluster;
+}
+
+const supervisorEntry = path.join(repoRoot, 'apps/supervisor/src/main.ts');
+
+export async function startEnv(opts: { replicas: number; env?: Record<string, string> }): Promise<BenchEnv> {
+  const redis = await startRedis();
+  onCleanup('redis-server', () => redis.stop());
+  let cluster: Cluster;
+  try {
+    cluster = await Cluster.start({ redisUrl: redis.url, replicas: opts.replicas, env: opts.env });
+  } catch (err) {
+    // A replica that did not get ready in time leaves its siblings running: find them by our
+    // private Redis URL (unique to this run) and stop them.
+    for (const pid of await pidsMatching(`--redis ${redis.url} `)) {
+      try {
+        process.kill(pid, 'SIGTERM');
+      } catch {
+        // gone
+      }
+    }
+    throw err;
+  }
+  onCleanup('state dir', () => cluster.cleanup());
+  onCleanup('leftover local compute', () => killLeftoverCompute(cluster.stateDir));
+  onCleanup('gateway replicas', () => cluster.stop());
+  return { redis, cluster };
+}
+
+/** Kills whatever local-driver compute is still in the state dir (the benchmark's safety net). */
+export async function killLeftoverCompute(stateDir: string): Promise<number> {
+  const driver = new LocalDriver({ stateDir, supervisorEntry });
+  let n = 0;
+  for (const c of await driver.list().catch(() => [])) {
+    await driver.delete(c.sandboxId, c.handle).catch(() => undefined);
+    n++;
+  }
+  if (n) console.error(`killed ${n} leftover sandbox(es) in ${stateDir}`);
+  return n;
+}
+
+/** Resident memory of a process in bytes (VmRSS), 0 if it is gone. */
+export async function rss(pid: number | undefined): Promise<number> {
+  if (!pid) return 0;
+  try {
+    const status = await readFile(`/proc/${pid}/status`, 'utf8');
+    const m = /VmRSS:\s+(\d+) kB/.exec(status);
+    return m ? Number(m[1]) * 1024 : 0;
+  } catch {
+    return 0;
+  }
+}
+
+/** CPU time (user + system) a process has used so far, in ms. */
+export async function cpuMs(pid: number | undefined): Promise<number> {
+  if (!pid) return 0;
+  try {
+    const stat = await readFile(`/proc/${pid}/stat`, 'utf8');
+    // Fields after the command name (which may contain spaces) start after the last ')'.
+    const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    const ticks = Number(f[11]) + Number(f[12]); // utime, stime (fields 14 and 15)
+    return (ticks * 1000) / 100; // USER_HZ is 100 on Linux
+  } catch {
+    return 0;
+  }
+}
+
+/** Samples a value periodically and keeps the maximum (e.g. peak RSS during a transfer). */
+export function peakSampler(sample: () => Promise<number>, everyMs = 100): { stop(): Promise<number> } {
+  let peak = 0;
+  let running = true;
+  const loop = (async () => {
+    while (running) {
+      peak = Math.max(peak, await sample());
+      await new Promise((r) => setTimeout(r, everyMs));
+    }
+  })();
+  return {
+    async stop() {
+      running = false;
+      await loop;
+      return peak;
+    },
+  };
+}
+
+/** Pid of a sandbox's supervisor (the node process carrying its SANDGATE_SANDBOX_ID), if found. */
+export async function supervisorPid(sandboxId: string): Promise<number | undefined> {
+  const { readdir } = await import('node:fs/promises');
+  const tag = `SANDGATE_SANDBOX_ID=${sandboxId}`;
+  for (const entry of await readdir('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const cmd = (await readFile(`/proc/${entry}/cmdline`, 'utf8')).split('\0');
+      if (!cmd[0]?.endsWith('node') || !cmd.some((a) => a.endsWith('apps/supervisor/src/main.ts'))) continue;
+      const env = (await readFile(`/proc/${entry}/environ`, 'utf8')).split('\0');
+      if (env.includes(tag)) return Number(entry);
+    } catch {
+      // gone, or not ours to read
+    }
+  }
+  return undefined;
+}
+
+export interface GatewayProcess {
+  grpcAddress: string;
+  httpUrl: string;
+  proc: ChildProcess;
+  logs(): string;
+  stop(): Promise<void>;
+}
+
+/**
+ * One `sandgate gateway` with a driver of our choice (the harness Cluster always uses `local`).
+ * Rejects with the replica's log tail when it exits before it is ready.
+ */
+export async function startGateway(opts: { redisUrl: string; driver: string; stateDir: string; replicaId: string; env?: Record<string, string> }): Promise<GatewayProcess> {
+  const [grpcPort, httpPort, peerPort] = await freePorts(3);
+  const grpcAddress = `127.0.0.1:${grpcPort}`;
+  const httpUrl = `http://127.0.0.1:${httpPort}`;
+  const args = [
+    cliBin, 'gateway',
+    '--host', '127.0.0.1',
+    '--grpc-port', String(grpcPort),
+    '--http-port', String(httpPort),
+    '--peer-port', String(peerPort),
+    '--redis', opts.redisUrl,
+    '--replica-id', opts.replicaId,
+    '--driver', opts.driver,
+    '--state-dir', opts.stateDir,
+    '--supervisor-endpoint', grpcAddress,
+  ];
+  const proc = spawn(process.execPath, args, { env: { ...process.env, SANDGATE_LOG_LEVEL: 'info', ...opts.env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  let log = '';
+  const collect = (c: Buffer) => {
+    log = (log + c.toString()).slice(-20_000);
+  };
+  proc.stdout!.on('data', collect);
+  proc.stderr!.on('data', collect);
+  const stop = async () => {
+    if (proc.exitCode !== null || proc.signalCode !== null) return;
+    const exited = new Promise((r) => proc.once('exit', r));
+    proc.kill('SIGTERM');
+    await exited;
+  };
+  const state = await waitFor(
+    `gateway (${opts.driver}) ready`,
+    async () => {
+      if (proc.exitCode !== null || proc.signalCode !== null) return 'exited';
+      const res = await fetch(`${httpUrl}/readyz`).catch(() => null);
+      return res?.status === 200 ? 'ready' : false;
+    },
+    20_000,
+  ).catch(async (err: unknown) => {
+    await stop();
+    throw err;
+  });
+  if (state === 'exited') throw new Error(`gateway --driver ${opts.driver} exited (${proc.exitCode ?? proc.signalCode}) before ready: ${log.trim().slice(-1500)}`);
+  return { grpcAddress, httpUrl, proc, logs: () => log, stop };
+}
+
+/** Machine-wide CPU counters (/proc/stat, in ms summed over all cores): busy and total. */
+export async function machineCpu(): Promise<{ busyMs: number; totalMs: number }> {
+  const line = (await readFile('/proc/stat', 'utf8')).split('\n')[0]!;
+  const f = line.trim().split(/\s+/).slice(1).map(Number);
+  const total = f.slice(0, 8).reduce((a, b) => a + b, 0);
+  const idle = (f[3] ?? 0) + (f[4] ?? 0);
+  return { busyMs: ((total - idle) * 1000) / 100, totalMs: (total * 1000) / 100 };
+}

@@ -1,0 +1,53 @@
+// ExecSandbox from the client's side, for the benchmarks: run an argv to its exit and time it,
+// counting output bytes without keeping them.
+import type { ClientReadableStream, ServiceError } from '@grpc/grpc-js';
+import type { ExecSandboxEvent } from '@sandgate/protocols';
+import type { AnyClient } from '../test/harness/grpc-client.ts';
+import { now } from './bench.ts';
+
+export interface ExecResult {
+  exitCode: number;
+  /** Wall time from the call to the end of the stream. */
+  ms: number;
+  /** From the call to the first output byte (NaN when there was none). */
+  firstByteMs: number;
+  stdoutBytes: number;
+  stderrBytes: number;
+  /** Output events received (one per supervisor frame: frames are relayed unchanged). */
+  stdoutFrames: number;
+}
+
+/** Runs `argv` to its exit; rejects with the ServiceError, or if the stream ends without an exit. */
+export function execRun(client: AnyClient, sandboxId: string, argv: string[], opts: { deadlineMs?: number } = {}): Promise<ExecResult> {
+  const t0 = now();
+  return new Promise((resolve, reject) => {
+    const callOpts = opts.deadlineMs ? { deadline: Date.now() + opts.deadlineMs } : {};
+    const call: ClientReadableStream<ExecSandboxEvent> = client.ExecSandbox({ sandbox_id: sandboxId, command: argv, environment: {} }, callOpts);
+    let exitCode: number | undefined;
+    let stdoutBytes = 0;
+    let stderrBytes = 0;
+    let stdoutFrames = 0;
+    let firstByteMs = NaN;
+    call.on('data', (ev: ExecSandboxEvent) => {
+      if (ev.stdout?.data) {
+        if (stdoutBytes === 0) firstByteMs = now() - t0;
+        stdoutBytes += ev.stdout.data.length;
+        stdoutFrames++;
+      }
+      if (ev.stderr?.data) stderrBytes += ev.stderr.data.length;
+      if (ev.exit) exitCode = ev.exit.exit_code ?? 0;
+    });
+    call.on('end', () => {
+      if (exitCode === undefined) reject(new Error('exec stream ended without an exit'));
+      else resolve({ exitCode, ms: now() - t0, firstByteMs, stdoutBytes, stderrBytes, stdoutFrames });
+    });
+    call.on('error', (err: ServiceError) => reject(err));
+  });
+}
+
+/** Latency of one `true` (or any argv that must exit 0), in ms. */
+export async function execOnce(client: AnyClient, sandboxId: string, argv: string[] = ['true']): Promise<number> {
+  const r = await execRun(client, sandboxId, argv);
+  if (r.exitCode !== 0) throw new Error(`${argv.join(' ')} exited ${r.exitCode}`);
+  return r.ms;
+}

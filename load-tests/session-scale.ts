@@ -1,0 +1,601 @@
+// Session scale: thousands of simulated supervisors held by three replicas.
+//   node load-tests/session-scale.ts [--levels 1000,2500,5000,10000] [--replicas 3] [--per-channel 200]
+//                                    [--window 10] [--settle 5] [--rate 500] [--inflight 100]
+//                                    [--max-ramp 60] [--max-loss 0.2] [--replica-env K=V]...
+//
+// A simulated supervisor speaks the real protocol (sandgate.v1.SupervisorGateway/Control, the
+// supervisor's own client code and channel options): metadata x-sandgate-sandbox-id and
+// x-sandgate-credential, `hello`, then a heartbeat every `heartbeat_interval_ms` from hello_ack
+// (the gateway default, 2000 ms, as in production). Its sandbox record is written straight into
+// Redis (SandboxStore.create with the credential's SHA-256, phase Provisioning): no compute.
+// Sessions are spread round-robin over the replicas, `--per-channel` sessions per gRPC channel
+// (one TCP connection each: grpc.use_local_subchannel_pool), all in this one process.
+//
+// At each level, once every session has its hello_ack and `--settle` seconds have passed, a
+// `--window`-second window measures, per replica: VmRSS (median of 1 s samples) minus the idle
+// baseline → memory per session, and CPU; for Redis: total_commands_processed (counts commands
+// inside Lua scripts too), INFO commandstats by command, and Redis's own CPU. Then it checks that
+// every session is still up, every sg:own:* key exists and names the replica that acked.
+import { randomBytes, randomUUID } from 'node:crypto';
+import { parseArgs } from 'node:util';
+import type { ClientDuplexStream, ServiceError } from '@grpc/grpc-js';
+import { SandboxPhase, type GatewayMessage, type SupervisorMessage } from '@sandgate/protocols';
+import { SandboxStore, keys } from '@sandgate/store';
+import type { Redis } from 'ioredis';
+import { callMetadata, createGatewayClient, type GatewayClient } from '../apps/supervisor/src/gateway-client.ts';
+import { hashCredential } from '../apps/gateway/src/credentials.ts';
+import type { ReplicaProcess } from '../test/harness/cluster.ts';
+import { sleep } from '../test/harness/wait.ts';
+import { summarise, ms } from './stats.ts';
+import { COMMON_OPTIONS, emitReport, fixed, kib, mib, now, onCleanup, runMain, type BenchReport, type BenchTable } from './bench.ts';
+import { cpuMs, machineCpu, rss, startEnv } from './env.ts';
+import os from 'node:os';
+import { monitorEventLoopDelay } from 'node:perf_hooks';
+
+export interface SessionScaleOptions {
+  levels: number[];
+  replicas: number;
+  perChannel: number;
+  windowS: number;
+  settleS: number;
+  /** Hellos per second while ramping up, at most `inflight` of them awaiting hello_ack. */
+  rate: number;
+  inflight: number;
+  /** Give up opening a level's sessions after this long. */
+  maxRampS: number;
+  /** Skip the next levels once more than this fraction of sessions was lost. */
+  maxLoss: number;
+  /** Extra environment for the replicas (exploration only: NODE_OPTIONS=--cpu-prof, SANDGATE_OWNER_TTL_MS…). */
+  replicaEnv?: Record<string, string>;
+}
+
+const WORKSPACE = 'bench-sessions';
+
+interface SimSession {
+  index: number;
+  sandboxId: string;
+  secret: string;
+  replica: number;
+  call?: ClientDuplexStream<SupervisorMessage, GatewayMessage>;
+  helloAt: number;
+  ackMs?: number;
+  ackedReplica?: string;
+  intervalMs: number;
+  lastGatewayMsg: number;
+  /** Longest silence of the gateway seen since the last reset (ms). */
+  maxGapMs: number;
+  timer?: NodeJS.Timeout;
+  lost?: string;
+}
+
+/** Everything the simulated supervisors share: channels per replica, counters. */
+class Fleet {
+  readonly sessions: SimSession[] = [];
+  private readonly channels: GatewayClient[][];
+  private readonly replicas: ReplicaProcess[];
+  private readonly perChannel: number;
+  private readonly perReplicaCount: number[];
+  lost = 0;
+  readonly lostReasons = new Map<string, number>();
+  gatewayHeartbeats = 0;
+
+  constructor(replicas: ReplicaProcess[], perChannel: number) {
+    this.replicas = replicas;
+    this.perChannel = perChannel;
+    this.channels = replicas.map(() => []);
+    this.perReplicaCount = replicas.map(() => 0);
+  }
+
+  get channelCount(): number {
+    return this.channels.reduce((a, c) => a + c.length, 0);
+  }
+
+  /** The channel for the next session on replica r: a new one (a new connection) every perChannel sessions. */
+  private channelFor(r: number): GatewayClient {
+    const k = this.perReplicaCount[r]!++;
+    const idx = Math.floor(k / this.perChannel);
+    const list = this.channels[r]!;
+    if (!list[idx]) list[idx] = createGatewayClient(this.replicas[r]!.grpcAddress);
+    return list[idx]!;
+  }
+
+  /** Opens the Control stream and says hello; resolves on hello_ack, rejects if the stream dies first. */
+  connect(s: SimSession): Promise<void> {
+    const client = this.channelFor(s.replica);
+    return new Promise((resolve, reject) => {
+      const call = client.Control(callMetadata(s.sandboxId, s.secret));
+      s.call = call;
+      s.helloAt = now();
+      let settled = false;
+      const fail = (reason: string) => {
+        if (s.lost) return;
+        s.lost = reason;
+        if (s.timer) clearInterval(s.timer);
+        if (!settled) {
+          settled = true;
+          reject(new Error(reason));
+          return;
+        }
+        this.lost++;
+        this.lostReasons.set(reason, (this.lostReasons.get(reason) ?? 0) + 1);
+      };
+      call.on('data', (msg: GatewayMessage) => {
+        const t = now();
+        if (s.ackMs !== undefined) s.maxGapMs = Math.max(s.maxGapMs, t - s.lastGatewayMsg);
+        s.lastGatewayMsg = t;
+        if (msg.hello_ack && s.ackMs === undefined) {
+          s.ackMs = t - s.helloAt;
+          s.ackedReplica = msg.hello_ack.replica_id ?? '';
+          s.intervalMs = msg.hello_ack.heartbeat_interval_ms || 2000;
+          // Heartbeat like the supervisor does: every interval from the ack on.
+          s.timer = setInterval(() => {
+            if (s.lost) return;
+            try {
+              call.write({ heartbeat: { sent_at_ms: Date.now() } });
+            } catch {
+              fail('write failed');
+            }
+          }, s.intervalMs);
+          settled = true;
+          resolve();
+        } else if (msg.heartbeat) {
+          this.gatewayHeartbeats++;
+        }
+      });
+      call.on('error', (err: ServiceError) => fail(`error ${err.code}: ${(err.details || err.message).slice(0, 80)}`));
+      call.on('end', () => fail('ended by gateway'));
+      call.write({ hello: { sandbox_id: s.sandboxId, instance_id: randomUUID(), supervisor_version: 'bench', main_pid: 1 } });
+    });
+  }
+
+  resetGaps(): void {
+    for (const s of this.sessions) s.maxGapMs = 0;
+  }
+
+  /** Stops heartbeats and cancels every stream, then closes the channels. */
+  close(): void {
+    for (const s of this.sessions) {
+      s.lost ??= 'closed by benchmark';
+      if (s.timer) clearInterval(s.timer);
+      try {
+        s.call?.cancel();
+      } catch {
+        // already over
+      }
+    }
+    for (const list of this.channels) for (const c of list) c.close();
+  }
+}
+
+function parseInfo(text: string): Map<string, string> {
+  const m = new Map<string, string>();
+  for (const line of text.split(/\r?\n/)) {
+    const i = line.indexOf(':');
+    if (i > 0 && !line.startsWith('#')) m.set(line.slice(0, i), line.slice(i + 1));
+  }
+  return m;
+}
+
+interface RedisSnapshot {
+  t: number;
+  commands: number;
+  cpuS: number;
+  byCommand: Map<string, number>;
+  instantaneous: number;
+  usedMemory: number;
+}
+
+async function redisSnapshot(redis: Redis): Promise<RedisSnapshot> {
+  const info = parseInfo(await redis.info('all'));
+  const byCommand = new Map<string, number>();
+  for (const [k, v] of info) {
+    if (!k.startsWith('cmdstat_')) continue;
+    const calls = /calls=(\d+)/.exec(v);
+    if (calls) byCommand.set(k.slice('cmdstat_'.length), Number(calls[1]));
+  }
+  return {
+    t: now(),
+    commands: Number(info.get('total_commands_processed') ?? 0),
+    cpuS: Number(info.get('used_cpu_sys') ?? 0) + Number(info.get('used_cpu_user') ?? 0),
+    byCommand,
+    instantaneous: Number(info.get('instantaneous_ops_per_sec') ?? 0),
+    usedMemory: Number(info.get('used_memory') ?? 0),
+  };
+}
+
+interface LevelResult {
+  /** The level (sessions asked for). */
+  sessions: number;
+  /** Sessions up during the window (all per-session figures divide by this). */
+  live: number;
+  perReplica: number[];
+  ackP50: number;
+  ackP99: number;
+  rampS: number;
+  rssMedian: number[];
+  cpuPct: number[];
+  clientCpuPct: number;
+  clientRss: number;
+  redisOpsPerS: number;
+  redisInstantaneous: number;
+  redisCpuPct: number;
+  redisUsedMemory: number;
+  byCommandPerS: Map<string, number>;
+  /** Replica CPU (all replicas) during the ramp, per hello accepted: what one accept costs. */
+  cpuPerHelloMs: number;
+  /** SandboxStore.list() over every record, as the reconcile job does every 10 s (ms, in this process). */
+  listMs: number;
+  /** The longest event-loop block of this process while it ran (ms): what the job's replica stalls for. */
+  listBlockMs: number;
+  /** Sessions (older ones included) lost while this level ramped up. */
+  lostInRamp: number;
+  ownerKeys: number;
+  ownerMismatches: number;
+  lostSoFar: number;
+  maxGapMs: number;
+  gapsOver: number;
+  healthzMs: number[];
+  metricsSessions: number[];
+  /** Whole machine busy, in % of one core (200% = both cores). */
+  machineBusyPct: number;
+  loadAvg: number;
+  /** This process's event-loop delay in the window (ms): is the bench client keeping up? */
+  clientLoopP99: number;
+  clientLoopMax: number;
+}
+
+async function countKeys(redis: Redis, pattern: string): Promise<number> {
+  let cursor = '0';
+  let n = 0;
+  do {
+    const [next, batch] = await redis.scan(cursor, 'MATCH', pattern, 'COUNT', 2000);
+    cursor = next;
+    n += batch.length;
+  } while (cursor !== '0');
+  return n;
+}
+
+async function sessionsGauge(httpUrl: string): Promise<number> {
+  const res = await fetch(`${httpUrl}/metrics`).catch(() => null);
+  const text = res ? await res.text() : '';
+  const m = /^sandgate_supervisor_sessions (\d+)/m.exec(text);
+  return m ? Number(m[1]) : NaN;
+}
+
+async function timedHealthz(httpUrl: string): Promise<number> {
+  const t = now();
+  const res = await fetch(`${httpUrl}/healthz`).catch(() => null);
+  return res?.ok ? now() - t : NaN;
+}
+
+export async function run(opts: SessionScaleOptions): Promise<BenchReport> {
+  const t0 = now();
+  const levels = [...opts.levels].sort((a, b) => a - b);
+  const { redis, cluster } = await startEnv({ replicas: opts.replicas, env: opts.replicaEnv });
+  const admin = redis.client();
+  const store = new SandboxStore(admin);
+  const replicas = cluster.replicas;
+  const pids = replicas.map((r) => r.proc?.pid);
+  const fleet = new Fleet(replicas, opts.perChannel);
+  onCleanup('simulated supervisors', () => fleet.close());
+  const notes: string[] = [];
+  const heartbeatIntervalMs = Number(opts.replicaEnv?.SANDGATE_HEARTBEAT_INTERVAL_MS ?? 2000);
+  if (opts.replicaEnv && Object.keys(opts.replicaEnv).length) notes.push(`replica environment overridden: ${JSON.stringify(opts.replicaEnv)} (not the production defaults)`);
+
+  // Idle baseline: replicas up, workers running, no sandbox at all.
+  await sleep(opts.settleS * 1000);
+  const baseline = await measureWindow(0);
+  const idleRss = baseline.rssMedian;
+
+  async function measureWindow(n: number): Promise<LevelResult> {
+    const rssSamples: number[][] = replicas.map(() => []);
+    fleet.resetGaps();
+    const r0 = await redisSnapshot(admin);
+    const c0 = await Promise.all(pids.map((p) => cpuMs(p)));
+    const u0 = process.cpuUsage();
+    const m0 = await machineCpu();
+    const loop = monitorEventLoopDelay({ resolution: 10 });
+    loop.enable();
+    const w0 = now();
+    for (let i = 0; i < opts.windowS; i++) {
+      const samples = await Promise.all(pids.map((p) => rss(p)));
+      samples.forEach((v, k) => rssSamples[k]!.push(v));
+      await sleep(1000);
+    }
+    const r1 = await redisSnapshot(admin);
+    const c1 = await Promise.all(pids.map((p) => cpuMs(p)));
+    const u1 = process.cpuUsage(u0);
+    const m1 = await machineCpu();
+    loop.disable();
+    const wallMs = now() - w0;
+    const windowS = (r1.t - r0.t) / 1000;
+    const byCommandPerS = new Map<string, number>();
+    for (const [cmd, calls] of r1.byCommand) {
+      const d = calls - (r0.byCommand.get(cmd) ?? 0);
+      if (d > 0) byCommandPerS.set(cmd, d / windowS);
+    }
+    // Checks, outside the window (they are Redis commands too).
+    const live = fleet.sessions.filter((s) => !s.lost);
+    const ownerKeys = await countKeys(admin, 'sg:own:*');
+    let ownerMismatches = 0;
+    for (let i = 0; i < live.length; i += 1000) {
+      const batch = live.slice(i, i + 1000);
+      const p = admin.pipeline();
+      for (const s of batch) p.hget(keys.owner(s.sandboxId), 'replica');
+      const res = (await p.exec()) ?? [];
+      res.forEach(([err, v], k) => {
+        if (err || v !== batch[k]!.ackedReplica) ownerMismatches++;
+      });
+    }
+    // The reconcile job's scan, timed here with the same code (it runs on one replica every 10 s).
+    const blocks = monitorEventLoopDelay({ resolution: 5 });
+    blocks.enable();
+    const tl = now();
+    await store.list();
+    const listMs = now() - tl;
+    blocks.disable();
+    const gaps = live.map((s) => s.maxGapMs);
+    return {
+      sessions: n,
+      live: live.length,
+      perReplica: replicas.map((_, k) => fleet.sessions.filter((s) => s.replica === k && !s.lost).length),
+      ackP50: NaN,
+      ackP99: NaN,
+      rampS: 0,
+      cpuPerHelloMs: NaN,
+      listMs,
+      listBlockMs: blocks.max / 1e6,
+      lostInRamp: 0,
+      rssMedian: rssSamples.map((xs) => summarise(xs).p50),
+      cpuPct: c1.map((c, k) => ((c - c0[k]!) / wallMs) * 100),
+      clientCpuPct: ((u1.user + u1.system) / 1000 / wallMs) * 100,
+      clientRss: process.memoryUsage().rss,
+      redisOpsPerS: (r1.commands - r0.commands) / windowS,
+      redisInstantaneous: r1.instantaneous,
+      redisCpuPct: ((r1.cpuS - r0.cpuS) / windowS) * 100,
+      redisUsedMemory: r1.usedMemory,
+      byCommandPerS,
+      ownerKeys,
+      ownerMismatches,
+      lostSoFar: fleet.lost,
+      maxGapMs: gaps.length ? Math.max(...gaps) : 0,
+      gapsOver: gaps.filter((g) => g > heartbeatIntervalMs * 1.5).length,
+      healthzMs: await Promise.all(replicas.map((r) => timedHealthz(r.httpUrl))),
+      metricsSessions: await Promise.all(replicas.map((r) => sessionsGauge(r.httpUrl))),
+      machineBusyPct: ((m1.busyMs - m0.busyMs) / wallMs) * 100,
+      loadAvg: os.loadavg()[0]!,
+      clientLoopP99: loop.percentile(99) / 1e6,
+      clientLoopMax: loop.max / 1e6,
+    };
+  }
+
+  const results: LevelResult[] = [];
+  for (const level of levels) {
+    const prev = results.at(-1);
+    if (prev && prev.live < prev.sessions * (1 - opts.maxLoss)) {
+      notes.push(
+        `level ${level}: skipped, only ${prev.live} of ${prev.sessions} sessions were up at the previous level (more than ${(opts.maxLoss * 100).toFixed(0)}% lost or never opened): the replicas are not keeping up`,
+      );
+      continue;
+    }
+    // Records for the new sessions, written straight into Redis (no compute).
+    const from = fleet.sessions.length;
+    const fresh: SimSession[] = [];
+    for (let i = from; i < level; i++) {
+      fresh.push({
+        index: i,
+        sandboxId: randomUUID(),
+        secret: randomBytes(32).toString('base64url'),
+        replica: i % replicas.length,
+        helloAt: 0,
+        intervalMs: heartbeatIntervalMs,
+        lastGatewayMsg: 0,
+        maxGapMs: 0,
+      });
+    }
+    for (let i = 0; i < fresh.length; i += 500) {
+      await Promise.all(
+        fresh.slice(i, i + 500).map((s) =>
+          store.create(
+            {
+              metadata: { id: s.sandboxId, name: `ss-${s.index}`, created_at_ms: Date.now(), labels: {}, annotations: {}, resource_version: 0, workspace: WORKSPACE },
+              spec: { command: ['sleep', 'infinity'], environment: {}, providers: [] },
+              status: { sandbox_name: `ss-${s.index}`, phase: SandboxPhase.PROVISIONING, conditions: [] },
+            },
+            hashCredential(s.secret),
+          ),
+        ),
+      );
+    }
+    // Ramp: `rate` hellos per second, at most `inflight` awaiting their ack (a starved replica
+    // slows the ramp down instead of collecting a backlog), every one must be acked.
+    const rampStart = now();
+    const rampCpu0 = await Promise.all(pids.map((p) => cpuMs(p)));
+    const lostBefore = fleet.lost;
+    const failures: string[] = [];
+    const inflight = new Set<Promise<void>>();
+    let opened = 0;
+    for (let k = 0; k < fresh.length; k++) {
+      if (now() - rampStart > opts.maxRampS * 1000) {
+        notes.push(`level ${level}: ramp stopped after ${opts.maxRampS} s with ${fresh.length - k} session(s) not opened (hellos not acked fast enough)`);
+        break;
+      }
+      const s = fresh[k]!;
+      fleet.sessions.push(s);
+      opened++;
+      const due = rampStart + (k / opts.rate) * 1000;
+      if (due > now()) await sleep(due - now());
+      while (inflight.size >= opts.inflight) await Promise.race(inflight);
+      const p: Promise<void> = fleet
+        .connect(s)
+        .catch((err: unknown) => void failures.push(err instanceof Error ? err.message : String(err)))
+        .finally(() => inflight.delete(p));
+      inflight.add(p);
+    }
+    await Promise.all(inflight);
+    const rampCpu = (await Promise.all(pids.map((p) => cpuMs(p)))).reduce((a, c, k) => a + c - rampCpu0[k]!, 0);
+    const lostInRamp = fleet.lost - lostBefore;
+    const rampS = (now() - rampStart) / 1000;
+    if (failures.length) notes.push(`level ${level}: ${failures.length} hello(s) not acked, e.g. ${failures[0]}`);
+    await sleep(opts.settleS * 1000);
+    const res = await measureWindow(level);
+    res.rampS = rampS;
+    res.cpuPerHelloMs = rampCpu / Math.max(1, opened);
+    res.lostInRamp = lostInRamp;
+    const acks = summarise(fresh.filter((x) => x.ackMs !== undefined).map((x) => x.ackMs!));
+    res.ackP50 = acks.p50;
+    res.ackP99 = acks.p99;
+    results.push(res);
+    const rssNow = res.rssMedian.map((v) => mib(v)).join(' / ');
+    console.error(
+      `level ${level}: acked ${fleet.sessions.filter((s) => s.ackMs !== undefined).length}, lost ${fleet.lost}, ramp ${rampS.toFixed(1)} s, RSS ${rssNow}, redis ${res.redisOpsPerS.toFixed(0)} ops/s, cpu ${res.cpuPct.map((c) => c.toFixed(0)).join('/')}%`,
+    );
+    if (res.lostSoFar > 0 || res.ownerKeys < level - res.lostSoFar) {
+      notes.push(`level ${level}: ${res.lostSoFar} session(s) lost so far (${[...fleet.lostReasons].map(([r, n]) => `${r}: ${n}`).join('; ')}); owner keys ${res.ownerKeys}`);
+    }
+  }
+
+  // ---- report ----
+  const label = (r: LevelResult) => (r.sessions === 0 ? '0 (idle)' : r.live === r.sessions ? String(r.sessions) : `${r.sessions} (${r.live} up)`);
+  const rIds = replicas.map((r) => r.id);
+  const memTable: BenchTable = {
+    caption: `memory per session: VmRSS median over the ${opts.windowS} s window minus the idle baseline (${idleRss.map((v, k) => `${rIds[k]} ${mib(v)}`).join(', ')}), divided by the sessions the replica holds; ${opts.perChannel} sessions per connection`,
+    headers: ['sessions', 'per replica', ...rIds.map((id) => `${id} RSS Δ`), ...rIds.map((id) => `${id} per session`), 'mean per session', 'marginal per session'],
+    rows: results.map((r, i) => {
+      const per = r.rssMedian.map((v, k) => (v - idleRss[k]!) / Math.max(1, r.perReplica[k]!));
+      const totalDelta = r.rssMedian.reduce((a, v, k) => a + v - idleRss[k]!, 0);
+      const prev = i > 0 ? results[i - 1]! : baseline;
+      const marginal = (r.rssMedian.reduce((a, v) => a + v, 0) - prev.rssMedian.reduce((a, v) => a + v, 0)) / Math.max(1, r.live - prev.live);
+      return [
+        label(r),
+        r.perReplica.join(' / '),
+        ...r.rssMedian.map((v, k) => mib(v - idleRss[k]!)),
+        ...per.map((v) => kib(v)),
+        kib(totalDelta / Math.max(1, r.live)),
+        kib(marginal),
+      ];
+    }),
+  };
+  const redisTable: BenchTable = {
+    caption: `Redis load over a ${opts.windowS} s window (total_commands_processed delta, which counts commands run inside Lua scripts; EVALSHA calls listed separately); heartbeat interval ${heartbeatIntervalMs} ms (gateway default), owner TTL 6000 ms renewed every 2000 ms`,
+    headers: ['sessions', 'Redis ops/s', 'Δ vs idle', 'ops/session/s', 'EVALSHA/session/s', 'Redis CPU', 'Redis CPU/1k sessions', 'Redis used_memory'],
+    rows: [baseline, ...results].map((r) => {
+      const delta = r.redisOpsPerS - baseline.redisOpsPerS;
+      const evalsha = (r.byCommandPerS.get('evalsha') ?? 0) - (baseline.byCommandPerS.get('evalsha') ?? 0);
+      return [
+        label(r),
+        fixed(r.redisOpsPerS, 0),
+        r.sessions === 0 ? '' : fixed(delta, 0),
+        r.sessions === 0 ? '' : fixed(delta / r.live, 3),
+        r.sessions === 0 ? '' : fixed(evalsha / r.live, 3),
+        `${fixed(r.redisCpuPct, 1)}%`,
+        r.sessions === 0 ? '' : `${fixed(((r.redisCpuPct - baseline.redisCpuPct) / r.live) * 1000, 2)}%`,
+        mib(r.redisUsedMemory),
+      ];
+    }),
+  };
+  const healthTable: BenchTable = {
+    caption:
+      'health at each level: hello→hello_ack latency of the sessions opened for this level, longest gateway silence seen by any session (heartbeats due every 2000 ms), /healthz latency, the reconcile scan (SandboxStore.list() of every record, timed in the bench process, with the longest event-loop block it caused), sessions lost, owner keys',
+    headers: ['sessions', 'ramp', 'hello→ack p50 / p99', 'replica CPU per hello', 'lost in ramp', 'bench client RSS', 'max gateway silence', 'sessions > 3 s silent', '/healthz', 'store.list() / longest block', 'gauge', 'sg:own:* keys', 'owner ≠ acking replica', 'lost'],
+    rows: results.map((r) => [
+      label(r),
+      `${fixed(r.rampS, 1)} s`,
+      `${ms(r.ackP50)} / ${ms(r.ackP99)}`,
+      ms(r.cpuPerHelloMs),
+      r.lostInRamp,
+      mib(r.clientRss),
+      ms(r.maxGapMs),
+      r.gapsOver,
+      r.healthzMs.map((v) => fixed(v, 0)).join(' / ') + ' ms',
+      `${fixed(r.listMs, 0)} / ${fixed(r.listBlockMs, 0)} ms`,
+      r.metricsSessions.join(' / '),
+      r.ownerKeys,
+      r.ownerMismatches,
+      r.lostSoFar,
+    ]),
+  };
+  const cpuTable: BenchTable = {
+    caption: `CPU during the window, in % of one core (the machine has ${os.cpus().length}); "per 1k" = replica CPU divided by the thousands of sessions it holds; "others" = machine busy minus this benchmark's processes (other work on the machine)`,
+    headers: ['sessions', 'replica CPU', 'replica CPU per 1k sessions', 'bench client CPU', 'client event-loop delay p99 / max', 'Redis CPU', 'machine busy', 'others', 'load avg 1m'],
+    rows: [baseline, ...results].map((r) => {
+      const ours = r.cpuPct.reduce((a, b) => a + b, 0) + r.clientCpuPct + r.redisCpuPct;
+      return [
+        label(r),
+        r.cpuPct.map((c) => `${c.toFixed(1)}%`).join(' / '),
+        r.sessions === 0 ? '' : r.cpuPct.map((c, k) => `${fixed(((c - baseline.cpuPct[k]!) / Math.max(1, r.perReplica[k]!)) * 1000, 1)}%`).join(' / '),
+        `${r.clientCpuPct.toFixed(1)}%`,
+        `${fixed(r.clientLoopP99, 0)} / ${fixed(r.clientLoopMax, 0)} ms`,
+        `${r.redisCpuPct.toFixed(1)}%`,
+        `${r.machineBusyPct.toFixed(0)}%`,
+        `${Math.max(0, r.machineBusyPct - ours).toFixed(0)}%`,
+        fixed(r.loadAvg, 1),
+      ];
+    }),
+  };
+  const top = results.at(-1)!;
+  const topCommands = [...top.byCommandPerS]
+    .map(([cmd, perS]) => [cmd, perS - (baseline.byCommandPerS.get(cmd) ?? 0)] as const)
+    .filter(([, d]) => d > 1)
+    .sort((a, b) => b[1] - a[1])
+    .slice(0, 10);
+  const cmdTable: BenchTable = {
+    caption: `Redis commands by name at ${top.live} live sessions, minus the idle rate (INFO commandstats; commands inside scripts are counted under their own name as well as EVALSHA)`,
+    headers: ['command', 'calls/s', 'per session/s', 'idle calls/s'],
+    rows: topCommands.map(([cmd, d]) => [cmd, fixed(d, 0), fixed(d / top.live, 3), fixed(baseline.byCommandPerS.get(cmd) ?? 0, 1)]),
+  };
+  const busiest = Math.max(...[baseline, ...results].map((r) => r.machineBusyPct - r.cpuPct.reduce((a, b) => a + b, 0) - r.clientCpuPct - r.redisCpuPct));
+  if (busiest > 50) {
+    notes.unshift(
+      `WARNING: other work used up to ${busiest.toFixed(0)}% of the machine's ${os.cpus().length * 100}% during the windows (see "others"): latencies, losses and CPU shares are distorted; re-run on a quiet machine`,
+    );
+  }
+  const first = results[0]!;
+  const memPer = (r: LevelResult) => r.rssMedian.reduce((a, v, k) => a + v - idleRss[k]!, 0) / Math.max(1, r.live);
+  const opsPer = (r: LevelResult) => (r.redisOpsPerS - baseline.redisOpsPerS) / Math.max(1, r.live);
+  notes.push(
+    `growth ${label(first)} → ${label(top)} sessions: memory per session ${kib(memPer(first))} → ${kib(memPer(top))} (×${fixed(memPer(top) / memPer(first), 2)}), Redis ops per session per second ${fixed(opsPer(first), 3)} → ${fixed(opsPer(top), 3)} (×${fixed(opsPer(top) / opsPer(first), 2)})`,
+    `${fleet.channelCount} gRPC connections for ${fleet.sessions.length} sessions; all ${fleet.sessions.filter((s) => s.ackMs !== undefined).length} hellos acked, ${fleet.lost} session(s) lost during the run`,
+  );
+  return {
+    id: 'session-scale',
+    title: `Session scale: ${levels.join(', ')} simulated supervisors over ${opts.replicas} replicas`,
+    command: `node load-tests/session-scale.ts --levels ${levels.join(',')} --replicas ${opts.replicas} --per-channel ${opts.perChannel} --window ${opts.windowS} --settle ${opts.settleS} --rate ${opts.rate} --inflight ${opts.inflight}`,
+    tables: [memTable, redisTable, cmdTable, cpuTable, healthTable],
+    notes,
+    durationMs: now() - t0,
+  };
+}
+
+if (import.meta.main) {
+  const { values } = parseArgs({
+    options: {
+      levels: { type: 'string', default: '1000,2500,5000,10000' },
+      replicas: { type: 'string', default: '3' },
+      'per-channel': { type: 'string', default: '200' },
+      window: { type: 'string', default: '10' },
+      settle: { type: 'string', default: '5' },
+      rate: { type: 'string', default: '500' },
+      inflight: { type: 'string', default: '100' },
+      'max-ramp': { type: 'string', default: '60' },
+      'max-loss': { type: 'string', default: '0.2' },
+      'replica-env': { type: 'string', multiple: true },
+      ...COMMON_OPTIONS,
+    },
+  });
+  await runMain(async () => {
+    const report = await run({
+      levels: values.levels!.split(',').map(Number).filter((n) => n > 0),
+      replicas: Number(values.replicas),
+      perChannel: Number(values['per-channel']),
+      windowS: Number(values.window),
+      settleS: Number(values.settle),
+      rate: Number(values.rate),
+      inflight: Number(values.inflight),
+      maxRampS: Number(values['max-ramp']),
+      maxLoss: Number(values['max-loss']),
+      replicaEnv: Object.fromEntries((values['replica-env'] ?? []).map((kv) => [kv.slice(0, kv.indexOf('=')), kv.slice(kv.indexOf('=') + 1)])),
+    });
+    emitReport(report, values['report-json']);
+  });
+}
