@@ -204,7 +204,7 @@ export class SessionRegistry {
     session.timers.push(
       setInterval(() => {
         ownership
-          .renew(sandboxId, session.fence)
+          .renew(sandboxId, session.fence, { replica: replicaId, session: session.sessionId, instance: instanceId })
           .then((ok) => {
             if (!ok) void this.close(session, 'ownership lost to a newer session');
           })

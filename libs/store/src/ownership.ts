@@ -17,15 +17,24 @@ return fence
   2,
 );
 
+// Renewal. If the key expired (this replica was starved past the TTL) but nobody claimed since —
+// the fence counter still holds our fence — the record is re-created: the session is still ours.
+// Returns 1 renewed, 2 re-created after expiry, 0 superseded (or revoked).
 const RENEW = new LuaScript(
   `
-if redis.call('HGET', KEYS[1], 'fence') == ARGV[1] then
+local current = redis.call('HGET', KEYS[1], 'fence')
+if current == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return 1
 end
+if not current and redis.call('GET', KEYS[2]) == ARGV[1] then
+  redis.call('HSET', KEYS[1], 'replica', ARGV[3], 'session', ARGV[4], 'fence', ARGV[1], 'instance', ARGV[5])
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 2
+end
 return 0
 `,
-  1,
+  2,
 );
 
 const RELEASE = new LuaScript(
@@ -64,7 +73,7 @@ const RENEW_UNFENCED = new LuaScript(
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return 1
 `,
-  1,
+  2,
 );
 const RELEASE_UNFENCED = new LuaScript(
   `
@@ -92,9 +101,16 @@ export class OwnershipStore {
     return Number(fence);
   }
 
-  async renew(sandboxId: string, fence: number): Promise<boolean> {
-    return (await this.renewScript.run(this.redis, [keys.owner(sandboxId)], [String(fence), this.ttlMs])) === 1;
+  /** Extends our record; false when a newer claim (or a revocation) superseded us. */
+  async renew(sandboxId: string, fence: number, holder: { replica: string; session: string; instance: string }): Promise<boolean> {
+    const res = await this.renewScript.run(
+      this.redis,
+      [keys.owner(sandboxId), keys.fence(sandboxId)],
+      [String(fence), this.ttlMs, holder.replica, holder.session, holder.instance],
+    );
+    return res === 1 || res === 2;
   }
+
 
   async release(sandboxId: string, fence: number): Promise<boolean> {
     return (await this.releaseScript.run(this.redis, [keys.owner(sandboxId)], [String(fence)])) === 1;

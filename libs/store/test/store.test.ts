@@ -91,12 +91,33 @@ describe('OwnershipStore', () => {
     const fenceA = await own.claim('sbx', 'replica-a', 'session-a', 'inst');
     const fenceB = await own.claim('sbx', 'replica-b', 'session-b', 'inst');
     expect(fenceB).toBeGreaterThan(fenceA);
-    expect(await own.renew('sbx', fenceA)).toBe(false);
+    const holder = { replica: 'replica-a', session: 'session-a', instance: 'inst' };
+    expect(await own.renew('sbx', fenceA, holder)).toBe(false);
     expect(await own.release('sbx', fenceA)).toBe(false);
     expect((await own.get('sbx'))?.replica).toBe('replica-b');
-    expect(await own.renew('sbx', fenceB)).toBe(true);
+    expect(await own.renew('sbx', fenceB, { ...holder, replica: 'replica-b' })).toBe(true);
     expect(await own.release('sbx', fenceB)).toBe(true);
     expect(await own.get('sbx')).toBeNull();
+  });
+
+  it('a late renewal re-creates an expired record only if nobody claimed since', async () => {
+    const own = new OwnershipStore(client, 150);
+    const holder = { replica: 'r1', session: 's1', instance: 'i1' };
+    const fence = await own.claim('late', 'r1', 's1', 'i1');
+    await sleep(300); // starved past the TTL
+    expect(await own.get('late')).toBeNull();
+    expect(await own.renew('late', fence, holder)).toBe(true);
+    expect(await own.get('late')).toMatchObject({ replica: 'r1', fence });
+    // Expired and claimed by someone else meanwhile: superseded, and the new record stays.
+    await sleep(300);
+    const newer = await own.claim('late', 'r2', 's2', 'i1');
+    expect(await own.renew('late', fence, holder)).toBe(false);
+    expect(await own.get('late')).toMatchObject({ replica: 'r2', fence: newer });
+    // Revoked (a new fence, no owner): not re-created.
+    const again = await own.claim('late', 'r1', 's3', 'i1');
+    await own.revoke('late');
+    expect(await own.renew('late', again, holder)).toBe(false);
+    expect(await own.get('late')).toBeNull();
   });
 
   it('expires when not renewed', async () => {
