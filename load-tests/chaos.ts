@@ -266,7 +266,9 @@ async function main(): Promise<void> {
     for (let i = 0; i < cluster.replicas.length; i++) if (!cluster.replicas[i]!.proc) await cluster.startReplica(i);
     console.log(`[${secs(t0)}] workload done; quiescing`);
     await Promise.all(pendingChecks);
-    await sleep(15_000);
+    // Long enough for the reconcile sweep (every 10 s) to finish a create interrupted by a crash
+    // (it waits 30 s after the create) and for every cleanup job to run.
+    await sleep(45_000);
 
     // ---- invariants ----------------------------------------------------------------------------
     const results: [string, boolean, string][] = [];

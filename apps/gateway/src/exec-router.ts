@@ -60,6 +60,11 @@ export class ExecRouter {
   /** Opens the exec on the owner replica, wherever that is. `start` is sent as the first frame. */
   async open(sandboxId: string, start: ExecStart): Promise<ExecPath> {
     if (this.deps.sessions.get(sandboxId)) return this.openLocal(sandboxId, start);
+    return this.openPeer(await this.ownerPeerAddress(sandboxId), start);
+  }
+
+  /** The peer address of the replica holding the sandbox's session (not this one), or UNAVAILABLE. */
+  private async ownerPeerAddress(sandboxId: string): Promise<string> {
     const owner = await this.deps.ownership.get(sandboxId);
     if (!owner || owner.replica === this.deps.replicaId) {
       throw new GatewayError(Code.UNAVAILABLE, 'supervisor relay failed: supervisor session not connected');
@@ -71,7 +76,7 @@ export class ExecRouter {
         `supervisor relay failed: the session is held by replica ${owner.replica}, which is not live; the supervisor is reconnecting, retry`,
       );
     }
-    return this.openPeer(info.peerAddress, start);
+    return info.peerAddress;
   }
 
   /**
@@ -80,14 +85,12 @@ export class ExecRouter {
    */
   async killExec(sandboxId: string, execId: string): Promise<number> {
     if (this.deps.sessions.get(sandboxId)) return this.killExecLocal(sandboxId, execId);
-    const owner = await this.deps.ownership.get(sandboxId);
-    const info = owner && owner.replica !== this.deps.replicaId ? await this.deps.replicas.get(owner.replica) : null;
-    if (!info) throw new GatewayError(Code.UNAVAILABLE, 'supervisor session not connected');
-    const client = this.peerClient(info.peerAddress);
+    const address = await this.ownerPeerAddress(sandboxId);
+    const client = this.peerClient(address);
     return new Promise<number>((resolve, reject) => {
       client.KillExec({ sandbox_id: sandboxId, exec_id: execId }, this.peerMetadata(), { deadline: Date.now() + 15_000 }, (err, res) => {
         if (err) {
-          if (err.code === Code.UNAVAILABLE) this.evict(info.peerAddress);
+          if (err.code === Code.UNAVAILABLE) this.evict(address);
           reject(err);
         } else resolve(res?.killed ?? 0);
       });
@@ -135,20 +138,10 @@ export class ExecRouter {
   /** Opens a TCP channel to the sandbox's supervisor, wherever its session is. */
   async openTcp(sandboxId: string, open: TcpOpen): Promise<TcpPath> {
     if (this.deps.sessions.get(sandboxId)) return this.openTcpLocal(sandboxId, open);
-    const owner = await this.deps.ownership.get(sandboxId);
-    if (!owner || owner.replica === this.deps.replicaId) {
-      throw new GatewayError(Code.UNAVAILABLE, 'supervisor relay failed: supervisor session not connected');
-    }
-    const info = await this.deps.replicas.get(owner.replica);
-    if (!info) {
-      throw new GatewayError(
-        Code.UNAVAILABLE,
-        `supervisor relay failed: the session is held by replica ${owner.replica}, which is not live; the supervisor is reconnecting, retry`,
-      );
-    }
-    const call = this.peerClient(info.peerAddress).Tcp(this.peerMetadata());
+    const address = await this.ownerPeerAddress(sandboxId);
+    const call = this.peerClient(address).Tcp(this.peerMetadata());
     call.on('error', (err: { code?: number }) => {
-      if (err.code === Code.UNAVAILABLE) this.evict(info.peerAddress);
+      if (err.code === Code.UNAVAILABLE) this.evict(address);
     });
     call.write({ open });
     return { stream: call as unknown as Duplex, via: 'peer', abort: () => call.cancel() };

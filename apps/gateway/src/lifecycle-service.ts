@@ -53,6 +53,9 @@ export interface LifecycleDeps {
 
 const now = () => new Date();
 
+/** A record still without compute this long after its creation belongs to an interrupted create. */
+const INTERRUPTED_CREATE_MS = 30_000;
+
 export function launchSpecFor(sandbox: Sandbox, credential: string, gatewayEndpoints: string): LaunchSpec {
   const spec = sandbox.spec!;
   return {
@@ -311,6 +314,7 @@ export class LifecycleService {
     let vanished = 0;
     let resumed = 0;
     let ephemeral = 0;
+    let interrupted = 0;
     for (const c of compute) {
       if (byId.has(c.sandboxId)) continue;
       // Created a moment ago and not yet recorded? The record is written before the compute, so no.
@@ -324,6 +328,14 @@ export class LifecycleService {
       if (phase === Phase.DELETING) {
         await this.deps.scheduler.deleteSandbox(id);
         resumed++;
+        continue;
+      }
+      // A create interrupted between writing the record and launching the compute (its replica
+      // died; the client got UNAVAILABLE): creation is all-or-nothing, so the record goes.
+      const createdAt = rec.sandbox.metadata!.created_at_ms ?? 0;
+      if (phase === Phase.PROVISIONING && !rec.compute && !rec.runStartedAtMs && Date.now() - createdAt > INTERRUPTED_CREATE_MS) {
+        await this.deps.scheduler.deleteSandbox(id);
+        interrupted++;
         continue;
       }
       if (await this.maybeScheduleEphemeralCleanup(rec)) ephemeral++;
@@ -342,7 +354,7 @@ export class LifecycleService {
         }
       }
     }
-    if (orphans || vanished) this.deps.log.warn('reconcile repaired state', { orphans, vanished, resumed, ephemeral });
-    return { orphans, vanished, resumed, ephemeral };
+    if (orphans || vanished || interrupted) this.deps.log.warn('reconcile repaired state', { orphans, vanished, resumed, ephemeral, interrupted });
+    return { orphans, vanished, resumed, ephemeral, interrupted };
   }
 }
