@@ -135,7 +135,7 @@ describe('docker driver through the gateway', () => {
     await waitFor('all Ready', async () => {
       const res = await unaryCall<{ sandboxes: { metadata: { name: string }; status: { phase?: number } }[] }>(clients[0]!, 'ListSandboxes', {});
       return res.sandboxes.filter((s) => names.includes(s.metadata.name) && s.status.phase === 2).length === 20;
-    }, 120_000, 500);
+    }, 240_000, 500);
     await Promise.all(names.map((name, i) => unaryCall(clients[i % 3]!, 'DeleteSandbox', { name })));
     for (const c of clients) c.close();
     // No container, volume or Redis key of theirs is left (the event streams expire on their own).
@@ -149,5 +149,5 @@ describe('docker driver through the gateway', () => {
     expect(await r.sismember('sg:sbxs', ids[0]!)).toBe(0);
     const err = (await unaryCall(openShellClient(gw(0)), 'GetSandbox', { name: 'dk-many-0' }).catch((e: unknown) => e)) as { code: number };
     expect(err.code).toBe(grpcStatus.NOT_FOUND);
-  });
+  }, 360_000);
 });
