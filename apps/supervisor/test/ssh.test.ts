@@ -133,3 +133,11 @@ describe('ChannelSocket', () => {
     expect(done).toBe(true);
   });
 });
+
+describe('host key', () => {
+  it('always yields a key the ssh2 server can parse', async () => {
+    const ssh2 = (await import('ssh2')).default;
+    const { generateHostKey } = await import('../src/ssh/host-key.ts');
+    for (let i = 0; i < 300; i++) expect(ssh2.utils.parseKey(generateHostKey())).not.toBeInstanceOf(Error);
+  });
+});
