@@ -6,9 +6,10 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import path from 'node:path';
 import { readFile } from 'node:fs/promises';
 import { LocalDriver } from '@sandgate/compute';
-import { Cluster, cliBin, repoRoot } from '../test/harness/cluster.ts';
+import { Cluster, cliBin, repoRoot, runCli, type ReplicaProcess } from '../test/harness/cluster.ts';
+import { openShellClient, type AnyClient } from '../test/harness/grpc-client.ts';
 import { freePorts } from '../test/harness/ports.ts';
-import { pidsMatching } from '../test/harness/sandbox.ts';
+import { createSandbox, ownerOf, pidsMatching } from '../test/harness/sandbox.ts';
 import { waitFor } from '../test/harness/wait.ts';
 import { startRedis, type TestRedis } from '../test/harness/redis.ts';
 import { onCleanup } from './bench.ts';
@@ -183,4 +184,31 @@ export async function machineCpu(): Promise<{ busyMs: number; totalMs: number }>
   const total = f.slice(0, 8).reduce((a, b) => a + b, 0);
   const idle = (f[3] ?? 0) + (f[4] ?? 0);
   return { busyMs: ((total - idle) * 1000) / 100, totalMs: (total * 1000) / 100 };
+}
+
+/** Two replicas, one sandbox, and a client on each side of the relay: the owner and the other replica. */
+export interface RelayPair extends BenchEnv {
+  sandbox: { id: string; name: string };
+  owner: ReplicaProcess;
+  other: ReplicaProcess;
+  direct: AnyClient;
+  relayed: AnyClient;
+}
+
+export async function startRelayPair(sandboxName: string): Promise<RelayPair> {
+  const env = await startEnv({ replicas: 2 });
+  const { redis, cluster } = env;
+  const gateway = cluster.replicas[0]!.grpcAddress;
+  const sandbox = await createSandbox(gateway, sandboxName);
+  onCleanup(`sandbox ${sandboxName}`, () => runCli(['sandbox', 'delete', sandbox.name], { gateway }));
+  const ownerId = await ownerOf(redis.client(), sandbox.id);
+  const owner = cluster.replicas.find((r) => r.id === ownerId)!;
+  const other = cluster.replicas.find((r) => r.id !== ownerId)!;
+  const direct = openShellClient(owner.grpcAddress);
+  const relayed = openShellClient(other.grpcAddress);
+  onCleanup('grpc clients', () => {
+    direct.close();
+    relayed.close();
+  });
+  return { ...env, sandbox, owner, other, direct, relayed };
 }

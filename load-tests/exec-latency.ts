@@ -2,12 +2,9 @@
 // measured side by side in one run (interleaved, so machine noise hits both alike).
 //   node load-tests/exec-latency.ts [--iterations 300] [--warmup 20]
 import { parseArgs } from 'node:util';
-import { runCli } from '../test/harness/cluster.ts';
-import { openShellClient } from '../test/harness/grpc-client.ts';
-import { createSandbox, ownerOf } from '../test/harness/sandbox.ts';
 import { summarise, ms } from './stats.ts';
-import { COMMON_OPTIONS, emitReport, now, onCleanup, runMain, type BenchReport } from './bench.ts';
-import { startEnv } from './env.ts';
+import { COMMON_OPTIONS, emitReport, now, runMain, type BenchReport } from './bench.ts';
+import { startRelayPair } from './env.ts';
 import { execOnce } from './exec-client.ts';
 
 export interface ExecLatencyOptions {
@@ -17,18 +14,7 @@ export interface ExecLatencyOptions {
 
 export async function run(opts: ExecLatencyOptions): Promise<BenchReport> {
   const t0 = now();
-  const { redis, cluster } = await startEnv({ replicas: 2 });
-  const sbx = await createSandbox(cluster.replicas[0]!.grpcAddress, 'bench-latency');
-  onCleanup('sandbox bench-latency', () => runCli(['sandbox', 'delete', sbx.name], { gateway: cluster.replicas[0]!.grpcAddress }));
-  const ownerId = await ownerOf(redis.client(), sbx.id);
-  const owner = cluster.replicas.find((r) => r.id === ownerId)!;
-  const other = cluster.replicas.find((r) => r.id !== ownerId)!;
-  const direct = openShellClient(owner.grpcAddress);
-  const relayed = openShellClient(other.grpcAddress);
-  onCleanup('grpc clients', () => {
-    direct.close();
-    relayed.close();
-  });
+  const { sandbox: sbx, direct, relayed } = await startRelayPair('bench-latency');
   for (let i = 0; i < opts.warmup; i++) {
     await execOnce(direct, sbx.id);
     await execOnce(relayed, sbx.id);

@@ -4,12 +4,10 @@
 // The command writes zeros as fast as the pipe takes them; MB/s = bytes / wall time of the call.
 //   node load-tests/exec-throughput.ts [--mib 256] [--repetitions 5] [--warmup 1]
 import { parseArgs } from 'node:util';
-import { runCli } from '../test/harness/cluster.ts';
-import { openShellClient, type AnyClient } from '../test/harness/grpc-client.ts';
-import { createSandbox, ownerOf } from '../test/harness/sandbox.ts';
+import type { AnyClient } from '../test/harness/grpc-client.ts';
 import { summarise } from './stats.ts';
-import { COMMON_OPTIONS, emitReport, fixed, mib, now, onCleanup, pct, runMain, type BenchReport } from './bench.ts';
-import { cpuMs, peakSampler, rss, startEnv, supervisorPid } from './env.ts';
+import { COMMON_OPTIONS, emitReport, fixed, mib, now, pct, runMain, type BenchReport } from './bench.ts';
+import { cpuMs, peakSampler, rss, startRelayPair, supervisorPid } from './env.ts';
 import { execRun } from './exec-client.ts';
 import { grpcFloor } from './grpc-floor.ts';
 
@@ -34,18 +32,7 @@ interface Sample {
 
 export async function run(opts: ExecThroughputOptions): Promise<BenchReport> {
   const t0 = now();
-  const { redis, cluster } = await startEnv({ replicas: 2 });
-  const sbx = await createSandbox(cluster.replicas[0]!.grpcAddress, 'bench-throughput');
-  onCleanup('sandbox bench-throughput', () => runCli(['sandbox', 'delete', sbx.name], { gateway: cluster.replicas[0]!.grpcAddress }));
-  const ownerId = await ownerOf(redis.client(), sbx.id);
-  const owner = cluster.replicas.find((r) => r.id === ownerId)!;
-  const other = cluster.replicas.find((r) => r.id !== ownerId)!;
-  const direct = openShellClient(owner.grpcAddress);
-  const relayed = openShellClient(other.grpcAddress);
-  onCleanup('grpc clients', () => {
-    direct.close();
-    relayed.close();
-  });
+  const { sandbox: sbx, owner, other, direct, relayed } = await startRelayPair('bench-throughput');
   const bytes = opts.mib * 1024 * 1024;
   const argv = ['head', '-c', String(bytes), '/dev/zero'];
 
