@@ -12,13 +12,11 @@ import type {
   WatchSandboxRequest,
 } from '@sandgate/protocols';
 import { invalid, isWatchTerminal, notFound } from '@sandgate/core';
-import { keys, lastEventId, type LogLine, type SandboxLogStore, type SandboxStore } from '@sandgate/store';
+import { keys, lastEventId, toEvent, toLogLine, type LogLine, type SandboxLogStore, type SandboxStore } from '@sandgate/store';
 import type { Logger } from '@sandgate/telemetry';
-import { codec, type Sandbox } from '@sandgate/protocols';
 import { toServiceError } from './grpc-errors.ts';
 import { endWithError } from './sessions.ts';
 
-const sandboxCodec = codec<Sandbox>('openshell.v1.Sandbox');
 const LEVELS: Record<string, number> = { ERROR: 0, WARN: 1, WARNING: 1, INFO: 2, OCSF: 2, DEBUG: 3, TRACE: 4 };
 const BLOCK_MS = 5_000;
 
@@ -117,26 +115,17 @@ export class WatchService {
         for (const [streamKey, entries] of res) {
           const isEvents = streamKey.toString() === keys.events(id);
           for (const [entryId, raw] of entries) {
-            const f = fields(raw);
             if (isEvents) {
-              eventsFrom = entryId.toString();
-              if (f.has('deleted')) return void call.end();
-              const rv = Number(f.get('rv')?.toString() ?? 0);
-              if (rv <= sentRv || !followStatus) continue;
-              const sandbox = sandboxCodec.decode(f.get('pb')!);
-              sandbox.metadata = { ...sandbox.metadata!, id, resource_version: rv };
-              sentRv = rv;
-              await send({ sandbox });
-              if (req.stop_on_terminal && isWatchTerminal(sandbox.status?.phase)) return void call.end();
+              const ev = toEvent(id, [entryId.toString(), raw]);
+              eventsFrom = ev.id;
+              if (ev.kind === 'deleted') return void call.end();
+              if (ev.rv <= sentRv || !followStatus) continue;
+              sentRv = ev.rv;
+              await send({ sandbox: ev.sandbox });
+              if (req.stop_on_terminal && isWatchTerminal(ev.sandbox.status?.phase)) return void call.end();
             } else {
-              logsFrom = entryId.toString();
-              const line: LogLine = {
-                timestamp_ms: Number(f.get('ts')?.toString() ?? 0),
-                level: f.get('level')?.toString() ?? 'INFO',
-                target: f.get('target')?.toString() ?? '',
-                source: f.get('source')?.toString() ?? 'gateway',
-                message: f.get('msg')?.toString() ?? '',
-              };
+              const line = toLogLine([entryId.toString(), raw]);
+              logsFrom = line.id;
               if (logMatches(line, filter)) await send({ log: toWire(id, line) });
             }
           }
@@ -149,12 +138,6 @@ export class WatchService {
       closeConn();
     }
   }
-}
-
-function fields(raw: Buffer[]): Map<string, Buffer> {
-  const m = new Map<string, Buffer>();
-  for (let i = 0; i + 1 < raw.length; i += 2) m.set(raw[i]!.toString(), raw[i + 1]!);
-  return m;
 }
 
 async function lastLogId(redis: Redis, id: string): Promise<string> {

@@ -27,7 +27,8 @@ function fieldsOf(raw: Buffer[]): Map<string, Buffer> {
   return m;
 }
 
-function toEvent(sandboxId: string, [id, raw]: [string, Buffer[]]): SandboxEvent {
+/** One entry of `sg:events:{id}`, as read with a Buffer reply (snapshots are binary). */
+export function toEvent(sandboxId: string, [id, raw]: [string, Buffer[]]): SandboxEvent {
   const f = fieldsOf(raw);
   if (f.has('deleted')) return { id, kind: 'deleted' };
   const rv = Number(f.get('rv')?.toString() ?? 0);
@@ -96,9 +97,10 @@ export class SandboxLogStore {
   }
 }
 
-function toLogLine([id, raw]: [string, string[]]): LogLine & { id: string } {
+/** One entry of `sg:logs:{id}`, as read with a string or a Buffer reply. */
+export function toLogLine([id, raw]: [string, (string | Buffer)[]]): LogLine & { id: string } {
   const f = new Map<string, string>();
-  for (let i = 0; i + 1 < raw.length; i += 2) f.set(raw[i]!, raw[i + 1]!);
+  for (let i = 0; i + 1 < raw.length; i += 2) f.set(raw[i]!.toString(), raw[i + 1]!.toString());
   return {
     id,
     timestamp_ms: Number(f.get('ts') ?? 0),
