@@ -1,12 +1,15 @@
 // Finds the way to a sandbox's supervisor: directly when this replica holds its session,
 // otherwise through the owner replica's peer port (found in Redis).
-import { credentials, makeGenericClientConstructor, Metadata, type Client, type ClientDuplexStream, type ServiceError } from '@grpc/grpc-js';
+import { connectivityState, credentials, makeGenericClientConstructor, Metadata, type Client, type ClientDuplexStream, type ServiceError } from '@grpc/grpc-js';
 import type { Duplex } from 'node:stream';
 import { serviceDefinition, type ExecFrame, type ExecStart, type TcpFrame, type TcpOpen } from '@sandgate/protocols';
 import { GatewayError, Code } from '@sandgate/core';
 import type { OwnershipStore, ReplicaRegistry } from '@sandgate/store';
 import type { Logger } from '@sandgate/telemetry';
 import { endWithError, type SessionRegistry } from './sessions.ts';
+import { toServiceError } from './grpc-errors.ts';
+import { OwnerCache } from './owner-cache.ts';
+import { WarmCalls } from './warm-calls.ts';
 
 /** One exec's frame stream to the supervisor, wherever it is, and how to tear it down. */
 export interface ExecPath {
@@ -32,6 +35,15 @@ type PeerClientInstance = Client & {
   ): void;
 };
 
+/** One owner replica as seen from here: its channel and a few Exec streams opened ahead of need. */
+interface Peer {
+  client: PeerClientInstance;
+  warmExec: WarmCalls<ClientDuplexStream<ExecFrame, ExecFrame>>;
+}
+
+/** Idle Peer.Exec streams kept open per owner replica (see warm-calls.ts). */
+const WARM_EXEC_CALLS_PER_PEER = 2;
+
 export interface RouterDeps {
   replicaId: string;
   sessions: SessionRegistry;
@@ -41,9 +53,48 @@ export interface RouterDeps {
   log: Logger;
 }
 
+/** Trailer set by an owner replica that does not hold the session: nothing was started. */
+const NOT_HERE_TRAILER = 'x-sandgate-session-not-here';
+
+/** This replica does not hold the sandbox's session (any longer). Safe to route again. */
+export class SessionNotHere extends GatewayError {
+  constructor() {
+    super(Code.UNAVAILABLE, 'supervisor relay failed: supervisor session not connected');
+  }
+}
+
+/** The status a peer handler answers with; "not here" carries a trailer the entry replica acts on. */
+export function toPeerError(err: unknown, log?: Logger): Partial<ServiceError> {
+  const e = toServiceError(err, log);
+  if (err instanceof SessionNotHere) e.metadata!.set(NOT_HERE_TRAILER, '1');
+  return e;
+}
+
+function isNotHere(err: unknown): boolean {
+  const md = (err as Partial<ServiceError> | undefined)?.metadata;
+  return md instanceof Metadata && md.get(NOT_HERE_TRAILER).length > 0;
+}
+
+/**
+ * A peer call that failed before the owner answered. Transport-level codes mean the hop broke,
+ * which the client may retry; deliberate statuses from the owner (RESOURCE_EXHAUSTED, …) pass.
+ */
+function peerOpenFailure(err: unknown): unknown {
+  const e = err as Partial<ServiceError>;
+  if (e.code === Code.CANCELLED || e.code === Code.UNKNOWN || e.code === Code.INTERNAL || e.code === undefined) {
+    return new GatewayError(Code.UNAVAILABLE, `supervisor relay failed: ${e.details ?? 'peer channel dropped'}`);
+  }
+  return err;
+}
+
+/** Owner hints live this long; correctness never depends on them (see owner-cache.ts). */
+const OWNER_CACHE_TTL_MS = 30_000;
+const OWNER_CACHE_MAX_ENTRIES = 100_000;
+
 export class ExecRouter {
   private readonly deps: RouterDeps;
-  private readonly peers = new Map<string, PeerClientInstance>();
+  private readonly peers = new Map<string, Peer>();
+  private readonly owners = new OwnerCache({ ttlMs: OWNER_CACHE_TTL_MS, maxEntries: OWNER_CACHE_MAX_ENTRIES });
 
   constructor(deps: RouterDeps) {
     this.deps = deps;
@@ -58,9 +109,69 @@ export class ExecRouter {
   }
 
   /** Opens the exec on the owner replica, wherever that is. `start` is sent as the first frame. */
-  async open(sandboxId: string, start: ExecStart): Promise<ExecPath> {
-    if (this.deps.sessions.get(sandboxId)) return this.openLocal(sandboxId, start);
-    return this.openPeer(await this.ownerPeerAddress(sandboxId), start);
+  open(sandboxId: string, start: ExecStart): Promise<ExecPath> {
+    return this.route(
+      sandboxId,
+      () => this.openLocal(sandboxId, start),
+      (peer) => this.openPeerCall(peer.warmExec.take(), { start }),
+    );
+  }
+
+  /**
+   * Local session → local path. Otherwise the cached owner first; if it answers "not here" (the
+   * session moved and nothing was started), look the owner up in Redis and try once more.
+   */
+  private async route(
+    sandboxId: string,
+    local: () => Promise<ExecPath>,
+    viaPeer: (peer: Peer) => Promise<ExecPath>,
+  ): Promise<ExecPath> {
+    if (this.deps.sessions.get(sandboxId)) return local();
+    const cached = this.owners.get(sandboxId);
+    if (cached) {
+      try {
+        return await this.callPeer(cached.address, viaPeer);
+      } catch (err) {
+        if (!isNotHere(err)) throw peerOpenFailure(err);
+        this.owners.forget(sandboxId);
+        if (this.deps.sessions.get(sandboxId)) return local();
+      }
+    }
+    const address = await this.ownerPeerAddress(sandboxId);
+    try {
+      return await this.callPeer(address, viaPeer);
+    } catch (err) {
+      if (!isNotHere(err)) throw peerOpenFailure(err);
+      this.owners.forget(sandboxId);
+      throw new GatewayError(Code.UNAVAILABLE, 'supervisor relay failed: the supervisor session is moving between replicas; retry');
+    }
+  }
+
+  private callPeer(address: string, viaPeer: (peer: Peer) => Promise<ExecPath>): Promise<ExecPath> {
+    return viaPeer(this.peer(address)).catch((err: unknown) => {
+      // A broken channel (not a deliberate answer): drop it so the next call reconnects/re-resolves.
+      if ((err as { code?: number }).code === Code.UNAVAILABLE && !isNotHere(err)) this.evict(address);
+      throw err;
+    });
+  }
+
+  /**
+   * Sends the first frame and waits for the owner's response headers, which it sends once the
+   * supervisor's channel is open; a failure before them (including "not here") rejects, and
+   * nothing has run. Output frames arriving meanwhile stay buffered in the call.
+   */
+  private openPeerCall<F>(call: ClientDuplexStream<F, F>, first: F): Promise<ExecPath> {
+    return new Promise<ExecPath>((resolve, reject) => {
+      let opened = false;
+      call.on('error', (err: unknown) => {
+        if (!opened) reject(err);
+      });
+      call.once('metadata', () => {
+        opened = true;
+        resolve({ stream: call as unknown as Duplex, via: 'peer', abort: () => call.cancel() });
+      });
+      call.write(first);
+    });
   }
 
   /** The peer address of the replica holding the sandbox's session (not this one), or UNAVAILABLE. */
@@ -76,6 +187,7 @@ export class ExecRouter {
         `supervisor relay failed: the session is held by replica ${owner.replica}, which is not live; the supervisor is reconnecting, retry`,
       );
     }
+    this.owners.set(sandboxId, { replica: owner.replica, address: info.peerAddress });
     return info.peerAddress;
   }
 
@@ -86,7 +198,7 @@ export class ExecRouter {
   async killExec(sandboxId: string, execId: string): Promise<number> {
     if (this.deps.sessions.get(sandboxId)) return this.killExecLocal(sandboxId, execId);
     const address = await this.ownerPeerAddress(sandboxId);
-    const client = this.peerClient(address);
+    const { client } = this.peer(address);
     return new Promise<number>((resolve, reject) => {
       client.KillExec({ sandbox_id: sandboxId, exec_id: execId }, this.peerMetadata(), { deadline: Date.now() + 15_000 }, (err, res) => {
         if (err) {
@@ -113,7 +225,7 @@ export class ExecRouter {
   /** This replica holds the session: ask the supervisor for an ExecChannel. */
   async openLocal(sandboxId: string, start: ExecStart): Promise<ExecPath> {
     const session = this.deps.sessions.get(sandboxId);
-    if (!session) throw new GatewayError(Code.UNAVAILABLE, 'supervisor relay failed: supervisor session not connected');
+    if (!session) throw new SessionNotHere();
     const call = await this.deps.sessions.openExec(session, start);
     return {
       stream: call as unknown as Duplex,
@@ -122,35 +234,21 @@ export class ExecRouter {
     };
   }
 
-  private openPeer(address: string, start: ExecStart): ExecPath {
-    const client = this.peerClient(address);
-    const call = client.Exec(this.peerMetadata());
-    call.on('error', (err: { code?: number }) => {
-      // Drop the cached channel on transport failures so the next call re-resolves the owner.
-      if (err.code === Code.UNAVAILABLE) this.evict(address);
-    });
-    call.write({ start });
-    return { stream: call as unknown as Duplex, via: 'peer', abort: () => call.cancel() };
-  }
-
   // ---- TCP channels (SSH and ForwardTcp): the same routing as exec, with TcpFrames -----------
 
   /** Opens a TCP channel to the sandbox's supervisor, wherever its session is. */
-  async openTcp(sandboxId: string, open: TcpOpen): Promise<TcpPath> {
-    if (this.deps.sessions.get(sandboxId)) return this.openTcpLocal(sandboxId, open);
-    const address = await this.ownerPeerAddress(sandboxId);
-    const call = this.peerClient(address).Tcp(this.peerMetadata());
-    call.on('error', (err: { code?: number }) => {
-      if (err.code === Code.UNAVAILABLE) this.evict(address);
-    });
-    call.write({ open });
-    return { stream: call as unknown as Duplex, via: 'peer', abort: () => call.cancel() };
+  openTcp(sandboxId: string, open: TcpOpen): Promise<TcpPath> {
+    return this.route(
+      sandboxId,
+      () => this.openTcpLocal(sandboxId, open),
+      (peer) => this.openPeerCall(peer.client.Tcp(this.peerMetadata()), { open }),
+    );
   }
 
   /** This replica holds the session: ask the supervisor for a TcpChannel. */
   async openTcpLocal(sandboxId: string, open: TcpOpen): Promise<TcpPath> {
     const session = this.deps.sessions.get(sandboxId);
-    if (!session) throw new GatewayError(Code.UNAVAILABLE, 'supervisor relay failed: supervisor session not connected');
+    if (!session) throw new SessionNotHere();
     const call = await this.deps.sessions.openTcp(session, open);
     return {
       stream: call as unknown as Duplex,
@@ -159,31 +257,58 @@ export class ExecRouter {
     };
   }
 
-  private peerClient(address: string): PeerClientInstance {
-    let client = this.peers.get(address);
-    if (!client) {
-      client = new PeerClient(address, credentials.createInsecure(), {
+  private peer(address: string): Peer {
+    let peer = this.peers.get(address);
+    if (!peer) {
+      const client = new PeerClient(address, credentials.createInsecure(), {
+        // Relayed calls are never retried by the channel (a retry could run an exec twice), and
+        // channelz is not read: both only cost time per message.
+        'grpc.enable_retries': 0,
+        'grpc.enable_channelz': 0,
         'grpc.keepalive_time_ms': 2_000,
         'grpc.keepalive_timeout_ms': 2_000,
         'grpc.keepalive_permit_without_calls': 1,
         'grpc.initial_reconnect_backoff_ms': 100,
         'grpc.max_reconnect_backoff_ms': 1000,
       }) as unknown as PeerClientInstance;
-      this.peers.set(address, client);
+      peer = { client, warmExec: new WarmCalls(() => client.Exec(this.peerMetadata()), WARM_EXEC_CALLS_PER_PEER) };
+      this.peers.set(address, peer);
+      this.forgetOwnersWhenChannelDrops(address, client);
     }
-    return client;
+    return peer;
+  }
+
+  /**
+   * A replica that dies takes its connections with it: the moment our channel to it leaves READY,
+   * every owner hint naming it goes, so the next call looks the owner up afresh instead of failing.
+   */
+  private forgetOwnersWhenChannelDrops(address: string, client: PeerClientInstance): void {
+    const channel = client.getChannel();
+    const watch = (current: connectivityState) => {
+      channel.watchConnectivityState(current, Infinity, () => {
+        const next = channel.getConnectivityState(false);
+        if (current === connectivityState.READY && next !== connectivityState.READY) this.owners.forgetAddress(address);
+        if (next !== connectivityState.SHUTDOWN) watch(next);
+      });
+    };
+    watch(channel.getConnectivityState(false));
   }
 
   private evict(address: string): void {
-    const client = this.peers.get(address);
-    if (client) {
+    this.owners.forgetAddress(address);
+    const peer = this.peers.get(address);
+    if (peer) {
       this.peers.delete(address);
-      client.close();
+      peer.warmExec.close();
+      peer.client.close();
     }
   }
 
   close(): void {
-    for (const client of this.peers.values()) client.close();
+    for (const peer of this.peers.values()) {
+      peer.warmExec.close();
+      peer.client.close();
+    }
     this.peers.clear();
   }
 }

@@ -2,14 +2,14 @@
 // opens an ExecPath to the supervisor (local or through the owner); frames are then relayed
 // unchanged, with back-pressure, until the supervisor reports the exit.
 import { randomUUID } from 'node:crypto';
-import type { ServerDuplexStream, ServerUnaryCall, ServerWritableStream, sendUnaryData } from '@grpc/grpc-js';
+import { Metadata, type ServerDuplexStream, type ServerUnaryCall, type ServerWritableStream, type sendUnaryData } from '@grpc/grpc-js';
 import type { JobScheduler } from '@sandgate/worker';
 import type { Writable } from 'node:stream';
 import type { ExecFrame, ExecSandboxEvent, ExecSandboxInput, ExecSandboxRequest, ExecStart } from '@sandgate/protocols';
 import { GatewayError, Code, decideAccess, validateExec, notFound, EXIT_TIMEOUT } from '@sandgate/core';
 import type { SandboxStore } from '@sandgate/store';
 import type { Logger, Metrics } from '@sandgate/telemetry';
-import type { ExecPath, ExecRouter } from './exec-router.ts';
+import { toPeerError, type ExecPath, type ExecRouter } from './exec-router.ts';
 import { endWithError } from './sessions.ts';
 import { pump } from '@sandgate/relay';
 import { toServiceError } from './grpc-errors.ts';
@@ -42,6 +42,7 @@ function toClientEvent(frame: ExecFrame): ExecSandboxEvent | null {
 
 export class ExecService {
   private readonly deps: ExecServiceDeps;
+  private readonly idlePeerCalls = new Set<ServerDuplexStream<ExecFrame, ExecFrame>>();
 
   constructor(deps: ExecServiceDeps) {
     this.deps = deps;
@@ -177,6 +178,9 @@ export class ExecService {
       if (frame.exit) {
         exitSeen = true;
         metrics.inc('sandgate_exec_finished_total');
+        // The exit is the last frame: end the client's call as soon as it has been written (the
+        // pump writes it when this returns) instead of waiting for every hop's end-of-stream.
+        process.nextTick(finish);
         // The supervisor killed what was left of the tree before reporting: the backstop is moot.
         if (start.timeout_seconds && this.deps.scheduler) {
           this.deps.scheduler.cancelExecDeadline(start.exec_id!).catch(() => undefined);
@@ -219,6 +223,12 @@ export class ExecService {
     }
   }
 
+  /** Shutting down: idle peer streams end at once (nothing runs on them) instead of holding the server open. */
+  close(): void {
+    for (const call of this.idlePeerCalls) endWithError(call, new GatewayError(Code.UNAVAILABLE, 'replica shutting down'));
+    this.idlePeerCalls.clear();
+  }
+
   private peerAuthorised(metadata: { get(key: string): unknown[] }): boolean {
     return metadata.get('x-sandgate-peer-secret')[0] === this.deps.peerSecret;
   }
@@ -237,13 +247,21 @@ export class ExecService {
       .catch((err: unknown) => callback(toServiceError(err, this.deps.log)));
   }
 
-  /** Peer.Exec on the owner replica: the entry replica relays one exec here. */
+  /**
+   * Peer.Exec on the owner replica: the entry replica relays one exec here. Entry replicas open
+   * these streams ahead of need (warm-calls.ts), so a stream may wait idle for its first frame.
+   */
   handlePeer(call: ServerDuplexStream<ExecFrame, ExecFrame>): void {
     if (!this.peerAuthorised(call.metadata)) {
       endWithError(call, new GatewayError(Code.PERMISSION_DENIED, 'bad peer secret'));
       return;
     }
+    this.idlePeerCalls.add(call);
+    const leaveIdle = () => this.idlePeerCalls.delete(call);
+    call.once('cancelled', leaveIdle);
+    call.once('close', leaveIdle);
     call.once('data', (first: ExecFrame) => {
+      leaveIdle();
       call.pause();
       const start = first.start;
       if (!start?.sandbox_id || !start.exec_id) {
@@ -254,6 +272,8 @@ export class ExecService {
         .openLocal(start.sandbox_id, start)
         .then((path) => {
           if (call.cancelled) return path.abort('peer went away');
+          // Response headers tell the entry replica the exec is open here (see ExecRouter.openPeerCall).
+          call.sendMetadata(new Metadata());
           pump(path.stream, call, (f: ExecFrame) => f);
           pump(call, path.stream, (f: ExecFrame) => (f.stdin || f.stdin_eof || f.resize || f.signal ? f : null));
           path.stream.on('end', () => {
@@ -266,7 +286,7 @@ export class ExecService {
           path.stream.on('cancelled', broken);
           call.on('cancelled', () => path.abort('peer relay cancelled'));
         })
-        .catch((err: unknown) => endWithError(call, toServiceError(err, this.deps.log)));
+        .catch((err: unknown) => endWithError(call, toPeerError(err, this.deps.log)));
     });
   }
 }

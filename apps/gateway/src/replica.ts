@@ -25,7 +25,9 @@ import { TcpForwardService } from './tcp-forward.ts';
 
 const supervisorEntry = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../supervisor/src/main.ts');
 
+// Channelz bookkeeping costs every call and message; nothing here reads it.
 const GRPC_SERVER_OPTIONS = {
+  'grpc.enable_channelz': 0,
   'grpc.keepalive_time_ms': 10_000,
   'grpc.keepalive_timeout_ms': 5_000,
   'grpc.keepalive_permit_without_calls': 1,
@@ -33,6 +35,7 @@ const GRPC_SERVER_OPTIONS = {
 // Peers are on a local network: a stalled or vanished replica is noticed within ~4 s, which bounds
 // how long a relayed exec can outlive its client after the entry replica froze.
 const PEER_SERVER_OPTIONS = {
+  'grpc.enable_channelz': 0,
   'grpc.keepalive_time_ms': 2_000,
   'grpc.keepalive_timeout_ms': 2_000,
   'grpc.keepalive_permit_without_calls': 1,
@@ -206,6 +209,7 @@ export async function startReplica(config: ReplicaConfig): Promise<RunningReplic
       await scheduler.close().catch(() => undefined);
       await replicas.remove(config.replicaId).catch(() => undefined);
       router.close();
+      exec.close();
       await Promise.all([shutdownGrpc(publicServer), shutdownGrpc(peerServer), http.close()]);
       redis.disconnect();
       log.info('replica stopped');

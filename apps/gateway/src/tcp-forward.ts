@@ -3,12 +3,12 @@
 // to the sandbox's supervisor wherever its session is (locally, or relayed through the owner) and
 // relays raw bytes both ways until either end closes.
 import { randomUUID } from 'node:crypto';
-import type { ServerDuplexStream } from '@grpc/grpc-js';
+import { Metadata, type ServerDuplexStream } from '@grpc/grpc-js';
 import type { Duplex } from 'node:stream';
 import type { TcpForwardFrame, TcpFrame, TcpForwardInit } from '@sandgate/protocols';
 import { GatewayError, Code } from '@sandgate/core';
 import type { Logger, Metrics } from '@sandgate/telemetry';
-import type { ExecRouter } from './exec-router.ts';
+import { toPeerError, type ExecRouter } from './exec-router.ts';
 import type { SshService } from './ssh-service.ts';
 import { endWithError } from './sessions.ts';
 import { toServiceError } from './grpc-errors.ts';
@@ -112,9 +112,10 @@ export class TcpForwardService {
         .openTcpLocal(open.sandbox_id, open)
         .then((path) => {
           if (call.cancelled) return path.abort('peer went away');
+          call.sendMetadata(new Metadata());
           spliceTcp(call as unknown as Duplex & { cancelled: boolean }, path);
         })
-        .catch((err: unknown) => endWithError(call, toServiceError(err, this.deps.log)));
+        .catch((err: unknown) => endWithError(call, toPeerError(err, this.deps.log)));
     });
   }
 }
