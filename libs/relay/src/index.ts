@@ -1,1 +1,2 @@
 export * from './pump.ts';
+export * from './link.ts';

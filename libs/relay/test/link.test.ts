@@ -1,0 +1,205 @@
+// The peer link over real loopback sockets: framing, END/STATUS/cancel semantics, liveness,
+// back-pressure, and telling a link from another protocol on a shared port.
+import { afterEach, describe, expect, it } from 'vitest';
+import { createServer, connect, type Server, type Socket } from 'node:net';
+import { once } from 'node:events';
+import { connectLink, LinkChannel, sniffLink, LINK_MAGIC, type LinkCodec, type LinkError } from '../src/link.ts';
+
+interface Msg {
+  n?: number;
+  data?: string;
+}
+const json: LinkCodec<Msg> = {
+  encode: (m) => Buffer.from(JSON.stringify(m)),
+  decode: (b) => JSON.parse(Buffer.from(b).toString()) as Msg,
+};
+const HELLO = { secret: 's', kind: 'exec', from: 'test' };
+
+const servers: Server[] = [];
+afterEach(() => {
+  for (const s of servers.splice(0)) s.close();
+});
+
+/** A link server whose channels are handed to `onChannel` once they said hello. */
+async function linkServer(onChannel: (ch: LinkChannel<Msg>) => void, timing = {}): Promise<string> {
+  const server = createServer((socket) =>
+    sniffLink(
+      socket,
+      (s) => {
+        const ch = new LinkChannel(s, json, 'server', timing);
+        ch.once('hello', () => onChannel(ch));
+      },
+      (s) => s.destroy(),
+    ),
+  );
+  servers.push(server);
+  server.listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  const addr = server.address() as { port: number };
+  return `127.0.0.1:${addr.port}`;
+}
+
+function collect(ch: LinkChannel<Msg>): Promise<Msg[]> {
+  const out: Msg[] = [];
+  ch.on('data', (m: Msg) => out.push(m));
+  return new Promise((resolve) => ch.on('end', () => resolve(out)));
+}
+
+describe('peer link', () => {
+  it('carries frames both ways, says OPENED, and ends cleanly when both sides sent END', async () => {
+    let serverSide: LinkChannel<Msg> | null = null;
+    const address = await linkServer((ch) => {
+      serverSide = ch;
+      expect(ch.hello).toEqual(HELLO);
+      ch.sendMetadata();
+      ch.on('data', (m: Msg) => ch.write({ n: (m.n ?? 0) * 2 }));
+      ch.on('end', () => ch.end());
+    });
+    const client = connectLink(address, json, HELLO);
+    const opened = once(client, 'metadata');
+    const closed = once(client, 'close');
+    const received = collect(client);
+    for (let i = 1; i <= 5; i++) client.write({ n: i });
+    client.end();
+    await opened;
+    expect(await received).toEqual([{ n: 2 }, { n: 4 }, { n: 6 }, { n: 8 }, { n: 10 }]);
+    await closed;
+    expect(serverSide!.cancelled).toBe(false);
+  });
+
+  it('delivers a STATUS as an error with code, details and the not-here flag', async () => {
+    const address = await linkServer((ch) => {
+      ch.emit('error', { code: 8, details: 'too many execs', notHere: false });
+    });
+    const client = connectLink(address, json, HELLO);
+    const [err] = (await once(client, 'error')) as [LinkError];
+    expect(err).toMatchObject({ code: 8, details: 'too many execs', notHere: false });
+
+    const address2 = await linkServer((ch) => ch.emit('error', { code: 14, details: 'not here', notHere: true }));
+    const [err2] = (await once(connectLink(address2, json, HELLO), 'error')) as [LinkError];
+    expect(err2.notHere).toBe(true);
+  });
+
+  it('a client cancel is a cancel at the server, and a vanished server is UNAVAILABLE at the client', async () => {
+    let serverSide!: LinkChannel<Msg>;
+    const gotChannel = new Promise<void>((resolve) => {
+      void linkServer((ch) => {
+        serverSide = ch;
+        ch.sendMetadata();
+        resolve();
+      }).then((address) => {
+        const client = connectLink(address, json, HELLO);
+        client.on('error', () => undefined);
+        void once(client, 'metadata').then(() => client.cancel());
+      });
+    });
+    await gotChannel;
+    await once(serverSide, 'cancelled');
+    expect(serverSide.cancelled).toBe(true);
+
+    let serverSocket!: Socket;
+    const address = await linkServer((ch) => {
+      ch.sendMetadata();
+      serverSocket = (ch as unknown as { socket: Socket }).socket;
+      setTimeout(() => serverSocket.destroy(), 20);
+    });
+    const client = connectLink(address, json, HELLO);
+    const [err] = (await once(client, 'error')) as [LinkError];
+    expect(err.code).toBe(14);
+    expect(err.details).toMatch(/peer link closed/);
+  });
+
+  it('a peer that stops talking (frozen) is dropped after the silence limit', async () => {
+    // A server that accepts and then never sends a byte: no pings, no frames.
+    const mute = createServer(() => undefined);
+    servers.push(mute);
+    mute.listen(0, '127.0.0.1');
+    await once(mute, 'listening');
+    const address = `127.0.0.1:${(mute.address() as { port: number }).port}`;
+    const started = Date.now();
+    const client = connectLink(address, json, HELLO, { pingIntervalMs: 50, silenceLimitMs: 300 });
+    const [err] = (await once(client, 'error')) as [LinkError];
+    expect(err.code).toBe(14);
+    expect(err.details).toMatch(/silent/);
+    expect(Date.now() - started).toBeLessThan(2_000);
+  });
+
+  it('keeps flow control: a slow reader holds the writer back instead of growing buffers', async () => {
+    let maxBuffered = 0;
+    let writerDone!: () => void;
+    const finished = new Promise<void>((r) => (writerDone = r));
+    const chunk = 'x'.repeat(64 * 1024);
+    const total = 400; // 25 MiB
+    const address = await linkServer((ch) => {
+      ch.sendMetadata();
+      const socket = (ch as unknown as { socket: Socket }).socket;
+      let i = 0;
+      const writeMore = () => {
+        while (i < total) {
+          i++;
+          maxBuffered = Math.max(maxBuffered, socket.writableLength + ch.writableLength * chunk.length);
+          if (!ch.write({ data: chunk })) return void ch.once('drain', writeMore);
+        }
+        ch.end();
+        writerDone();
+      };
+      writeMore();
+    });
+    const client = connectLink(address, json, HELLO);
+    let got = 0;
+    client.on('data', () => {
+      got++;
+      client.pause();
+      setTimeout(() => client.resume(), 1);
+    });
+    await finished;
+    await once(client, 'end');
+    expect(got).toBe(total);
+    // 25 MiB went through; the writer never had more than a few MiB queued.
+    expect(maxBuffered).toBeLessThan(8 * 1024 * 1024);
+  });
+
+  it('tells a link from another protocol on the same port by its first bytes', async () => {
+    const seen: string[] = [];
+    const server = createServer((socket) =>
+      sniffLink(
+        socket,
+        () => seen.push('link'),
+        (s, head) => {
+          seen.push(`other:${head.toString()}`);
+          s.destroy();
+        },
+      ),
+    );
+    servers.push(server);
+    server.listen(0, '127.0.0.1');
+    await once(server, 'listening');
+    const port = (server.address() as { port: number }).port;
+    const other = connect(port, '127.0.0.1', () => other.write('PRI * HTTP/2.0'));
+    await once(other, 'close');
+    const link = connect(port, '127.0.0.1', () => link.write(LINK_MAGIC));
+    await new Promise((r) => setTimeout(r, 100));
+    link.destroy();
+    expect(seen).toEqual(['other:PRI * HTTP/2.0', 'link']);
+  });
+
+  it('drops a connection that sends garbage instead of frames', async () => {
+    let serverSide!: LinkChannel<Msg>;
+    const server = createServer((socket) =>
+      sniffLink(
+        socket,
+        (s) => {
+          serverSide = new LinkChannel(s, json, 'server');
+        },
+        (s) => s.destroy(),
+      ),
+    );
+    servers.push(server);
+    server.listen(0, '127.0.0.1');
+    await once(server, 'listening');
+    const port = (server.address() as { port: number }).port;
+    const raw = connect(port, '127.0.0.1', () => raw.write(Buffer.concat([LINK_MAGIC, Buffer.from([0xff, 0xff, 0xff, 0xff, 9])])));
+    await once(raw, 'close');
+    expect(serverSide.cancelled).toBe(true);
+  });
+});
