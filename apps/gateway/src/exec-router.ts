@@ -1,6 +1,6 @@
 // Finds the way to a sandbox's supervisor: directly when this replica holds its session,
 // otherwise through the owner replica's peer port (found in Redis).
-import { connectivityState, credentials, makeGenericClientConstructor, Metadata, type Client, type ClientDuplexStream, type ServiceError } from '@grpc/grpc-js';
+import { credentials, makeGenericClientConstructor, Metadata, type Client, type ClientDuplexStream, type ServiceError } from '@grpc/grpc-js';
 import type { Duplex } from 'node:stream';
 import { serviceDefinition, type ExecFrame, type ExecStart, type TcpFrame, type TcpOpen } from '@sandgate/protocols';
 import { GatewayError, Code } from '@sandgate/core';
@@ -10,6 +10,8 @@ import { endWithError, type SessionRegistry } from './sessions.ts';
 import { toServiceError } from './grpc-errors.ts';
 import { OwnerCache } from './owner-cache.ts';
 import { WarmCalls } from './warm-calls.ts';
+import { connectLink, type LinkChannel } from '@sandgate/relay';
+import { execFrameCodec, tcpFrameCodec } from './peer-port.ts';
 
 /** One exec's frame stream to the supervisor, wherever it is, and how to tear it down. */
 export interface ExecPath {
@@ -17,6 +19,19 @@ export interface ExecPath {
   readonly via: 'local' | 'peer';
   /** Break the path: the supervisor then kills the exec's process tree. */
   abort(reason: string): void;
+  /**
+   * The first failure the stream reported, if it failed before its consumer was listening (an
+   * `error` event emitted then would otherwise be lost).
+   */
+  failure(): unknown;
+}
+
+/** Records the first error or cancel of a stream from now on. */
+function firstFailure(stream: NodeJS.EventEmitter): () => unknown {
+  let failure: unknown;
+  stream.on('error', (err: unknown) => (failure ??= err));
+  stream.on('cancelled', () => (failure ??= { code: Code.CANCELLED, details: 'cancelled' }));
+  return () => failure;
 }
 
 /** One TCP channel's frame stream to the supervisor (TcpFrames), wherever it is. */
@@ -35,14 +50,18 @@ type PeerClientInstance = Client & {
   ): void;
 };
 
-/** One owner replica as seen from here: its channel and a few Exec streams opened ahead of need. */
+/**
+ * One owner replica as seen from here: exec links opened ahead of need (peer links, see
+ * libs/relay/src/link.ts) and a gRPC client for the unary Peer calls.
+ */
 interface Peer {
-  client: PeerClientInstance;
-  warmExec: WarmCalls<ClientDuplexStream<ExecFrame, ExecFrame>>;
+  address: string;
+  warmExec: WarmCalls<LinkChannel<ExecFrame>>;
+  client: PeerClientInstance | null;
 }
 
-/** Idle Peer.Exec streams kept open per owner replica (see warm-calls.ts). */
-const WARM_EXEC_CALLS_PER_PEER = 2;
+/** Idle exec links kept open per owner replica (see warm-calls.ts). */
+const WARM_EXEC_LINKS_PER_PEER = 2;
 
 export interface RouterDeps {
   replicaId: string;
@@ -65,14 +84,18 @@ export class SessionNotHere extends GatewayError {
 
 /** The status a peer handler answers with; "not here" carries a trailer the entry replica acts on. */
 export function toPeerError(err: unknown, log?: Logger): Partial<ServiceError> {
-  const e = toServiceError(err, log);
-  if (err instanceof SessionNotHere) e.metadata!.set(NOT_HERE_TRAILER, '1');
+  const e: Partial<ServiceError> & { notHere?: boolean } = toServiceError(err, log);
+  if (err instanceof SessionNotHere) {
+    e.metadata!.set(NOT_HERE_TRAILER, '1'); // gRPC Peer calls
+    e.notHere = true; // peer links
+  }
   return e;
 }
 
 function isNotHere(err: unknown): boolean {
-  const md = (err as Partial<ServiceError> | undefined)?.metadata;
-  return md instanceof Metadata && md.get(NOT_HERE_TRAILER).length > 0;
+  const e = err as (Partial<ServiceError> & { notHere?: boolean }) | undefined;
+  if (e?.notHere === true) return true;
+  return e?.metadata instanceof Metadata && e.metadata.get(NOT_HERE_TRAILER).length > 0;
 }
 
 /**
@@ -98,6 +121,11 @@ export class ExecRouter {
 
   constructor(deps: RouterDeps) {
     this.deps = deps;
+  }
+
+  /** Does this replica hold the sandbox's supervisor session right now? */
+  holdsSession(sandboxId: string): boolean {
+    return this.deps.sessions.get(sandboxId) !== undefined;
   }
 
   /** Is the sandbox's supervisor session live anywhere: here, or a fresh owner record naming a live replica. */
@@ -160,15 +188,16 @@ export class ExecRouter {
    * supervisor's channel is open; a failure before them (including "not here") rejects, and
    * nothing has run. Output frames arriving meanwhile stay buffered in the call.
    */
-  private openPeerCall<F>(call: ClientDuplexStream<F, F>, first: F): Promise<ExecPath> {
+  private openPeerCall<F>(call: LinkChannel<F>, first: F): Promise<ExecPath> {
     return new Promise<ExecPath>((resolve, reject) => {
       let opened = false;
+      const failure = firstFailure(call);
       call.on('error', (err: unknown) => {
         if (!opened) reject(err);
       });
       call.once('metadata', () => {
         opened = true;
-        resolve({ stream: call as unknown as Duplex, via: 'peer', abort: () => call.cancel() });
+        resolve({ stream: call as unknown as Duplex, via: 'peer', abort: () => call.cancel(), failure });
       });
       call.write(first);
     });
@@ -198,7 +227,7 @@ export class ExecRouter {
   async killExec(sandboxId: string, execId: string): Promise<number> {
     if (this.deps.sessions.get(sandboxId)) return this.killExecLocal(sandboxId, execId);
     const address = await this.ownerPeerAddress(sandboxId);
-    const { client } = this.peer(address);
+    const client = this.grpcClient(this.peer(address));
     return new Promise<number>((resolve, reject) => {
       client.KillExec({ sandbox_id: sandboxId, exec_id: execId }, this.peerMetadata(), { deadline: Date.now() + 15_000 }, (err, res) => {
         if (err) {
@@ -231,6 +260,7 @@ export class ExecRouter {
       stream: call as unknown as Duplex,
       via: 'local',
       abort: (reason) => endWithError(call, new GatewayError(Code.CANCELLED, reason)),
+      failure: firstFailure(call),
     };
   }
 
@@ -241,7 +271,7 @@ export class ExecRouter {
     return this.route(
       sandboxId,
       () => this.openTcpLocal(sandboxId, open),
-      (peer) => this.openPeerCall(peer.client.Tcp(this.peerMetadata()), { open }),
+      (peer) => this.openPeerCall(connectLink(peer.address, tcpFrameCodec, this.linkHello('tcp')), { open }),
     );
   }
 
@@ -254,44 +284,39 @@ export class ExecRouter {
       stream: call as unknown as Duplex,
       via: 'local',
       abort: (reason) => endWithError(call, new GatewayError(Code.CANCELLED, reason)),
+      failure: firstFailure(call),
     };
   }
 
   private peer(address: string): Peer {
     let peer = this.peers.get(address);
     if (!peer) {
-      const client = new PeerClient(address, credentials.createInsecure(), {
-        // Relayed calls are never retried by the channel (a retry could run an exec twice), and
-        // channelz is not read: both only cost time per message.
-        'grpc.enable_retries': 0,
-        'grpc.enable_channelz': 0,
-        'grpc.keepalive_time_ms': 2_000,
-        'grpc.keepalive_timeout_ms': 2_000,
-        'grpc.keepalive_permit_without_calls': 1,
-        'grpc.initial_reconnect_backoff_ms': 100,
-        'grpc.max_reconnect_backoff_ms': 1000,
-      }) as unknown as PeerClientInstance;
-      peer = { client, warmExec: new WarmCalls(() => client.Exec(this.peerMetadata()), WARM_EXEC_CALLS_PER_PEER) };
+      const warmExec = new WarmCalls(() => connectLink(address, execFrameCodec, this.linkHello('exec')), WARM_EXEC_LINKS_PER_PEER, {
+        // Idle links double as a liveness probe: one that drops (the replica died, froze or is
+        // shutting down) takes every owner hint naming that replica with it.
+        onIdleLost: () => this.owners.forgetAddress(address),
+      });
+      peer = { address, warmExec, client: null };
       this.peers.set(address, peer);
-      this.forgetOwnersWhenChannelDrops(address, client);
     }
     return peer;
   }
 
-  /**
-   * A replica that dies takes its connections with it: the moment our channel to it leaves READY,
-   * every owner hint naming it goes, so the next call looks the owner up afresh instead of failing.
-   */
-  private forgetOwnersWhenChannelDrops(address: string, client: PeerClientInstance): void {
-    const channel = client.getChannel();
-    const watch = (current: connectivityState) => {
-      channel.watchConnectivityState(current, Infinity, () => {
-        const next = channel.getConnectivityState(false);
-        if (current === connectivityState.READY && next !== connectivityState.READY) this.owners.forgetAddress(address);
-        if (next !== connectivityState.SHUTDOWN) watch(next);
-      });
-    };
-    watch(channel.getConnectivityState(false));
+  private linkHello(kind: 'exec' | 'tcp') {
+    return { secret: this.deps.peerSecret, kind, from: this.deps.replicaId };
+  }
+
+  private grpcClient(peer: Peer): PeerClientInstance {
+    peer.client ??= new PeerClient(peer.address, credentials.createInsecure(), {
+      'grpc.enable_retries': 0,
+      'grpc.enable_channelz': 0,
+      'grpc.keepalive_time_ms': 2_000,
+      'grpc.keepalive_timeout_ms': 2_000,
+      'grpc.keepalive_permit_without_calls': 1,
+      'grpc.initial_reconnect_backoff_ms': 100,
+      'grpc.max_reconnect_backoff_ms': 1000,
+    }) as unknown as PeerClientInstance;
+    return peer.client;
   }
 
   private evict(address: string): void {
@@ -300,14 +325,14 @@ export class ExecRouter {
     if (peer) {
       this.peers.delete(address);
       peer.warmExec.close();
-      peer.client.close();
+      peer.client?.close();
     }
   }
 
   close(): void {
     for (const peer of this.peers.values()) {
       peer.warmExec.close();
-      peer.client.close();
+      peer.client?.close();
     }
     this.peers.clear();
   }

@@ -4,12 +4,12 @@
 import { randomUUID } from 'node:crypto';
 import { Metadata, type ServerDuplexStream, type ServerUnaryCall, type ServerWritableStream, type sendUnaryData } from '@grpc/grpc-js';
 import type { JobScheduler } from '@sandgate/worker';
-import type { Writable } from 'node:stream';
+import type { Duplex, Writable } from 'node:stream';
 import type { ExecFrame, ExecSandboxEvent, ExecSandboxInput, ExecSandboxRequest, ExecStart } from '@sandgate/protocols';
 import { GatewayError, Code, decideAccess, validateExec, notFound, EXIT_TIMEOUT } from '@sandgate/core';
 import type { SandboxStore } from '@sandgate/store';
 import type { Logger, Metrics } from '@sandgate/telemetry';
-import { toPeerError, type ExecPath, type ExecRouter } from './exec-router.ts';
+import { SessionNotHere, toPeerError, type ExecPath, type ExecRouter } from './exec-router.ts';
 import { endWithError } from './sessions.ts';
 import { pump } from '@sandgate/relay';
 import { toServiceError } from './grpc-errors.ts';
@@ -40,9 +40,12 @@ function toClientEvent(frame: ExecFrame): ExecSandboxEvent | null {
   return null;
 }
 
+/** A relayed exec as the owner sees it: a peer link channel or a gRPC Peer.Exec call. */
+export type PeerExecStream = Duplex & { readonly cancelled: boolean; sendMetadata(metadata: Metadata): void };
+
 export class ExecService {
   private readonly deps: ExecServiceDeps;
-  private readonly idlePeerCalls = new Set<ServerDuplexStream<ExecFrame, ExecFrame>>();
+  private readonly idlePeerCalls = new Set<PeerExecStream>();
 
   constructor(deps: ExecServiceDeps) {
     this.deps = deps;
@@ -198,11 +201,14 @@ export class ExecService {
       // UNKNOWN or INTERNAL ("RST_STREAM … without gRPC status"): to the client that is a broken
       // path, which is retriable. Deliberate statuses from the owner pass through unchanged.
       const transport = e?.code === undefined || e.code === Code.CANCELLED || e.code === Code.UNKNOWN || e.code === Code.INTERNAL;
-      const code = transport ? Code.UNAVAILABLE : e.code!;
-      finish(new GatewayError(code as Code, e?.details ? `exec relay failed: ${e.details}` : 'relay channel dropped'));
+      if (!transport) return finish(new GatewayError(e.code as Code, e.details ?? 'exec failed'));
+      finish(new GatewayError(Code.UNAVAILABLE, e?.details ? `exec relay failed: ${e.details}` : 'relay channel dropped'));
     };
     path.stream.on('error', broken);
     path.stream.on('cancelled', () => broken(undefined));
+    // The path may have failed while this exec was being set up (before these listeners).
+    const early = path.failure();
+    if (early) broken(early);
     client.on('cancelled', () => {
       metrics.inc('sandgate_exec_cancelled_total');
       path.abort('client cancelled the exec');
@@ -256,6 +262,11 @@ export class ExecService {
       endWithError(call, new GatewayError(Code.PERMISSION_DENIED, 'bad peer secret'));
       return;
     }
+    this.servePeer(call as unknown as PeerExecStream);
+  }
+
+  /** A relayed exec on the owner, over a peer link or a Peer.Exec call (already authorised). */
+  servePeer(call: PeerExecStream): void {
     this.idlePeerCalls.add(call);
     const leaveIdle = () => this.idlePeerCalls.delete(call);
     call.once('cancelled', leaveIdle);
@@ -268,12 +279,18 @@ export class ExecService {
         endWithError(call, new GatewayError(Code.INVALID_ARGUMENT, 'first peer frame must be start with sandbox_id and exec_id'));
         return;
       }
+      if (!this.deps.router.holdsSession(start.sandbox_id)) {
+        endWithError(call, toPeerError(new SessionNotHere(), this.deps.log));
+        return;
+      }
+      // "The session is here": from now on the entry replica relays whatever comes, failures
+      // included. Said before the supervisor is asked, so that the entry replica's wake-up does
+      // not compete with the exec's process start for the CPU.
+      call.sendMetadata(new Metadata());
       this.deps.router
         .openLocal(start.sandbox_id, start)
         .then((path) => {
           if (call.cancelled) return path.abort('peer went away');
-          // Response headers tell the entry replica the exec is open here (see ExecRouter.openPeerCall).
-          call.sendMetadata(new Metadata());
           pump(path.stream, call, (f: ExecFrame) => f);
           pump(call, path.stream, (f: ExecFrame) => (f.stdin || f.stdin_eof || f.resize || f.signal ? f : null));
           path.stream.on('end', () => {

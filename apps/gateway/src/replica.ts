@@ -14,6 +14,7 @@ import { JobScheduler, startJobWorker, type JobProcessors, type RunningWorker } 
 import type { ReplicaConfig, RunningReplica } from './config.ts';
 import { SessionRegistry, type ControlCall, type ExecChannelCall, type TcpChannelCall } from './sessions.ts';
 import { ExecRouter } from './exec-router.ts';
+import { servePeerPort } from './peer-port.ts';
 import { ExecService } from './exec-service.ts';
 import { SandboxService } from './sandbox-service.ts';
 import { openShellDefinition, openShellImplementation } from './openshell-service.ts';
@@ -105,9 +106,7 @@ export async function startReplica(config: ReplicaConfig): Promise<RunningReplic
   const publicServer = new Server(GRPC_SERVER_OPTIONS);
   const peerServer = new Server(PEER_SERVER_OPTIONS);
   const grpcPort = await bindGrpc(publicServer, config.host, config.grpcPort);
-  const peerPort = await bindGrpc(peerServer, config.host, config.peerPort);
   const grpcAddress = `${config.host}:${grpcPort}`;
-  const peerAddress = `${config.advertiseHost || config.host}:${peerPort}`;
   const supervisorEndpoint = config.supervisorEndpoint || grpcAddress;
 
   lifecycle = new LifecycleService({
@@ -160,6 +159,16 @@ export async function startReplica(config: ReplicaConfig): Promise<RunningReplic
     KillExec: (call: Parameters<ExecService['handlePeerKill']>[0], cb: Parameters<ExecService['handlePeerKill']>[1]) => exec.handlePeerKill(call, cb),
     Tcp: (call: Parameters<TcpForwardService['handlePeer']>[0]) => forward.handlePeer(call),
   });
+  const peerPort = await servePeerPort({
+    host: config.host,
+    port: config.peerPort,
+    peerSecret,
+    grpc: peerServer,
+    onExec: (channel) => exec.servePeer(channel),
+    onTcp: (channel) => forward.servePeer(channel),
+    log,
+  });
+  const peerAddress = `${config.advertiseHost || config.host}:${peerPort.port}`;
 
   let worker: RunningWorker | null = null;
   if (config.workers) {
@@ -210,6 +219,7 @@ export async function startReplica(config: ReplicaConfig): Promise<RunningReplic
       await replicas.remove(config.replicaId).catch(() => undefined);
       router.close();
       exec.close();
+      peerPort.close();
       await Promise.all([shutdownGrpc(publicServer), shutdownGrpc(peerServer), http.close()]);
       redis.disconnect();
       log.info('replica stopped');

@@ -25,6 +25,8 @@ export interface TcpForwardDeps {
 
 type ForwardCall = ServerDuplexStream<TcpForwardFrame, TcpForwardFrame>;
 type PeerTcpCall = ServerDuplexStream<TcpFrame, TcpFrame>;
+/** A relayed TCP channel as the owner sees it: a peer link channel or a gRPC Peer.Tcp call. */
+export type PeerTcpStream = Duplex & { readonly cancelled: boolean; sendMetadata(metadata: Metadata): void };
 
 /** Calls `fn` once, on whichever of the events comes first. */
 function onceAny(emitter: NodeJS.EventEmitter, events: string[], fn: () => void): void {
@@ -101,6 +103,11 @@ export class TcpForwardService {
       endWithError(call, new GatewayError(Code.PERMISSION_DENIED, 'bad peer secret'));
       return;
     }
+    this.servePeer(call as unknown as PeerTcpStream);
+  }
+
+  /** A relayed TCP channel on the owner, over a peer link or a Peer.Tcp call (already authorised). */
+  servePeer(call: PeerTcpStream): void {
     call.once('data', (first: TcpFrame) => {
       call.pause();
       const open = first.open;

@@ -74,6 +74,8 @@ export function relayForward(client: ServerCall, path: TcpPath, log: Logger, onD
   up.on('end', () => finish());
   up.on('error', (err: unknown) => finish(brokenError(err)));
   up.on('cancelled', () => finish(brokenError(undefined)));
+  const early = path.failure();
+  if (early) finish(brokenError(early));
   client.on('cancelled', () => {
     if (done) return;
     done = true;

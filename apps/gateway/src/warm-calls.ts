@@ -1,10 +1,9 @@
-// A few peer streams opened ahead of need.
+// A few peer channels opened ahead of need.
 //
-// Opening a gRPC stream costs ≈0.8 ms of grpc-js work across the two replicas on the reference
-// machine, while a message on an open stream costs ≈0.1 ms (load-tests, BENCHMARKS.md). A relayed
-// exec takes a stream that is already open, so the set-up is paid between execs, not on the
-// critical path. The owner side treats a warm stream like any other Peer call: it waits for the
-// first frame.
+// Opening a channel to the owner (a TCP connect and HELLO for a peer link; a stream set-up for a
+// gRPC call) costs both replicas CPU and a round trip. A relayed exec takes a channel that is
+// already open, so that cost is paid between execs, not on its critical path. The owner treats a
+// warm channel like any other: it waits for the first frame.
 
 export interface WarmableCall {
   on(event: 'error' | 'status' | 'close', listener: (...args: unknown[]) => void): unknown;
@@ -18,9 +17,12 @@ export class WarmCalls<C extends WarmableCall> {
   private refillScheduled = false;
   private closed = false;
 
-  constructor(open: () => C, size: number) {
+  private readonly onIdleLost: () => void;
+
+  constructor(open: () => C, size: number, opts: { onIdleLost?: () => void } = {}) {
     this.open = open;
     this.size = size;
+    this.onIdleLost = opts.onIdleLost ?? (() => undefined);
   }
 
   /**
@@ -59,7 +61,9 @@ export class WarmCalls<C extends WarmableCall> {
       this.refillScheduled = false;
       while (!this.closed && this.idle.size < this.size) {
         const call = this.open();
-        const drop = () => this.idle.delete(call);
+        const drop = () => {
+          if (this.idle.delete(call) && !this.closed) this.onIdleLost();
+        };
         // An idle stream that fails (the peer died or shut down) simply leaves the pool.
         call.on('error', drop);
         call.on('status', drop);
