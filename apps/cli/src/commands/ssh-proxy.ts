@@ -5,7 +5,7 @@
 import type { ServiceError } from '@grpc/grpc-js';
 import type { TcpForwardFrame } from '@sandgate/protocols';
 import { UsageError, parseCommand } from '../args.ts';
-import type { SandgateClient } from '../client.ts';
+import { isServiceError, statusName, type SandgateClient } from '../client.ts';
 import type { CommandContext } from '../context.ts';
 import { describeGrpcError } from '../errors.ts';
 import { GATEWAY_OPTION, withClient } from './common.ts';
@@ -16,6 +16,15 @@ const OPTIONS = {
   token: { type: 'string' },
   name: { type: 'string' },
 } as const;
+
+/**
+ * What ssh shows when the proxy fails: the gRPC status name first, so people and scripts can
+ * tell "retry" (UNAVAILABLE) from "fix something" (NOT_FOUND, UNAUTHENTICATED, …).
+ */
+export function proxyErrorLine(err: unknown, endpoint: string): string {
+  const prefix = isServiceError(err) ? `${statusName(err.code)}: ` : '';
+  return `sandgate ssh-proxy: ${prefix}${describeGrpcError(err, endpoint)}\n`;
+}
 
 export interface ForwardIo {
   stdin: NodeJS.ReadableStream & { pause(): unknown; resume(): unknown };
@@ -75,7 +84,7 @@ export function pipeForward(client: SandgateClient, init: { sandbox_id: string; 
       }
     });
     call.on('error', (err: ServiceError) => {
-      io.stderr.write(`sandgate ssh-proxy: ${describeGrpcError(err, client.endpoint)}\n`);
+      io.stderr.write(proxyErrorLine(err, client.endpoint));
       finish(1);
     });
     // The server ended the call with OK: flush what we have, then go.
@@ -98,9 +107,14 @@ export async function run(argv: string[], ctx: CommandContext): Promise<number> 
     let sandboxId = values['sandbox-id'] ?? '';
     let token = values.token ?? '';
     if (byName) {
-      const sandbox = await client.getSandbox(values.name!);
-      sandboxId = sandbox.metadata?.id ?? '';
-      token = (await client.createSshSession(sandboxId)).token;
+      try {
+        const sandbox = await client.getSandbox(values.name!);
+        sandboxId = sandbox.metadata?.id ?? '';
+        token = (await client.createSshSession(sandboxId)).token;
+      } catch (err) {
+        process.stderr.write(proxyErrorLine(err, client.endpoint));
+        return 1;
+      }
     }
     const io = { stdin: process.stdin, stdout: process.stdout, stderr: process.stderr };
     const code = await pipeForward(client, { sandbox_id: sandboxId, authorization_token: token, service_id: `ssh-proxy:${sandboxId}` }, io);
