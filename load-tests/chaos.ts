@@ -6,12 +6,13 @@
 //   npm run chaos -- [--duration 300] [--seed 42] [--workers 6]
 //   SANDGATE_DEBUG_DISABLE_FENCING=1 / SANDGATE_DEBUG_DISABLE_JOBS=1 (or --no-fencing / --no-jobs)
 //   make the replicas drop a safety mechanism, so the run must fail: proof the checks can fail.
-import { cpSync, existsSync, mkdirSync, readdirSync, writeFileSync } from 'node:fs';
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { spawn } from 'node:child_process';
 import os from 'node:os';
 import { parseArgs } from 'node:util';
 import type { ServiceError } from '@grpc/grpc-js';
 import { keys, SandboxStore } from '@sandgate/store';
-import { Cluster } from '../test/harness/cluster.ts';
+import { Cluster, runCli } from '../test/harness/cluster.ts';
 import { startHaproxy } from '../test/harness/haproxy.ts';
 import { freePort } from '../test/harness/ports.ts';
 import { startRedis } from '../test/harness/redis.ts';
@@ -46,6 +47,72 @@ const CALL_DEADLINE_MS = 30_000;
  */
 const KILL_SLACK_MS = 6_000;
 const POOL_SIZE = 4;
+/**
+ * SSH: the proxy notices its ssh client died (stdin closed), the relay hops close, and the
+ * supervisor kills the channel's processes; a frozen replica on the path is noticed by the peer
+ * link's silence limit instead.
+ */
+const SSH_KILL_SLACK_MS = 10_000;
+
+interface SshResult {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+  /** We killed the client on purpose (kill -9 after `killAfterMs`). */
+  killed: boolean;
+  /** The client was still running at the call deadline. */
+  hung: boolean;
+}
+
+/** Runs one command over real OpenSSH; optionally kill -9s the client after `killAfterMs`. */
+function runSsh(config: string, host: string, command: string, killAfterMs?: number): Promise<SshResult> {
+  return new Promise((resolve) => {
+    const proc = spawn('ssh', ['-F', config, '-o', 'ConnectTimeout=20', host, command], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    let killed = false;
+    let hung = false;
+    proc.stdout.on('data', (c: Buffer) => (stdout += c.toString()));
+    proc.stderr.on('data', (c: Buffer) => (stderr += c.toString()));
+    const killer = killAfterMs
+      ? setTimeout(() => {
+          killed = proc.exitCode === null;
+          proc.kill('SIGKILL');
+        }, killAfterMs)
+      : undefined;
+    const deadline = setTimeout(() => {
+      hung = true;
+      proc.kill('SIGKILL');
+    }, CALL_DEADLINE_MS);
+    proc.on('close', (code) => {
+      clearTimeout(killer);
+      clearTimeout(deadline);
+      resolve({ code, stdout, stderr, killed, hung });
+    });
+  });
+}
+
+/**
+ * An SSH attempt that did not do what was asked: retriable when the proxy reported UNAVAILABLE
+ * or the connection dropped under it (a replica died on the path); anything else is wrong.
+ */
+function classifySsh(res: SshResult): { outcome: 'retriable' | 'wrong' | 'hang'; detail: string } {
+  const last = res.stderr.trim().split('\n').pop() ?? '';
+  if (res.hung) return { outcome: 'hang', detail: `ssh still running after ${CALL_DEADLINE_MS} ms` };
+  const proxy = /sandgate ssh-proxy: ([A-Z_]+): (.*)/.exec(res.stderr);
+  if (proxy) {
+    if (proxy[1] === 'UNAVAILABLE' && proxy[2]) return { outcome: 'retriable', detail: `ssh: ${normaliseSsh(proxy[2])}` };
+    return { outcome: 'wrong', detail: `ssh-proxy ${proxy[1]}: ${proxy[2]}` };
+  }
+  if (res.code === 255 && /Connection closed|closed by remote host|Broken pipe|kex_exchange_identification|Connection reset|banner exchange/i.test(res.stderr)) {
+    return { outcome: 'retriable', detail: `ssh: connection dropped (${normaliseSsh(last)})` };
+  }
+  return { outcome: 'wrong', detail: `ssh exit ${res.code}, stdout ${JSON.stringify(res.stdout.slice(0, 80))}, stderr ${JSON.stringify(last.slice(0, 160))}` };
+}
+
+function normaliseSsh(text: string): string {
+  return text.replace(/[0-9a-f]{8}-[0-9a-f-]{27}/g, '<id>').replace(/\b\d+\b/g, 'N').slice(0, 100);
+}
 
 interface ExecResult {
   stdout: string;
@@ -99,6 +166,7 @@ async function main(): Promise<void> {
   const ephemeralIds: string[] = [];
   const pendingChecks: Promise<void>[] = [];
   const failovers: number[] = [];
+  let sshDir = '';
 
   try {
     // A pool of long-lived sandboxes the execs go to.
@@ -112,6 +180,17 @@ async function main(): Promise<void> {
     }
     for (const p of pool) {
       await waitFor(`pool sandbox ${p.name} ready`, async () => (await store.get(p.id))?.sandbox.status?.phase === 2, 30_000);
+    }
+    // Real OpenSSH clients through the balancer: `sandgate sandbox ssh-config` blocks whose
+    // ProxyCommand mints a session token and relays over ForwardTcp (any replica → the owner).
+    sshDir = mkdtempSync(`${os.tmpdir()}/sandgate-chaos-ssh-`);
+    const sshConfigs = new Map<string, string>();
+    for (const p of pool) {
+      const res = await runCli(['sandbox', 'ssh-config', p.name], { gateway: lb.address });
+      if (res.code !== 0) throw new Error(`ssh-config ${p.name}: ${res.stderr}`);
+      const file = `${sshDir}/${p.name}.ssh_config`;
+      writeFileSync(file, res.stdout);
+      sshConfigs.set(p.name, file);
     }
 
     /** After `atMs`, nothing matching `marker` may be alive. */
@@ -175,6 +254,24 @@ async function main(): Promise<void> {
         if (res.exit === 0 && res.stdout === token) return ledger.record('interactive', 'ok');
         ledger.record('interactive', 'wrong', `exit ${res.exit} stdout ${JSON.stringify(res.stdout.slice(0, 80))}`);
       },
+      async ssh() {
+        const token = `ssh${++seq}`;
+        const sb = pick(rng, pool);
+        const res = await runSsh(sshConfigs.get(sb.name)!, `sandgate-${sb.name}`, `echo ${token}`);
+        if (res.code === 0 && res.stdout === `${token}\n`) return ledger.record('ssh', 'ok');
+        ledger.record('ssh', ...tuple(classifySsh(res)));
+      },
+      async 'ssh-drop'() {
+        // A session whose client dies (kill -9) while its shell runs two sleeps: the connection's
+        // end must take every process of the channel with it.
+        const n = marker(++seq);
+        const sb = pick(rng, pool);
+        const res = await runSsh(sshConfigs.get(sb.name)!, `sandgate-${sb.name}`, `sleep 603.${n} & sleep 604.${n}; echo late`, 2_500);
+        expectGone(`603.${n}`, Date.now() + SSH_KILL_SLACK_MS, `dropped ssh ${n}`);
+        expectGone(`604.${n}`, Date.now() + SSH_KILL_SLACK_MS, `dropped ssh ${n}`);
+        if (res.killed) return ledger.record('ssh-drop', 'ok');
+        ledger.record('ssh-drop', ...tuple(classifySsh(res)));
+      },
       async ephemeral() {
         const n = ++seq;
         try {
@@ -196,6 +293,8 @@ async function main(): Promise<void> {
       ['exec-cancel', 1],
       ['interactive', 2],
       ['ephemeral', 1],
+      ['ssh', 1],
+      ['ssh-drop', 1],
     ];
     const total = weights.reduce((a, [, w]) => a + w, 0);
     const chooseOp = () => {
@@ -273,9 +372,9 @@ async function main(): Promise<void> {
     // ---- invariants ----------------------------------------------------------------------------
     const results: [string, boolean, string][] = [];
     // Only this run's markers (other processes on the machine may run sleeps of their own).
-    const leftovers = await countMatching(/sleep 60[0-2]\.\d{7}/);
+    const leftovers = await countMatching(/sleep 60[0-4]\.\d{7}/);
     const outlived = ledger.violations.filter((v) => v.kind === 'process outlived its exec').length;
-    results.push(['no exec process outlives its deadline or cancel', outlived === 0 && leftovers === 0, `${outlived} late, ${leftovers} left at the end`]);
+    results.push(['no process of an exec or SSH channel outlives its deadline, cancel or connection', outlived === 0 && leftovers === 0, `${outlived} late, ${leftovers} left at the end`]);
 
     // An ephemeral sandbox whose main process never ran (its launch failed) stays, in Error, for
     // the user to see why; every one whose main process finished must be gone.
@@ -354,6 +453,7 @@ async function main(): Promise<void> {
       await unaryCall(clients[0]!, 'DeleteSandbox', { name: rec.sandbox.metadata!.name }).catch(() => undefined);
     }
   } finally {
+    if (sshDir) rmSync(sshDir, { recursive: true, force: true });
     for (const c of clients) c.close();
     await lb.stop();
     await cluster.stop();
