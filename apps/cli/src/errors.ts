@@ -22,7 +22,9 @@ export class ExitError extends Error {
 export function describeGrpcError(err: unknown, endpoint?: string): string {
   if (!isServiceError(err)) return err instanceof Error ? err.message : String(err);
   const details = err.details || statusName(err.code);
-  if (err.code === Status.UNAVAILABLE && endpoint) {
+  // Only a transport failure means the gateway itself could not be reached; an UNAVAILABLE the
+  // gateway sent (a relay hop broke, a supervisor is reconnecting) is shown as it is.
+  if (err.code === Status.UNAVAILABLE && endpoint && /^(No connection established|Failed to connect|Connection dropped)/.test(details)) {
     // grpc-js: "No connection established. Last error: Error: connect ECONNREFUSED …. Resolution note: "
     const last = /Last error: (?:Error: )?(.*?)(?:\.? Resolution note:.*)?$/s.exec(details);
     return `cannot reach the gateway at ${endpoint}: ${last ? last[1] : details}`;
