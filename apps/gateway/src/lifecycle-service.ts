@@ -308,51 +308,56 @@ export class LifecycleService {
    * cleanup job was lost get one.
    */
   async jobReconcile(): Promise<unknown> {
-    const [records, compute] = await Promise.all([this.deps.store.list(), this.deps.driver.list()]);
-    const byId = new Map(records.map((r) => [r.sandbox.metadata!.id!, r]));
+    // Compute first, then records: a record is written before its compute, so every compute
+    // listed here has a record the scan below sees (unless it is being deleted anyway).
+    const compute = await this.deps.driver.list();
+    const computeById = new Map(compute.map((c) => [c.sandboxId, c]));
+    const recordIds = new Set<string>();
     let orphans = 0;
     let vanished = 0;
     let resumed = 0;
     let ephemeral = 0;
     let interrupted = 0;
-    for (const c of compute) {
-      if (byId.has(c.sandboxId)) continue;
-      // Created a moment ago and not yet recorded? The record is written before the compute, so no.
-      await this.deps.driver.delete(c.sandboxId, c.handle).catch(() => undefined);
-      orphans++;
-    }
-    const computeById = new Map(compute.map((c) => [c.sandboxId, c]));
-    for (const rec of records) {
-      const id = rec.sandbox.metadata!.id!;
-      const phase = rec.sandbox.status?.phase;
-      if (phase === Phase.DELETING) {
-        await this.deps.scheduler.deleteSandbox(id);
-        resumed++;
-        continue;
-      }
-      // A create interrupted between writing the record and launching the compute (its replica
-      // died; the client got UNAVAILABLE): creation is all-or-nothing, so the record goes.
-      const createdAt = rec.sandbox.metadata!.created_at_ms ?? 0;
-      if (phase === Phase.PROVISIONING && !rec.compute && !rec.runStartedAtMs && Date.now() - createdAt > INTERRUPTED_CREATE_MS) {
-        await this.deps.scheduler.deleteSandbox(id);
-        interrupted++;
-        continue;
-      }
-      if (await this.maybeScheduleEphemeralCleanup(rec)) ephemeral++;
-      if ((phase === Phase.PROVISIONING || phase === Phase.STARTING) && rec.compute && Date.now() - rec.runStartedAtMs > 10_000) {
-        if ((await this.deps.driver.inspect(id, rec.compute)) !== 'running') await this.failLaunch(rec);
-        continue;
-      }
-      const running = computeById.get(id)?.state === 'running';
-      const expectsCompute = phase === Phase.READY || phase === Phase.COMPLETED || (phase === Phase.ERROR && rec.compute !== null);
-      // Give a fresh launch time to show up before calling it vanished.
-      if (expectsCompute && !running && rec.compute && Date.now() - rec.runStartedAtMs > 5_000) {
-        const marked = await this.transition(id, (s) => onComputeVanished(s, now()));
-        if (marked?.sandbox.status?.phase === Phase.ERROR && phase !== Phase.ERROR) {
-          this.note(id, 'sandbox compute vanished', 'ERROR');
-          vanished++;
+    for await (const page of this.deps.store.pages()) {
+      for (const rec of page) {
+        const id = rec.sandbox.metadata!.id!;
+        if (recordIds.has(id)) continue; // SSCAN may repeat an id
+        recordIds.add(id);
+        const phase = rec.sandbox.status?.phase;
+        if (phase === Phase.DELETING) {
+          await this.deps.scheduler.deleteSandbox(id);
+          resumed++;
+          continue;
+        }
+        // A create interrupted between writing the record and launching the compute (its replica
+        // died; the client got UNAVAILABLE): creation is all-or-nothing, so the record goes.
+        const createdAt = rec.sandbox.metadata!.created_at_ms ?? 0;
+        if (phase === Phase.PROVISIONING && !rec.compute && !rec.runStartedAtMs && Date.now() - createdAt > INTERRUPTED_CREATE_MS) {
+          await this.deps.scheduler.deleteSandbox(id);
+          interrupted++;
+          continue;
+        }
+        if (await this.maybeScheduleEphemeralCleanup(rec)) ephemeral++;
+        if ((phase === Phase.PROVISIONING || phase === Phase.STARTING) && rec.compute && Date.now() - rec.runStartedAtMs > 10_000) {
+          if ((await this.deps.driver.inspect(id, rec.compute)) !== 'running') await this.failLaunch(rec);
+          continue;
+        }
+        const running = computeById.get(id)?.state === 'running';
+        const expectsCompute = phase === Phase.READY || phase === Phase.COMPLETED || (phase === Phase.ERROR && rec.compute !== null);
+        // Give a fresh launch time to show up before calling it vanished.
+        if (expectsCompute && !running && rec.compute && Date.now() - rec.runStartedAtMs > 5_000) {
+          const marked = await this.transition(id, (s) => onComputeVanished(s, now()));
+          if (marked?.sandbox.status?.phase === Phase.ERROR && phase !== Phase.ERROR) {
+            this.note(id, 'sandbox compute vanished', 'ERROR');
+            vanished++;
+          }
         }
       }
+    }
+    for (const c of compute) {
+      if (recordIds.has(c.sandboxId)) continue;
+      await this.deps.driver.delete(c.sandboxId, c.handle).catch(() => undefined);
+      orphans++;
     }
     if (orphans || vanished || interrupted) this.deps.log.warn('reconcile repaired state', { orphans, vanished, resumed, ephemeral, interrupted });
     return { orphans, vanished, resumed, ephemeral, interrupted };

@@ -56,6 +56,20 @@ describe('SandboxStore', () => {
     expect(Object.keys(rec!.sandbox.metadata!.labels).filter((k) => k.startsWith('k'))).toHaveLength(10);
   });
 
+  it('pages() yields every record in pages (for sweeps), the same set as list()', async () => {
+    const store = new SandboxStore(client);
+    for (let i = 0; i < 130; i++) await store.create(sandbox(`page-${i}`, `page-${i}`), 'h');
+    const seen = new Set<string>();
+    let pages = 0;
+    for await (const page of store.pages(25)) {
+      pages++;
+      for (const rec of page) seen.add(rec.sandbox.metadata!.id!);
+    }
+    expect(pages).toBeGreaterThan(1);
+    expect(seen).toEqual(new Set((await store.list()).map((r) => r.sandbox.metadata!.id!)));
+    expect([...seen].filter((id) => id.startsWith('page-'))).toHaveLength(130);
+  });
+
   it('returns the internal fields it wrote', async () => {
     const store = new SandboxStore(client);
     await store.create(sandbox('extra', 'extra'), 'h');
