@@ -143,7 +143,7 @@ export async function run(opts: ExecThroughputOptions): Promise<BenchReport> {
       `target (issue 7): relayed within 30% of direct → ratio ≥ 0.70; this run: ${fixed(sr.p50 / sd.p50, 3)} (median MB/s) ${sr.p50 / sd.p50 >= 0.7 ? 'MET' : 'NOT MET'}; from CPU per MB (robust to other load on the machine): ${fixed(cpuTotal(d) / cpuTotal(r), 3)}`,
       `idle RSS before the transfers: owner ${mib(baseline.owner)}, entry ${mib(baseline.entry)} (peak RSS shows what back-pressure keeps buffered)`,
       `frames: ${fixed(frameBytes / 1024, 1)} KiB on average (what \`head\` writes per call, read by the supervisor as it comes)`,
-      `floor: an in-process grpc-js server streaming ExecSandboxEvent frames of the same size to an in-process client (${fixed(summarise(floor.map((f) => f.mbps)).p50, 1)} MB/s on one core); direct is 2 such hops (supervisor → owner → client), relayed 3`,
+      `floor: an in-process grpc-js server streaming ExecSandboxEvent frames of the same size to an in-process client (${fixed(summarise(floor.map((f) => f.mbps)).p50, 1)} MB/s on one core); direct is 2 such hops (supervisor → owner → client), relayed adds a peer link between the replicas (framed TCP, cheaper than a gRPC hop)`,
       'client, both replicas, the supervisor and `head` share the 2 cores: the direct figure is itself CPU-bound, so the ratio is a lower bound on what a second hop costs on separate machines',
     ],
     durationMs: now() - t0,
