@@ -8,9 +8,25 @@ export interface StatusLike {
   details: string;
 }
 
+/**
+ * ioredis gave up on a command because Redis is unreachable (restarting, failing over): the
+ * request did not fail on its merits, and the same request will work once Redis is back.
+ */
+export function isRedisUnavailable(err: unknown): boolean {
+  const e = err as { name?: string; message?: string; code?: string } | undefined;
+  if (!e || typeof e !== 'object') return false;
+  if (e.name === 'MaxRetriesPerRequestError') return true;
+  if (e.code === 'ECONNREFUSED' || e.code === 'ECONNRESET' || e.code === 'EPIPE') return true;
+  return typeof e.message === 'string' && /^(Connection is closed|Stream isn't writeable)/.test(e.message);
+}
+
 /** What the client should see for an error: our own errors as they are; anything else INTERNAL. */
 export function toStatus(err: unknown, log?: Logger): StatusLike {
   if (err instanceof GatewayError) return { code: err.code, details: err.message };
+  if (isRedisUnavailable(err)) {
+    log?.warn('redis unavailable', { err: (err as Error).message });
+    return { code: Code.UNAVAILABLE, details: 'the gateway cannot reach its Redis right now; retry' };
+  }
   const e = err as Partial<ServiceError> | undefined;
   if (e && typeof e.code === 'number' && typeof e.details === 'string' && e.code !== status.OK) {
     return { code: e.code, details: e.details };
