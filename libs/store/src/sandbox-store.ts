@@ -133,16 +133,7 @@ export class SandboxStore {
 
   /** Every record, in creation order. Records are small; the set is the source of truth. */
   async list(): Promise<StoredSandbox[]> {
-    const ids = await this.redis.smembers(keys.sandboxIndex());
-    const pipeline = this.redis.pipeline();
-    for (const id of ids) pipeline.hgetallBuffer(keys.sandbox(id));
-    const results = (await pipeline.exec()) ?? [];
-    const out: StoredSandbox[] = [];
-    results.forEach(([err, hash], i) => {
-      if (err) return;
-      const rec = fromHash(ids[i]!, hash as Record<string, Buffer>);
-      if (rec) out.push(rec);
-    });
+    const out = await this.readMany(await this.redis.smembers(keys.sandboxIndex()));
     return out.sort(
       (a, b) =>
         (a.sandbox.metadata!.created_at_ms ?? 0) - (b.sandbox.metadata!.created_at_ms ?? 0) ||
@@ -160,18 +151,22 @@ export class SandboxStore {
     do {
       const [next, ids] = await this.redis.sscan(keys.sandboxIndex(), cursor, 'COUNT', pageSize);
       cursor = next;
-      if (ids.length === 0) continue;
-      const pipeline = this.redis.pipeline();
-      for (const id of ids) pipeline.hgetallBuffer(keys.sandbox(id));
-      const results = (await pipeline.exec()) ?? [];
-      const page: StoredSandbox[] = [];
-      results.forEach(([err, hash], i) => {
-        if (err) return;
-        const rec = fromHash(ids[i]!, hash as Record<string, Buffer>);
-        if (rec) page.push(rec);
-      });
-      yield page;
+      if (ids.length > 0) yield await this.readMany(ids);
     } while (cursor !== '0');
+  }
+
+  /** The records of `ids` in one pipelined round trip; ids without a record are left out. */
+  private async readMany(ids: string[]): Promise<StoredSandbox[]> {
+    const pipeline = this.redis.pipeline();
+    for (const id of ids) pipeline.hgetallBuffer(keys.sandbox(id));
+    const results = (await pipeline.exec()) ?? [];
+    const out: StoredSandbox[] = [];
+    results.forEach(([err, hash], i) => {
+      if (err) return;
+      const rec = fromHash(ids[i]!, hash as Record<string, Buffer>);
+      if (rec) out.push(rec);
+    });
+    return out;
   }
 
   /**
