@@ -4,6 +4,7 @@
 import type * as grpc from '@grpc/grpc-js';
 import type { ExecFrame, ExecStart } from '@sandgate/protocols';
 import type { GatewayConnection } from './control-session.ts';
+import { JournalFollower } from './journal-follower.ts';
 import type { Logger } from './log.ts';
 import type { MainExit, MainProcess } from './main-process.ts';
 
@@ -25,12 +26,8 @@ export class MainAttach {
   private resolveDelivered!: () => void;
   private readonly opts: MainAttachOptions;
   private call: grpc.ClientDuplexStream<ExecFrame, ExecFrame> | undefined;
-  private cursor = 0;
-  private waitingForDrain = false;
-  private exit: MainExit | undefined;
-  private exitSent = false;
+  private follower: JournalFollower | undefined;
   private closed = false;
-  private unsubscribe: (() => void) | undefined;
 
   constructor(opts: MainAttachOptions) {
     this.opts = opts;
@@ -49,13 +46,19 @@ export class MainAttach {
     call.on('data', (frame: ExecFrame) => this.onFrame(frame));
     call.write({ attach: { exec_id: this.execId, session_id: conn.sessionId } });
     if (!stdinLease.holder) stdinLease.holder = this;
-    this.cursor = main.journal.firstSeq;
-    this.unsubscribe = main.journal.onAppend(() => this.pump());
-    void exitReleased.then((exit) => {
-      this.exit = exit;
-      this.pump();
+    this.follower = new JournalFollower(main, exitReleased, {
+      write: (entry, resume) => {
+        const ok = call.write(entry.stream === 'stdout' ? { stdout: entry.data } : { stderr: entry.data });
+        if (!ok) call.once('drain', resume);
+        return ok;
+      },
+      exit: (exit) => {
+        call.write({ exit: { exit_code: exit.exitCode, timed_out: false, signal: exit.signal } });
+        call.end();
+        // Delivered once the gateway closes the call (it does after passing the exit on).
+      },
     });
-    this.pump();
+    this.follower.start();
   }
 
   private onFrame(frame: ExecFrame): void {
@@ -64,36 +67,10 @@ export class MainAttach {
     else if (frame.resize) this.opts.main.resize(frame.resize.cols ?? 0, frame.resize.rows ?? 0);
   }
 
-  /** Sends journal entries from the cursor until the channel pushes back; then the exit, if released. */
-  private pump(): void {
-    const call = this.call;
-    if (!call || this.closed || this.waitingForDrain || this.exitSent) return;
-    const journal = this.opts.main.journal;
-    while (this.cursor < journal.endSeq) {
-      const entry = journal.readFrom(this.cursor)!;
-      this.cursor = entry.seq + 1;
-      const ok = call.write(entry.stream === 'stdout' ? { stdout: entry.data } : { stderr: entry.data });
-      if (!ok) {
-        this.waitingForDrain = true;
-        call.once('drain', () => {
-          this.waitingForDrain = false;
-          this.pump();
-        });
-        return;
-      }
-    }
-    if (this.exit) {
-      this.exitSent = true;
-      call.write({ exit: { exit_code: this.exit.exitCode, timed_out: false, signal: this.exit.signal } });
-      call.end();
-      // Delivered once the gateway closes the call (it does after passing the exit on).
-    }
-  }
-
   private detach(): void {
     if (this.closed) return;
     this.closed = true;
-    this.unsubscribe?.();
+    this.follower?.stop();
     if (this.opts.stdinLease.holder === this) this.opts.stdinLease.holder = null;
     this.resolveDelivered();
   }

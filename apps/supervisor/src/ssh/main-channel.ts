@@ -8,6 +8,7 @@ import type { ServerChannel } from 'ssh2';
 import type { Logger } from '../log.ts';
 import type { MainExit, MainProcess } from '../main-process.ts';
 import { DetachFilter } from './detach-filter.ts';
+import { JournalFollower } from '../journal-follower.ts';
 
 export interface MainChannelDeps {
   main: MainProcess;
@@ -30,12 +31,9 @@ export class MainChannel {
   private readonly channel: ServerChannel;
   private readonly deps: MainChannelDeps;
   private readonly filter = new DetachFilter();
-  private cursor = 0;
-  private waitingForDrain = false;
-  private exit: MainExit | undefined;
+  private follower: JournalFollower | undefined;
   private finishing = false;
   private closed = false;
-  private unsubscribe: (() => void) | undefined;
 
   constructor(channel: ServerChannel, deps: MainChannelDeps) {
     this.channel = channel;
@@ -54,13 +52,24 @@ export class MainChannel {
     if (this.ownsInput && opts.cols && opts.rows) main.resize(opts.cols, opts.rows);
     this.channel.on('data', (data: Buffer) => this.onInput(data));
     this.channel.on('close', () => this.detach('channel closed'));
-    this.cursor = main.journal.firstSeq;
-    this.unsubscribe = main.journal.onAppend(() => this.pump());
-    void exitReleased.then((exit) => {
-      this.exit = exit;
-      this.pump();
+    this.follower = new JournalFollower(main, exitReleased, {
+      write: (entry, resume) => {
+        const stream = entry.stream === 'stdout' ? this.channel : this.channel.stderr;
+        try {
+          if (stream.write(entry.data)) return true;
+        } catch {
+          this.detach('channel write failed');
+          return false;
+        }
+        stream.once('drain', resume);
+        return false;
+      },
+      exit: (exit) => {
+        this.deps.log.info('main process exit delivered to an ssh attachment', { exit_code: exit.exitCode });
+        this.endChannel(exit.exitCode);
+      },
     });
-    this.pump();
+    this.follower.start();
   }
 
   private onInput(data: Buffer): void {
@@ -88,39 +97,11 @@ export class MainChannel {
     }
   }
 
-  /** Journal entries from the cursor until the channel pushes back; then the exit, once released. */
-  private pump(): void {
-    if (this.closed || this.waitingForDrain || this.finishing) return;
-    const journal = this.deps.main.journal;
-    while (this.cursor < journal.endSeq) {
-      const entry = journal.readFrom(this.cursor)!;
-      this.cursor = entry.seq + 1;
-      const stream = entry.stream === 'stdout' ? this.channel : this.channel.stderr;
-      let ok = true;
-      try {
-        ok = stream.write(entry.data);
-      } catch {
-        return this.detach('channel write failed');
-      }
-      if (!ok) {
-        this.waitingForDrain = true;
-        stream.once('drain', () => {
-          this.waitingForDrain = false;
-          this.pump();
-        });
-        return;
-      }
-    }
-    if (this.exit) {
-      this.deps.log.info('main process exit delivered to an ssh attachment', { exit_code: this.exit.exitCode });
-      this.endChannel(this.exit.exitCode);
-    }
-  }
-
   /** Flushes what was written, then exit-status, EOF, close. Delivered once handed on. */
   private endChannel(exitCode: number): void {
     if (this.finishing || this.closed) return;
     this.finishing = true;
+    this.follower?.stop();
     const channel = this.channel;
     channel.write(Buffer.alloc(0), () => {
       try {
@@ -146,7 +127,7 @@ export class MainChannel {
   detach(reason: string): void {
     if (this.closed) return;
     this.closed = true;
-    this.unsubscribe?.();
+    this.follower?.stop();
     this.release();
     this.deps.log.debug('ssh main attachment ended', { reason });
     this.resolveDelivered();
