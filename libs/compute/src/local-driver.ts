@@ -191,7 +191,8 @@ export class LocalDriver implements ComputeDriver {
    * The kernel then kills every other process in that namespace, however it forked or setsid'd.
    * bwrap processes are also recognised by their argv (which binds <dir>/work), so a sandbox is
    * found even without a handle (crash between spawn and handle.json) or if its outer bwrap died.
-   * Waits until no process is left in the namespace. Returns true if anything was running.
+   * Waits until the bwrap processes are gone (with the namespace's init goes every process in it)
+   * and kills anything seen in the namespace meanwhile. Returns true if anything was running.
    */
   private async killSandbox(dir: string, handles: LocalHandle[]): Promise<boolean> {
     const workDir = path.join(dir, 'work');
@@ -211,13 +212,19 @@ export class LocalDriver implements ComputeDriver {
     if (targets.size === 0) return false;
 
     const ownNs = readPidNamespace('self');
-    const namespaces = new Set<string>();
-    for (const pid of targets.keys()) {
-      const ns = readPidNamespace(pid);
-      if (ns && ns !== ownNs) namespaces.add(ns);
-    }
     const deadline = Date.now() + this.deleteTimeoutMs;
     for (;;) {
+      // The sandbox's namespace is named only through a member verified (pid + start time) in
+      // this very pass. Once its init is gone the kernel kills the rest, and the namespace's
+      // inode number can be recycled for a newer sandbox's namespace: a set kept from an earlier
+      // pass (say, before this replica was frozen for a while) could then kill that sandbox.
+      const namespaces = new Set<string>();
+      for (const [pid, startTime] of targets) {
+        const s = readStat(pid);
+        if (!s || isDead(s) || s.startTime !== startTime) continue;
+        const ns = readPidNamespace(pid);
+        if (ns && ns !== ownNs) namespaces.add(ns);
+      }
       let remaining = 0;
       for (const pid of listPids()) {
         const s = readStat(pid);
