@@ -74,6 +74,8 @@ export class SessionRegistry {
   private readonly sessions = new Map<string, Session>();
   private readonly deps: SessionDeps;
   private draining = false;
+  private renewTimer: NodeJS.Timeout | undefined;
+  private renewing = false;
 
   constructor(deps: SessionDeps) {
     this.deps = deps;
@@ -200,17 +202,8 @@ export class SessionRegistry {
         call.write({ heartbeat: { sent_at_ms: Date.now() } });
       }, heartbeatIntervalMs),
     );
-    // Ownership renewal at a third of the TTL; losing it means another replica took over.
-    session.timers.push(
-      setInterval(() => {
-        ownership
-          .renew(sandboxId, session.fence, { replica: replicaId, session: session.sessionId, instance: instanceId })
-          .then((ok) => {
-            if (!ok) void this.close(session, 'ownership lost to a newer session');
-          })
-          .catch((err: unknown) => log.warn('ownership renew failed', { sandboxId, err }));
-      }, Math.max(200, Math.floor(ownership.ttlMs / 3))),
-    );
+    // Ownership is renewed by renewAll(), for every session of this replica at once.
+    this.ensureRenewTimer();
     return session;
   }
 
@@ -414,8 +407,38 @@ export class SessionRegistry {
     });
   }
 
+  private ensureRenewTimer(): void {
+    if (this.renewTimer) return;
+    this.renewTimer = setInterval(() => void this.renewAll(), Math.max(200, Math.floor(this.deps.ownership.ttlMs / 3)));
+  }
+
+  /**
+   * Renews the ownership of every session held here, in one Redis round trip per 500 sessions
+   * (a call per session cost each replica a promise and a round trip per session every tick).
+   * A session whose record is no longer ours — a newer claim or a revocation — is closed.
+   */
+  async renewAll(): Promise<void> {
+    if (this.renewing) return; // the previous tick is still waiting for Redis
+    const live = [...this.sessions.values()].filter((s) => !s.closed);
+    if (live.length === 0) return;
+    this.renewing = true;
+    try {
+      const results = await this.deps.ownership.renewMany(
+        live.map((s) => ({ sandboxId: s.sandboxId, fence: s.fence, holder: { replica: this.deps.replicaId, session: s.sessionId, instance: s.instanceId } })),
+      );
+      results.forEach((ok, i) => {
+        if (!ok) void this.close(live[i]!, 'ownership lost to a newer session');
+      });
+    } catch (err) {
+      this.deps.log.warn('ownership renew failed', { sessions: live.length, err });
+    } finally {
+      this.renewing = false;
+    }
+  }
+
   /** Graceful shutdown: release every session at once so supervisors move without waiting for expiry. */
   async drain(): Promise<void> {
+    clearInterval(this.renewTimer);
     this.draining = true;
     await Promise.all([...this.sessions.values()].map((s) => this.close(s, 'replica shutting down')));
   }

@@ -14,7 +14,8 @@ export class LuaScript {
   }
 
   async run(redis: Redis, keys: string[], args: (string | number | Buffer)[]): Promise<unknown> {
-    if (keys.length !== this.numberOfKeys) throw new Error(`script expects ${this.numberOfKeys} keys, got ${keys.length}`);
+    // numberOfKeys -1: a script over a variable number of keys (e.g. one pair per session).
+    if (this.numberOfKeys >= 0 && keys.length !== this.numberOfKeys) throw new Error(`script expects ${this.numberOfKeys} keys, got ${keys.length}`);
     try {
       return await redis.evalsha(this.sha, keys.length, ...keys, ...args);
     } catch (err) {

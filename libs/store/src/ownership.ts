@@ -37,6 +37,33 @@ return 0
   2,
 );
 
+// The same renewal for many sessions in one call (a replica renews all of its sessions per tick).
+// KEYS: owner_1, fence_1, owner_2, fence_2, …; ARGV: ttl, then fence, replica, session, instance
+// per session. Returns one result per session (1, 2 or 0 as above).
+const RENEW_MANY = new LuaScript(
+  `
+local out = {}
+for i = 1, #KEYS / 2 do
+  local owner, fenceKey = KEYS[2 * i - 1], KEYS[2 * i]
+  local base = 2 + (i - 1) * 4
+  local fence = ARGV[base]
+  local current = redis.call('HGET', owner, 'fence')
+  if current == fence then
+    redis.call('PEXPIRE', owner, ARGV[1])
+    out[i] = 1
+  elseif not current and redis.call('GET', fenceKey) == fence then
+    redis.call('HSET', owner, 'replica', ARGV[base + 1], 'session', ARGV[base + 2], 'fence', fence, 'instance', ARGV[base + 3])
+    redis.call('PEXPIRE', owner, ARGV[1])
+    out[i] = 2
+  else
+    out[i] = 0
+  end
+end
+return out
+`,
+  -1,
+);
+
 const RELEASE = new LuaScript(
   `
 if redis.call('HGET', KEYS[1], 'fence') == ARGV[1] then
@@ -75,6 +102,17 @@ return 1
 `,
   2,
 );
+const RENEW_MANY_UNFENCED = new LuaScript(
+  `
+local out = {}
+for i = 1, #KEYS / 2 do
+  redis.call('PEXPIRE', KEYS[2 * i - 1], ARGV[1])
+  out[i] = 1
+end
+return out
+`,
+  -1,
+);
 const RELEASE_UNFENCED = new LuaScript(
   `
 redis.call('DEL', KEYS[1])
@@ -83,16 +121,21 @@ return 1
   1,
 );
 
+/** Sessions per renewMany script call: bounded work per call keeps other clients' latency low. */
+const RENEW_CHUNK = 500;
+
 export class OwnershipStore {
   private readonly redis: Redis;
   readonly ttlMs: number;
   private readonly renewScript: LuaScript;
+  private readonly renewManyScript: LuaScript;
   private readonly releaseScript: LuaScript;
   constructor(redis: Redis, ttlMs: number, opts: { fencing?: boolean } = {}) {
     this.redis = redis;
     this.ttlMs = ttlMs;
     const fencing = opts.fencing ?? true;
     this.renewScript = fencing ? RENEW : RENEW_UNFENCED;
+    this.renewManyScript = fencing ? RENEW_MANY : RENEW_MANY_UNFENCED;
     this.releaseScript = fencing ? RELEASE : RELEASE_UNFENCED;
   }
 
@@ -111,6 +154,26 @@ export class OwnershipStore {
     return res === 1 || res === 2;
   }
 
+
+  /**
+   * Renews many records in one round trip (a replica's sessions, each tick); true per entry that
+   * is still ours. Sent in chunks so one call never holds Redis for long.
+   */
+  async renewMany(entries: { sandboxId: string; fence: number; holder: { replica: string; session: string; instance: string } }[]): Promise<boolean[]> {
+    const out: boolean[] = [];
+    for (let i = 0; i < entries.length; i += RENEW_CHUNK) {
+      const chunk = entries.slice(i, i + RENEW_CHUNK);
+      const keysList: string[] = [];
+      const args: (string | number)[] = [this.ttlMs];
+      for (const e of chunk) {
+        keysList.push(keys.owner(e.sandboxId), keys.fence(e.sandboxId));
+        args.push(String(e.fence), e.holder.replica, e.holder.session, e.holder.instance);
+      }
+      const res = (await this.renewManyScript.run(this.redis, keysList, args)) as number[];
+      for (const r of res) out.push(r === 1 || r === 2);
+    }
+    return out;
+  }
 
   async release(sandboxId: string, fence: number): Promise<boolean> {
     return (await this.releaseScript.run(this.redis, [keys.owner(sandboxId)], [String(fence)])) === 1;

@@ -134,6 +134,26 @@ describe('OwnershipStore', () => {
     expect(await own.get('late')).toBeNull();
   });
 
+  it('renewMany: the same fenced rules for a whole replica at once, in chunks', async () => {
+    const own = new OwnershipStore(client, 150);
+    const entries: Parameters<OwnershipStore['renewMany']>[0] = [];
+    for (let i = 0; i < 1203; i++) {
+      const id = `many-${i}`;
+      entries.push({ sandboxId: id, fence: await own.claim(id, 'r1', `s${i}`, 'i'), holder: { replica: 'r1', session: `s${i}`, instance: 'i' } });
+    }
+    await own.claim('many-7', 'r2', 'newer', 'i'); // superseded
+    await own.revoke('many-1000'); // revoked
+    await sleep(300); // every record of r1 expired (the replica was starved)
+    const results = await own.renewMany(entries);
+    expect(results).toHaveLength(1203);
+    expect(results.filter((ok) => !ok)).toHaveLength(2);
+    expect(results[7]).toBe(false);
+    expect(results[1000]).toBe(false);
+    expect(await own.get('many-0')).toMatchObject({ replica: 'r1', session: 's0' }); // re-created
+    expect(await own.get('many-1202')).toMatchObject({ replica: 'r1' });
+    expect(await own.get('many-1000')).toBeNull();
+  });
+
   it('expires when not renewed', async () => {
     const own = new OwnershipStore(client, 200);
     await own.claim('short', 'r', 's', 'i');
