@@ -1,6 +1,6 @@
 // The chaos suite: three replicas behind haproxy, a mixed workload through the load balancer,
 // and replicas killed (SIGKILL), frozen (SIGSTOP) and drained (SIGTERM) at random, plus one Redis
-// restart. At the end it checks sandgate's promises and prints them with counts; exit 1 if any
+// restart and one long freeze of the busiest owner (its supervisors move away meanwhile). At the end it checks sandgate's promises and prints them with counts; exit 1 if any
 // invariant fails. Bounded in time, loopback only, seeded for reproducibility.
 //
 //   npm run chaos -- [--duration 300] [--seed 42] [--workers 6]
@@ -47,6 +47,8 @@ const CALL_DEADLINE_MS = 30_000;
  */
 const KILL_SLACK_MS = 6_000;
 const POOL_SIZE = 4;
+/** Longer than a supervisor waits for a silent gateway (3 missed 2 s heartbeats) plus a reconnect. */
+const LONG_FREEZE_MS = 9_000;
 /**
  * SSH: the proxy notices its ssh client died (stdin closed), the relay hops close, and the
  * supervisor kills the channel's processes; a frozen replica on the path is noticed by the peer
@@ -313,6 +315,7 @@ async function main(): Promise<void> {
     // The chaos: something bad every few seconds, replicas brought back, Redis restarted once.
     const chaos = (async () => {
       let redisRestarted = false;
+      let longFreezeDone = false;
       let terminated = false;
       while (Date.now() < stopAt - 15_000) {
         await sleep(between(rng, 4_000, 7_000));
@@ -321,6 +324,23 @@ async function main(): Promise<void> {
           redisRestarted = true;
           console.log(`[${secs(t0)}] restart redis`);
           await redis.restart();
+          continue;
+        }
+        if (!longFreezeDone && Date.now() - t0 > durationMs * 0.6) {
+          // The replica holding the most sessions stalls (a GC pause, a VM migration) long enough
+          // for its supervisors to give up on it and claim anew elsewhere; then it wakes up still
+          // believing it owns them. Only fencing keeps its stale renewals and releases from
+          // clobbering the new owners' records.
+          longFreezeDone = true;
+          const counts = await Promise.all(cluster.replicas.map((rep) => ownedBy(r, pool, rep.id)));
+          const busiest = counts.reduce((best, c, i) => (c.length > counts[best]!.length ? i : best), 0);
+          const proc = cluster.replicas[busiest]!.proc;
+          if (proc && proc.exitCode === null) {
+            console.log(`[${secs(t0)}] SIGSTOP ${cluster.replicas[busiest]!.id} for ${LONG_FREEZE_MS / 1000} s (owns ${counts[busiest]!.length} pool sandboxes)`);
+            proc.kill('SIGSTOP');
+            await sleep(LONG_FREEZE_MS);
+            proc.kill('SIGCONT');
+          }
           continue;
         }
         const victim = Math.floor(rng() * cluster.replicas.length);
