@@ -253,10 +253,7 @@ export class ExecService {
       .catch((err: unknown) => callback(toServiceError(err, this.deps.log)));
   }
 
-  /**
-   * Peer.Exec on the owner replica: the entry replica relays one exec here. Entry replicas open
-   * these streams ahead of need (warm-calls.ts), so a stream may wait idle for its first frame.
-   */
+  /** Peer.Exec (gRPC) on the owner replica: the entry replica relays one exec here. */
   handlePeer(call: ServerDuplexStream<ExecFrame, ExecFrame>): void {
     if (!this.peerAuthorised(call.metadata)) {
       endWithError(call, new GatewayError(Code.PERMISSION_DENIED, 'bad peer secret'));
@@ -265,7 +262,11 @@ export class ExecService {
     this.servePeer(call as unknown as PeerExecStream);
   }
 
-  /** A relayed exec on the owner, over a peer link or a Peer.Exec call (already authorised). */
+  /**
+   * A relayed exec on the owner, over a peer link or a Peer.Exec call (already authorised).
+   * Entry replicas open exec links ahead of need (warm-calls.ts), so a channel may wait idle
+   * for its first frame.
+   */
   servePeer(call: PeerExecStream): void {
     this.idlePeerCalls.add(call);
     const leaveIdle = () => this.idlePeerCalls.delete(call);
