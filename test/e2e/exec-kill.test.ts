@@ -600,7 +600,7 @@ describe('a cancel while the exec is still being opened', () => {
   // Deterministic: the supervisor is stopped (SIGSTOP) so the open waits for its ExecChannel, the
   // client cancels during that wait, and the supervisor is resumed. Through the owner replica:
   // that is where the open waits for the supervisor (through a non-owner the window is the entry
-  // replica's Redis look-ups, too short to hit on purpose; the owner side of Peer.Exec handles it).
+  // replica's Redis look-ups, too short to hit on purpose; the owner side of the peer link handles it).
   it.for(['ExecSandbox', 'ExecSandboxInteractive'])('%s cancelled while the supervisor is opening it: nothing runs 3 s later', async (method) => {
     const client = openShellClient(gw(await ownerIndex()));
     const supervisor = await supervisorPid();

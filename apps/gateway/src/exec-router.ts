@@ -1,8 +1,8 @@
 // Finds the way to a sandbox's supervisor: directly when this replica holds its session,
 // otherwise through the owner replica's peer port (found in Redis).
-import { credentials, makeGenericClientConstructor, Metadata, type Client, type ClientDuplexStream, type ServiceError } from '@grpc/grpc-js';
+import { credentials, makeGenericClientConstructor, Metadata, type Client, type ServiceError } from '@grpc/grpc-js';
 import type { Duplex } from 'node:stream';
-import { serviceDefinition, type ExecFrame, type ExecStart, type TcpFrame, type TcpOpen } from '@sandgate/protocols';
+import { serviceDefinition, type ExecFrame, type ExecStart, type TcpOpen } from '@sandgate/protocols';
 import { GatewayError, Code } from '@sandgate/core';
 import type { OwnershipStore, ReplicaRegistry } from '@sandgate/store';
 import type { Logger } from '@sandgate/telemetry';
@@ -40,8 +40,6 @@ export type TcpPath = ExecPath;
 const PeerClient = makeGenericClientConstructor(serviceDefinition('sandgate.v1.Peer'), 'Peer');
 
 type PeerClientInstance = Client & {
-  Exec(metadata: Metadata): ClientDuplexStream<ExecFrame, ExecFrame>;
-  Tcp(metadata: Metadata): ClientDuplexStream<TcpFrame, TcpFrame>;
   KillExec(
     req: { sandbox_id: string; exec_id: string },
     metadata: Metadata,
@@ -72,9 +70,6 @@ export interface RouterDeps {
   log: Logger;
 }
 
-/** Trailer set by an owner replica that does not hold the session: nothing was started. */
-const NOT_HERE_TRAILER = 'x-sandgate-session-not-here';
-
 /** This replica does not hold the sandbox's session (any longer). Safe to route again. */
 export class SessionNotHere extends GatewayError {
   constructor() {
@@ -82,20 +77,13 @@ export class SessionNotHere extends GatewayError {
   }
 }
 
-/** The status a peer handler answers with; "not here" carries a trailer the entry replica acts on. */
-export function toPeerError(err: unknown, log?: Logger): Partial<ServiceError> {
-  const e: Partial<ServiceError> & { notHere?: boolean } = toServiceError(err, log);
-  if (err instanceof SessionNotHere) {
-    e.metadata!.set(NOT_HERE_TRAILER, '1'); // gRPC Peer calls
-    e.notHere = true; // peer links
-  }
-  return e;
+/** The status an owner answers a peer link with; "not here" is flagged for the entry replica. */
+export function toPeerError(err: unknown, log?: Logger): Partial<ServiceError> & { notHere: boolean } {
+  return { ...toServiceError(err, log), notHere: err instanceof SessionNotHere };
 }
 
 function isNotHere(err: unknown): boolean {
-  const e = err as (Partial<ServiceError> & { notHere?: boolean }) | undefined;
-  if (e?.notHere === true) return true;
-  return e?.metadata instanceof Metadata && e.metadata.get(NOT_HERE_TRAILER).length > 0;
+  return (err as { notHere?: boolean } | undefined)?.notHere === true;
 }
 
 /**

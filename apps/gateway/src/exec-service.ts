@@ -2,16 +2,16 @@
 // opens an ExecPath to the supervisor (local or through the owner); frames are then relayed
 // unchanged, with back-pressure, until the supervisor reports the exit.
 import { randomUUID } from 'node:crypto';
-import { Metadata, type ServerDuplexStream, type ServerUnaryCall, type ServerWritableStream, type sendUnaryData } from '@grpc/grpc-js';
+import type { ServerDuplexStream, ServerUnaryCall, ServerWritableStream, sendUnaryData } from '@grpc/grpc-js';
 import type { JobScheduler } from '@sandgate/worker';
-import type { Duplex, Writable } from 'node:stream';
+import type { Writable } from 'node:stream';
 import type { ExecFrame, ExecSandboxEvent, ExecSandboxInput, ExecSandboxRequest, ExecStart } from '@sandgate/protocols';
 import { GatewayError, Code, decideAccess, validateExec, notFound, EXIT_TIMEOUT } from '@sandgate/core';
 import type { SandboxStore } from '@sandgate/store';
 import type { Logger, Metrics } from '@sandgate/telemetry';
 import { SessionNotHere, toPeerError, type ExecPath, type ExecRouter } from './exec-router.ts';
 import { endWithError } from './sessions.ts';
-import { pump } from '@sandgate/relay';
+import { pump, type LinkChannel } from '@sandgate/relay';
 import { toServiceError } from './grpc-errors.ts';
 
 /**
@@ -40,12 +40,8 @@ function toClientEvent(frame: ExecFrame): ExecSandboxEvent | null {
   return null;
 }
 
-/** A relayed exec as the owner sees it: a peer link channel or a gRPC Peer.Exec call. */
-export type PeerExecStream = Duplex & { readonly cancelled: boolean; sendMetadata(metadata: Metadata): void };
-
 export class ExecService {
   private readonly deps: ExecServiceDeps;
-  private readonly idlePeerCalls = new Set<PeerExecStream>();
 
   constructor(deps: ExecServiceDeps) {
     this.deps = deps;
@@ -229,12 +225,6 @@ export class ExecService {
     }
   }
 
-  /** Shutting down: idle peer streams end at once (nothing runs on them) instead of holding the server open. */
-  close(): void {
-    for (const call of this.idlePeerCalls) endWithError(call, new GatewayError(Code.UNAVAILABLE, 'replica shutting down'));
-    this.idlePeerCalls.clear();
-  }
-
   private peerAuthorised(metadata: { get(key: string): unknown[] }): boolean {
     return metadata.get('x-sandgate-peer-secret')[0] === this.deps.peerSecret;
   }
@@ -253,27 +243,12 @@ export class ExecService {
       .catch((err: unknown) => callback(toServiceError(err, this.deps.log)));
   }
 
-  /** Peer.Exec (gRPC) on the owner replica: the entry replica relays one exec here. */
-  handlePeer(call: ServerDuplexStream<ExecFrame, ExecFrame>): void {
-    if (!this.peerAuthorised(call.metadata)) {
-      endWithError(call, new GatewayError(Code.PERMISSION_DENIED, 'bad peer secret'));
-      return;
-    }
-    this.servePeer(call as unknown as PeerExecStream);
-  }
-
   /**
-   * A relayed exec on the owner, over a peer link or a Peer.Exec call (already authorised).
-   * Entry replicas open exec links ahead of need (warm-calls.ts), so a channel may wait idle
-   * for its first frame.
+   * A relayed exec on the owner, over a peer link (already authorised). Entry replicas open exec
+   * links ahead of need (warm-calls.ts), so a channel may wait idle for its first frame.
    */
-  servePeer(call: PeerExecStream): void {
-    this.idlePeerCalls.add(call);
-    const leaveIdle = () => this.idlePeerCalls.delete(call);
-    call.once('cancelled', leaveIdle);
-    call.once('close', leaveIdle);
+  servePeer(call: LinkChannel<ExecFrame>): void {
     call.once('data', (first: ExecFrame) => {
-      leaveIdle();
       call.pause();
       const start = first.start;
       if (!start?.sandbox_id || !start.exec_id) {
@@ -287,7 +262,7 @@ export class ExecService {
       // "The session is here": from now on the entry replica relays whatever comes, failures
       // included. Said before the supervisor is asked, so that the entry replica's wake-up does
       // not compete with the exec's process start for the CPU.
-      call.sendMetadata(new Metadata());
+      call.sendMetadata();
       this.deps.router
         .openLocal(start.sandbox_id, start)
         .then((path) => {

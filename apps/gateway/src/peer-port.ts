@@ -1,6 +1,6 @@
 // The replica-to-replica port. Two protocols share it, told apart by the first bytes:
 // - peer links (libs/relay/src/link.ts): one TCP connection per relayed exec or TCP channel;
-// - gRPC (sandgate.v1.Peer): KillExec, and the Exec/Tcp relays of the same shape.
+// - gRPC (sandgate.v1.Peer): KillExec.
 import { createServer, type Server as NetServer, type Socket } from 'node:net';
 import { timingSafeEqual } from 'node:crypto';
 import { ServerCredentials, type Server as GrpcServer } from '@grpc/grpc-js';

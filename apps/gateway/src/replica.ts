@@ -147,7 +147,7 @@ export async function startReplica(config: ReplicaConfig): Promise<RunningReplic
     log,
     metrics,
   });
-  const forward = new TcpForwardService({ ssh, router, peerSecret, log, metrics });
+  const forward = new TcpForwardService({ ssh, router, log, metrics });
   publicServer.addService(openShellDefinition, openShellImplementation(sandboxes, exec, lifecycle, watch, log, { sessions: ssh, forward }));
   publicServer.addService(serviceDefinition('sandgate.v1.SupervisorGateway'), {
     Control: (call: ControlCall) => sessions.handleControl(call),
@@ -155,9 +155,7 @@ export async function startReplica(config: ReplicaConfig): Promise<RunningReplic
     TcpChannel: (call: TcpChannelCall) => sessions.handleTcpChannel(call),
   });
   peerServer.addService(serviceDefinition('sandgate.v1.Peer'), {
-    Exec: (call: Parameters<ExecService['handlePeer']>[0]) => exec.handlePeer(call),
     KillExec: (call: Parameters<ExecService['handlePeerKill']>[0], cb: Parameters<ExecService['handlePeerKill']>[1]) => exec.handlePeerKill(call, cb),
-    Tcp: (call: Parameters<TcpForwardService['handlePeer']>[0]) => forward.handlePeer(call),
   });
   const peerPort = await servePeerPort({
     host: config.host,
@@ -218,7 +216,6 @@ export async function startReplica(config: ReplicaConfig): Promise<RunningReplic
       await scheduler.close().catch(() => undefined);
       await replicas.remove(config.replicaId).catch(() => undefined);
       router.close();
-      exec.close();
       peerPort.close();
       await Promise.all([shutdownGrpc(publicServer), shutdownGrpc(peerServer), http.close()]);
       redis.disconnect();

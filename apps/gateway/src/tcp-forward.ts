@@ -1,9 +1,10 @@
-// ForwardTcp (clients) and Peer.Tcp (replicas). The entry replica checks everything — the init
+// ForwardTcp (clients) and relayed TCP channels (peer links from other replicas). The entry replica checks everything — the init
 // frame, the access rule, the SSH session token and the connection caps — then opens a TCP channel
 // to the sandbox's supervisor wherever its session is (locally, or relayed through the owner) and
 // relays raw bytes both ways until either end closes.
 import { randomUUID } from 'node:crypto';
-import { Metadata, type ServerDuplexStream } from '@grpc/grpc-js';
+import type { ServerDuplexStream } from '@grpc/grpc-js';
+import type { LinkChannel } from '@sandgate/relay';
 import type { Duplex } from 'node:stream';
 import type { TcpForwardFrame, TcpFrame, TcpForwardInit } from '@sandgate/protocols';
 import { GatewayError, Code } from '@sandgate/core';
@@ -18,15 +19,11 @@ import { relayForward, spliceTcp } from './tcp-relay.ts';
 export interface TcpForwardDeps {
   ssh: SshService;
   router: ExecRouter;
-  peerSecret: string;
   log: Logger;
   metrics: Metrics;
 }
 
 type ForwardCall = ServerDuplexStream<TcpForwardFrame, TcpForwardFrame>;
-type PeerTcpCall = ServerDuplexStream<TcpFrame, TcpFrame>;
-/** A relayed TCP channel as the owner sees it: a peer link channel or a gRPC Peer.Tcp call. */
-export type PeerTcpStream = Duplex & { readonly cancelled: boolean; sendMetadata(metadata: Metadata): void };
 
 /** Calls `fn` once, on whichever of the events comes first. */
 function onceAny(emitter: NodeJS.EventEmitter, events: string[], fn: () => void): void {
@@ -93,21 +90,8 @@ export class TcpForwardService {
     relayForward(call as unknown as Duplex & { cancelled: boolean }, path, log, release);
   }
 
-  private peerAuthorised(metadata: { get(key: string): unknown[] }): boolean {
-    return metadata.get('x-sandgate-peer-secret')[0] === this.deps.peerSecret;
-  }
-
-  /** Peer.Tcp on the owner replica: the entry replica relays one TCP channel here. */
-  handlePeer(call: PeerTcpCall): void {
-    if (!this.peerAuthorised(call.metadata)) {
-      endWithError(call, new GatewayError(Code.PERMISSION_DENIED, 'bad peer secret'));
-      return;
-    }
-    this.servePeer(call as unknown as PeerTcpStream);
-  }
-
-  /** A relayed TCP channel on the owner, over a peer link or a Peer.Tcp call (already authorised). */
-  servePeer(call: PeerTcpStream): void {
+  /** A relayed TCP channel on the owner, over a peer link (already authorised). */
+  servePeer(call: LinkChannel<TcpFrame>): void {
     call.once('data', (first: TcpFrame) => {
       call.pause();
       const open = first.open;
@@ -119,7 +103,7 @@ export class TcpForwardService {
         .openTcpLocal(open.sandbox_id, open)
         .then((path) => {
           if (call.cancelled) return path.abort('peer went away');
-          call.sendMetadata(new Metadata());
+          call.sendMetadata();
           spliceTcp(call as unknown as Duplex & { cancelled: boolean }, path);
         })
         .catch((err: unknown) => endWithError(call, toPeerError(err, this.deps.log)));

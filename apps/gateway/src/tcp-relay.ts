@@ -13,7 +13,7 @@ import type { TcpPath } from './exec-router.ts';
 import { endWithError } from './sessions.ts';
 import { toServiceError } from './grpc-errors.ts';
 
-/** The grpc-js server call side we need (ForwardTcp and Peer.Tcp calls alike). */
+/** The server side of a TCP channel we need (a ForwardTcp call, or a peer link at the owner). */
 type ServerCall = Duplex & { cancelled: boolean; on(event: string, fn: (...args: unknown[]) => void): unknown };
 
 function pathError(frame: TcpFrame): GatewayError {
@@ -86,7 +86,7 @@ export function relayForward(client: ServerCall, path: TcpPath, log: Logger, onD
   });
 }
 
-/** Peer.Tcp at the owner replica: the entry replica's call ↔ the supervisor's TcpChannel. */
+/** At the owner replica: the entry replica's peer link ↔ the supervisor's TcpChannel. */
 export function spliceTcp(call: ServerCall, path: TcpPath): void {
   const up = path.stream;
   pump(up, call, (f: TcpFrame) => (f.data || f.eof || f.error ? f : null));
