@@ -10,6 +10,7 @@ import type { Logger } from '@sandgate/telemetry';
 
 export const execFrameCodec: LinkCodec<ExecFrame> = codec<ExecFrame>('sandgate.v1.ExecFrame');
 export const tcpFrameCodec: LinkCodec<TcpFrame> = codec<TcpFrame>('sandgate.v1.TcpFrame');
+const CODECS: Record<string, LinkCodec<ExecFrame | TcpFrame> | undefined> = { exec: execFrameCodec, tcp: tcpFrameCodec };
 
 /** A link that has not said hello by then is dropped. */
 const HELLO_TIMEOUT_MS = 10_000;
@@ -44,25 +45,16 @@ export function servePeerPort(deps: PeerPortDeps): Promise<PeerPort> {
   const acceptLink = (socket: Socket) => {
     links.add(socket);
     socket.once('close', () => links.delete(socket));
-    // Decode with the exec codec until the hello says which relay this is; then re-wrap.
-    const helloTimer = setTimeout(() => socket.destroy(), HELLO_TIMEOUT_MS);
-    readHello(socket, (hello, rest) => {
+    const channel = new LinkChannel<ExecFrame | TcpFrame>(socket, (hello) => CODECS[hello.kind] ?? null, 'server');
+    const helloTimer = setTimeout(() => channel.destroy(), HELLO_TIMEOUT_MS);
+    // Emitted before any message is decoded: a refused link never gets that far.
+    channel.once('hello', (hello: LinkHello) => {
       clearTimeout(helloTimer);
-      if (!hello || !secretsEqual(hello.secret ?? '', deps.peerSecret)) {
-        deps.log.warn('peer link refused: bad hello or secret', { remote: socket.remoteAddress });
-        socket.destroy();
-        return;
-      }
-      if (rest.length) socket.unshift(rest);
-      if (hello.kind === 'exec') {
-        const channel = new LinkChannel(socket, execFrameCodec, 'server');
-        channel.hello = hello;
-        deps.onExec(channel);
-      } else if (hello.kind === 'tcp') {
-        const channel = new LinkChannel(socket, tcpFrameCodec, 'server');
-        channel.hello = hello;
-        deps.onTcp(channel);
-      } else socket.destroy();
+      if (!secretsEqual(hello.secret ?? '', deps.peerSecret)) {
+        deps.log.warn('peer link refused: bad secret', { remote: socket.remoteAddress, from: hello.from });
+        channel.destroy();
+      } else if (hello.kind === 'exec') deps.onExec(channel as LinkChannel<ExecFrame>);
+      else deps.onTcp(channel as LinkChannel<TcpFrame>);
     });
   };
 
@@ -86,33 +78,4 @@ export function servePeerPort(deps: PeerPortDeps): Promise<PeerPort> {
       });
     });
   });
-}
-
-/**
- * Reads the HELLO frame (u32 length | type 1 | JSON) that opens a link, before the channel object
- * exists: which codec the channel needs depends on it. Calls back with null on anything else.
- */
-function readHello(socket: Socket, done: (hello: LinkHello | null, rest: Buffer) => void): void {
-  let buffered = Buffer.alloc(0);
-  const onData = (chunk: Buffer) => {
-    buffered = Buffer.concat([buffered, chunk]);
-    if (buffered.length < 5) return;
-    const length = buffered.readUInt32BE(0);
-    if (buffered[4] !== 1 || length < 1 || length > 64 * 1024) return finish(null);
-    if (buffered.length < 4 + length) return;
-    let hello: LinkHello | null = null;
-    try {
-      hello = JSON.parse(buffered.subarray(5, 4 + length).toString()) as LinkHello;
-    } catch {
-      hello = null;
-    }
-    finish(hello, buffered.subarray(4 + length));
-  };
-  const finish = (hello: LinkHello | null, rest = Buffer.alloc(0)) => {
-    socket.off('data', onData);
-    socket.pause();
-    done(hello, rest);
-  };
-  socket.on('data', onData);
-  socket.resume();
 }

@@ -75,7 +75,9 @@ export class LinkChannel<T> extends Duplex {
   cancelled = false;
   hello: LinkHello | null = null;
   private readonly socket: Socket;
-  private readonly codec: LinkCodec<T>;
+  /** Server side: known once the HELLO said which relay the channel carries. */
+  private codec: LinkCodec<T> | null;
+  private readonly codecFor: ((hello: LinkHello) => LinkCodec<T> | null) | null;
   private readonly timer: NodeJS.Timeout;
   private pending: Buffer[] = [];
   private pendingBytes = 0;
@@ -84,10 +86,17 @@ export class LinkChannel<T> extends Duplex {
   private failed = false;
   private socketError = '';
 
-  constructor(socket: Socket, codec: LinkCodec<T>, role: 'client' | 'server', timing: LinkTiming = {}) {
+  /** `codec` may be chosen from the HELLO (server side): null for a kind this side does not serve. */
+  constructor(
+    socket: Socket,
+    codec: LinkCodec<T> | ((hello: LinkHello) => LinkCodec<T> | null),
+    role: 'client' | 'server',
+    timing: LinkTiming = {},
+  ) {
     super({ objectMode: true, allowHalfOpen: true, highWaterMark: 16 });
     this.socket = socket;
-    this.codec = codec;
+    this.codec = typeof codec === 'function' ? null : codec;
+    this.codecFor = typeof codec === 'function' ? codec : null;
     this.role = role;
     socket.setNoDelay(true);
     socket.on('data', (chunk: Buffer) => this.onBytes(chunk));
@@ -162,7 +171,7 @@ export class LinkChannel<T> extends Duplex {
 
   override _write(frame: T, _encoding: BufferEncoding, callback: (err?: Error | null) => void): void {
     // After the connection is gone writes are dropped: its closing already reported the failure.
-    if (this.sendFrame(LinkFrame.MSG, this.codec.encode(frame)) || this.socket.destroyed) callback();
+    if (!this.codec || this.sendFrame(LinkFrame.MSG, this.codec.encode(frame)) || this.socket.destroyed) callback();
     else this.socket.once('drain', () => callback());
   }
 
@@ -216,7 +225,7 @@ export class LinkChannel<T> extends Duplex {
       case LinkFrame.PING:
         return;
       case LinkFrame.MSG: {
-        if (this.remoteEnded || (this.role === 'server' && !this.hello)) return this.protocolError('message out of order');
+        if (this.remoteEnded || !this.codec) return this.protocolError('message out of order');
         let frame: T;
         try {
           frame = this.codec.decode(payload);
@@ -238,6 +247,8 @@ export class LinkChannel<T> extends Duplex {
         } catch {
           return this.protocolError('undecodable hello');
         }
+        if (this.codecFor) this.codec = this.codecFor(this.hello);
+        if (!this.codec) return this.protocolError(`no relay of kind '${String(this.hello.kind)}' here`);
         this.emit('hello', this.hello);
         return;
       case LinkFrame.OPENED:
