@@ -1,12 +1,12 @@
 // A few peer channels opened ahead of need.
 //
-// Opening a channel to the owner (a TCP connect and HELLO for a peer link; a stream set-up for a
-// gRPC call) costs both replicas CPU and a round trip. A relayed exec takes a channel that is
+// Opening a peer link to the owner (a TCP connect and a HELLO) costs both replicas CPU and a
+// round trip. A relayed exec takes a channel that is
 // already open, so that cost is paid between execs, not on its critical path. The owner treats a
 // warm channel like any other: it waits for the first frame.
 
 export interface WarmableCall {
-  on(event: 'error' | 'status' | 'close', listener: (...args: unknown[]) => void): unknown;
+  on(event: 'error' | 'close', listener: (...args: unknown[]) => void): unknown;
   cancel(): void;
 }
 
@@ -26,10 +26,10 @@ export class WarmCalls<C extends WarmableCall> {
   }
 
   /**
-   * A ready stream (or a new one when none is idle). The pool is refilled when the taken stream
-   * ends, not now: opening streams costs both replicas CPU that the exec in flight needs (≈0.45 ms
+   * A ready channel (or a new one when none is idle). The pool is refilled when the taken one
+   * ends, not now: opening channels costs both replicas CPU that the exec in flight needs (≈0.45 ms
    * of its latency when done at once). Refills happen only on demand, so a peer that refuses
-   * streams costs at most `size` failed opens per take.
+   * channels costs at most `size` failed opens per take.
    */
   take(): C {
     const iterator = this.idle.values().next();
@@ -45,7 +45,6 @@ export class WarmCalls<C extends WarmableCall> {
       refilled = true;
       this.scheduleRefill();
     };
-    call.on('status', refill);
     call.on('close', refill);
     return call;
   }
@@ -64,16 +63,15 @@ export class WarmCalls<C extends WarmableCall> {
         const drop = () => {
           if (this.idle.delete(call) && !this.closed) this.onIdleLost();
         };
-        // An idle stream that fails (the peer died or shut down) simply leaves the pool.
+        // An idle channel that fails (the peer died or shut down) simply leaves the pool.
         call.on('error', drop);
-        call.on('status', drop);
         call.on('close', drop);
         this.idle.add(call);
       }
     });
   }
 
-  /** Cancels the idle streams; the owner sees them go before any exec started on them. */
+  /** Cancels the idle channels; the owner sees them go before any exec started on them. */
   close(): void {
     this.closed = true;
     for (const call of this.idle) call.cancel();
