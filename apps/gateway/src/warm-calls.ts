@@ -28,7 +28,7 @@ export class WarmCalls<C extends WarmableCall> {
   /**
    * A ready channel (or a new one when none is idle). The pool is refilled when the taken one
    * ends, not now: opening channels costs both replicas CPU that the exec in flight needs (≈0.45 ms
-   * of its latency when done at once). Refills happen only on demand, so a peer that refuses
+   * of its latency with gRPC streams, when refilled at once). Refills happen only on demand, so a peer that refuses
    * channels costs at most `size` failed opens per take.
    */
   take(): C {
