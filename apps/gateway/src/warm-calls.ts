@@ -27,9 +27,9 @@ export class WarmCalls<C extends WarmableCall> {
 
   /**
    * A ready channel (or a new one when none is idle). The pool is refilled when the taken one
-   * ends, not now: opening channels costs both replicas CPU that the exec in flight needs (≈0.45 ms
-   * of its latency with gRPC streams, when refilled at once). Refills happen only on demand, so a peer that refuses
-   * channels costs at most `size` failed opens per take.
+   * ends, not now: opening channels costs both replicas CPU that the exec in flight needs
+   * (≈0.45 ms of its latency, measured with gRPC streams refilled at once). Refills happen only
+   * on demand, so a peer that refuses channels costs at most `size` failed opens per take.
    */
   take(): C {
     const iterator = this.idle.values().next();
