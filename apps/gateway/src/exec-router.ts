@@ -7,7 +7,7 @@ import { GatewayError, Code } from '@sandgate/core';
 import type { OwnershipStore, ReplicaRegistry } from '@sandgate/store';
 import type { Logger } from '@sandgate/telemetry';
 import { endWithError, type SessionRegistry } from './sessions.ts';
-import { toServiceError } from './grpc-errors.ts';
+import { relayFailure, toServiceError } from './grpc-errors.ts';
 import { OwnerCache } from './owner-cache.ts';
 import { WarmCalls } from './warm-calls.ts';
 import { connectLink, type LinkChannel } from '@sandgate/relay';
@@ -86,18 +86,6 @@ function isNotHere(err: unknown): boolean {
   return (err as { notHere?: boolean } | undefined)?.notHere === true;
 }
 
-/**
- * A peer call that failed before the owner answered. Transport-level codes mean the hop broke,
- * which the client may retry; deliberate statuses from the owner (RESOURCE_EXHAUSTED, …) pass.
- */
-function peerOpenFailure(err: unknown): unknown {
-  const e = err as Partial<ServiceError>;
-  if (e.code === Code.CANCELLED || e.code === Code.UNKNOWN || e.code === Code.INTERNAL || e.code === undefined) {
-    return new GatewayError(Code.UNAVAILABLE, `supervisor relay failed: ${e.details ?? 'peer channel dropped'}`);
-  }
-  return err;
-}
-
 /** Owner hints live this long; correctness never depends on them (see owner-cache.ts). */
 const OWNER_CACHE_TTL_MS = 30_000;
 const OWNER_CACHE_MAX_ENTRIES = 100_000;
@@ -148,7 +136,7 @@ export class ExecRouter {
       try {
         return await this.callPeer(cached.address, viaPeer);
       } catch (err) {
-        if (!isNotHere(err)) throw peerOpenFailure(err);
+        if (!isNotHere(err)) throw relayFailure(err, 'supervisor relay failed');
         this.owners.forget(sandboxId);
         if (this.deps.sessions.get(sandboxId)) return local();
       }
@@ -157,7 +145,7 @@ export class ExecRouter {
     try {
       return await this.callPeer(address, viaPeer);
     } catch (err) {
-      if (!isNotHere(err)) throw peerOpenFailure(err);
+      if (!isNotHere(err)) throw relayFailure(err, 'supervisor relay failed');
       this.owners.forget(sandboxId);
       throw new GatewayError(Code.UNAVAILABLE, 'supervisor relay failed: the supervisor session is moving between replicas; retry');
     }

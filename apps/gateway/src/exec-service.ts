@@ -12,7 +12,7 @@ import type { Logger, Metrics } from '@sandgate/telemetry';
 import { SessionNotHere, toPeerError, type ExecPath, type ExecRouter } from './exec-router.ts';
 import { endWithError } from './sessions.ts';
 import { pump, type LinkChannel } from '@sandgate/relay';
-import { toServiceError } from './grpc-errors.ts';
+import { relayFailure, toServiceError } from './grpc-errors.ts';
 
 /**
  * The argv that attaches to the sandbox's main process instead of starting a command (the same
@@ -190,16 +190,7 @@ export class ExecService {
     path.stream.on('end', () =>
       finish(exitSeen ? undefined : new GatewayError(Code.UNAVAILABLE, 'exec relay closed before the command reported an exit status')),
     );
-    const broken = (err: unknown) => {
-      if (exitSeen) return finish();
-      const e = err as { code?: number; details?: string } | undefined;
-      // A hop that vanished (a killed replica, a reset stream) surfaces in grpc-js as CANCELLED,
-      // UNKNOWN or INTERNAL ("RST_STREAM … without gRPC status"): to the client that is a broken
-      // path, which is retriable. Deliberate statuses from the owner pass through unchanged.
-      const transport = e?.code === undefined || e.code === Code.CANCELLED || e.code === Code.UNKNOWN || e.code === Code.INTERNAL;
-      if (!transport) return finish(new GatewayError(e.code as Code, e.details ?? 'exec failed'));
-      finish(new GatewayError(Code.UNAVAILABLE, e?.details ? `exec relay failed: ${e.details}` : 'relay channel dropped'));
-    };
+    const broken = (err: unknown) => (exitSeen ? finish() : finish(relayFailure(err, 'exec relay failed')));
     path.stream.on('error', broken);
     path.stream.on('cancelled', () => broken(undefined));
     // The path may have failed while this exec was being set up (before these listeners).

@@ -35,6 +35,21 @@ export function toStatus(err: unknown, log?: Logger): StatusLike {
   return { code: Code.INTERNAL, details: `internal error: ${err instanceof Error ? err.message : String(err)}` };
 }
 
+/**
+ * How a failed relay hop reaches the client. A hop that vanished (a killed replica, a reset
+ * stream, a dropped peer link) surfaces as CANCELLED, UNKNOWN, INTERNAL or no status at all:
+ * to the client that is a broken path, which is retriable (UNAVAILABLE, `what: details`).
+ * Deliberate statuses from the far end (RESOURCE_EXHAUSTED, …) pass through unchanged.
+ */
+export function relayFailure(err: unknown, what: string): GatewayError {
+  const e = err as { code?: number; details?: string } | undefined;
+  const code = e?.code;
+  if (code === undefined || code === Code.CANCELLED || code === Code.UNKNOWN || code === Code.INTERNAL || code === Code.OK) {
+    return new GatewayError(Code.UNAVAILABLE, e?.details ? `${what}: ${e.details}` : what);
+  }
+  return new GatewayError(code as Code, e?.details ?? what);
+}
+
 /** A ServiceError object as grpc-js expects for callbacks and `emit('error')`. */
 export function toServiceError(err: unknown, log?: Logger): Partial<ServiceError> {
   const s = toStatus(err, log);

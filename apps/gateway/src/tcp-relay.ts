@@ -11,7 +11,7 @@ import { pump } from '@sandgate/relay';
 import type { Logger } from '@sandgate/telemetry';
 import type { TcpPath } from './exec-router.ts';
 import { endWithError } from './sessions.ts';
-import { toServiceError } from './grpc-errors.ts';
+import { relayFailure, toServiceError } from './grpc-errors.ts';
 
 /** The server side of a TCP channel we need (a ForwardTcp call, or a peer link at the owner). */
 type ServerCall = Duplex & { cancelled: boolean; on(event: string, fn: (...args: unknown[]) => void): unknown };
@@ -20,11 +20,7 @@ function pathError(frame: TcpFrame): GatewayError {
   return new GatewayError((frame.error?.code ?? Code.UNAVAILABLE) as Code, frame.error?.message || 'relay channel failed');
 }
 
-function brokenError(err: unknown): GatewayError {
-  const e = err as { code?: number; details?: string } | undefined;
-  const code = e?.code && e.code !== Code.CANCELLED && e.code !== Code.OK ? e.code : Code.UNAVAILABLE;
-  return new GatewayError(code as Code, e?.details ? `relay channel dropped: ${e.details}` : 'relay channel dropped');
-}
+const brokenError = (err: unknown): GatewayError => relayFailure(err, 'relay channel dropped');
 
 /** ForwardTcp at the entry replica: the client's call ↔ the path to the supervisor. */
 export function relayForward(client: ServerCall, path: TcpPath, log: Logger, onDone: () => void): void {

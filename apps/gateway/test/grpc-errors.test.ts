@@ -2,7 +2,7 @@
 import { describe, expect, it } from 'vitest';
 import { Redis } from 'ioredis';
 import { Code, GatewayError } from '@sandgate/core';
-import { toStatus } from '../src/grpc-errors.ts';
+import { relayFailure, toStatus } from '../src/grpc-errors.ts';
 import { freePort } from '../../../test/harness/ports.ts';
 
 describe('toStatus', () => {
@@ -25,5 +25,19 @@ describe('toStatus', () => {
 
   it('anything unexpected is INTERNAL with the message', () => {
     expect(toStatus(new Error('boom'))).toEqual({ code: Code.INTERNAL, details: 'internal error: boom' });
+  });
+
+});
+
+describe('relayFailure', () => {
+  it('a hop that vanished is a retriable UNAVAILABLE; a deliberate status passes through', () => {
+    for (const code of [undefined, Code.CANCELLED, Code.UNKNOWN, Code.INTERNAL]) {
+      expect(relayFailure({ code, details: 'RST_STREAM' }, 'exec relay failed')).toMatchObject({ code: Code.UNAVAILABLE, message: 'exec relay failed: RST_STREAM' });
+    }
+    expect(relayFailure(undefined, 'relay channel dropped')).toMatchObject({ code: Code.UNAVAILABLE, message: 'relay channel dropped' });
+    expect(relayFailure({ code: Code.RESOURCE_EXHAUSTED, details: 'sandbox has 64 execs running' }, 'x')).toMatchObject({
+      code: Code.RESOURCE_EXHAUSTED,
+      message: 'sandbox has 64 execs running',
+    });
   });
 });
