@@ -10,7 +10,7 @@ import { endWithError, type SessionRegistry } from './sessions.ts';
 import { relayFailure, toServiceError } from './grpc-errors.ts';
 import { OwnerCache } from './owner-cache.ts';
 import { WarmCalls } from './warm-calls.ts';
-import { connectLink, type LinkChannel } from '@sandgate/relay';
+import { connectLink, type LinkChannel, type LinkError } from '@sandgate/relay';
 import { execFrameCodec, tcpFrameCodec } from './peer-port.ts';
 
 /** One exec's frame stream to the supervisor, wherever it is, and how to tear it down. */
@@ -82,10 +82,6 @@ export function toPeerError(err: unknown, log?: Logger): Partial<ServiceError> &
   return { ...toServiceError(err, log), notHere: err instanceof SessionNotHere };
 }
 
-function isNotHere(err: unknown): boolean {
-  return (err as { notHere?: boolean } | undefined)?.notHere === true;
-}
-
 /** Owner hints live this long; correctness never depends on them (see owner-cache.ts). */
 const OWNER_CACHE_TTL_MS = 30_000;
 const OWNER_CACHE_MAX_ENTRIES = 100_000;
@@ -130,39 +126,37 @@ export class ExecRouter {
     local: () => Promise<ExecPath>,
     viaPeer: (peer: Peer) => Promise<ExecPath>,
   ): Promise<ExecPath> {
-    if (this.deps.sessions.get(sandboxId)) return local();
+    if (this.holdsSession(sandboxId)) return local();
     const cached = this.owners.get(sandboxId);
     if (cached) {
-      try {
-        return await this.callPeer(cached.address, viaPeer);
-      } catch (err) {
-        if (!isNotHere(err)) throw relayFailure(err, 'supervisor relay failed');
-        this.owners.forget(sandboxId);
-        if (this.deps.sessions.get(sandboxId)) return local();
-      }
+      const path = await this.tryPeer(sandboxId, cached.address, viaPeer);
+      if (path) return path;
+      if (this.holdsSession(sandboxId)) return local();
     }
-    const address = await this.ownerPeerAddress(sandboxId);
-    try {
-      return await this.callPeer(address, viaPeer);
-    } catch (err) {
-      if (!isNotHere(err)) throw relayFailure(err, 'supervisor relay failed');
-      this.owners.forget(sandboxId);
-      throw new GatewayError(Code.UNAVAILABLE, 'supervisor relay failed: the supervisor session is moving between replicas; retry');
-    }
+    const path = await this.tryPeer(sandboxId, await this.ownerPeerAddress(sandboxId), viaPeer);
+    if (path) return path;
+    throw new GatewayError(Code.UNAVAILABLE, 'supervisor relay failed: the supervisor session is moving between replicas; retry');
   }
 
-  private callPeer(address: string, viaPeer: (peer: Peer) => Promise<ExecPath>): Promise<ExecPath> {
-    return viaPeer(this.peer(address)).catch((err: unknown) => {
-      // A broken channel (not a deliberate answer): drop it so the next call reconnects/re-resolves.
-      if ((err as { code?: number }).code === Code.UNAVAILABLE && !isNotHere(err)) this.evict(address);
-      throw err;
-    });
+  /** The path through the replica at `address`, or null when it answered "not here". */
+  private async tryPeer(sandboxId: string, address: string, viaPeer: (peer: Peer) => Promise<ExecPath>): Promise<ExecPath | null> {
+    try {
+      return await viaPeer(this.peer(address));
+    } catch (err) {
+      const e = err as Partial<LinkError>;
+      if (e.notHere) {
+        this.owners.forget(sandboxId);
+        return null;
+      }
+      // The link itself broke (not an answer from the owner): the next call reconnects and re-resolves.
+      if (!e.answered) this.evict(address);
+      throw relayFailure(err, 'supervisor relay failed');
+    }
   }
 
   /**
-   * Sends the first frame and waits for the owner's response headers, which it sends once the
-   * supervisor's channel is open; a failure before them (including "not here") rejects, and
-   * nothing has run. Output frames arriving meanwhile stay buffered in the call.
+   * Sends the first frame and waits for OPENED (the owner holds the session); a failure before it
+   * — "not here" included — rejects, and nothing has run. Frames arriving meanwhile stay buffered.
    */
   private openPeerCall<F>(call: LinkChannel<F>, first: F): Promise<ExecPath> {
     return new Promise<ExecPath>((resolve, reject) => {

@@ -46,15 +46,18 @@ export interface LinkError extends Error {
   details: string;
   /** The owner does not hold the session: nothing was started, routing again is safe. */
   notHere: boolean;
+  /** The far end answered (STATUS) rather than the connection breaking. */
+  answered: boolean;
 }
 
 const UNAVAILABLE = 14;
 
-export function linkError(code: number, details: string, notHere = false): LinkError {
+export function linkError(code: number, details: string, opts: { notHere?: boolean; answered?: boolean } = {}): LinkError {
   const err = new Error(details) as LinkError;
   err.code = code;
   err.details = details;
-  err.notHere = notHere;
+  err.notHere = opts.notHere ?? false;
+  err.answered = opts.answered ?? false;
   return err;
 }
 
@@ -262,7 +265,7 @@ export class LinkChannel<T> extends Duplex {
         } catch {
           status = {};
         }
-        this.fail(linkError(status.code ?? UNAVAILABLE, status.details ?? 'peer channel failed', status.notHere === true));
+        this.fail(linkError(status.code ?? UNAVAILABLE, status.details ?? 'peer channel failed', { notHere: status.notHere === true, answered: true }));
         return;
       }
       default:

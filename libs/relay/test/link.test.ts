@@ -73,7 +73,7 @@ describe('peer link', () => {
     });
     const client = connectLink(address, json, HELLO);
     const [err] = (await once(client, 'error')) as [LinkError];
-    expect(err).toMatchObject({ code: 8, details: 'too many execs', notHere: false });
+    expect(err).toMatchObject({ code: 8, details: 'too many execs', notHere: false, answered: true });
 
     const address2 = await linkServer((ch) => ch.emit('error', { code: 14, details: 'not here', notHere: true }));
     const [err2] = (await once(connectLink(address2, json, HELLO), 'error')) as [LinkError];
@@ -107,6 +107,7 @@ describe('peer link', () => {
     const [err] = (await once(client, 'error')) as [LinkError];
     expect(err.code).toBe(14);
     expect(err.details).toMatch(/peer link closed/);
+    expect(err.answered).toBe(false);
   });
 
   it('a peer that stops talking (frozen) is dropped after the silence limit', async () => {
