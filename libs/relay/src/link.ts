@@ -315,8 +315,8 @@ export function connectLink<T>(address: string, codec: LinkCodec<T>, hello: Link
 
 /**
  * Server side: tells a link connection from anything else (gRPC) by its first four bytes. Calls
- * `onLink` with the channel, or `onOther` with the socket and the bytes already read (to be
- * handed to another protocol's server).
+ * `onLink` with the socket (the magic consumed), or `onOther` with the socket and the bytes
+ * already read (to be handed to another protocol's server).
  */
 export function sniffLink(socket: Socket, onLink: (socket: Socket) => void, onOther: (socket: Socket, head: Buffer) => void): void {
   const chunks: Buffer[] = [];
