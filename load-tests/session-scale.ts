@@ -23,7 +23,7 @@ import { SandboxPhase, type GatewayMessage, type SupervisorMessage } from '@sand
 import { SandboxStore, keys } from '@sandgate/store';
 import type { Redis } from 'ioredis';
 import { callMetadata, createGatewayClient, type GatewayClient } from '../apps/supervisor/src/gateway-client.ts';
-import { hashCredential } from '../apps/gateway/src/credentials.ts';
+import { hashCredential } from '../apps/gateway/src/sessions/credentials.ts';
 import type { ReplicaProcess } from '../test/harness/cluster.ts';
 import { sleep } from '../test/harness/wait.ts';
 import { summarise, ms } from './stats.ts';

@@ -12,17 +12,17 @@ import { DockerDriver, LocalDriver, type ComputeDriver } from '@sandgate/compute
 import { createLogger, Metrics, type Logger } from '@sandgate/telemetry';
 import { JobScheduler, startJobWorker, type JobProcessors, type RunningWorker } from '@sandgate/worker';
 import type { ReplicaConfig, RunningReplica } from './config.ts';
-import { SessionRegistry, type ControlCall, type ExecChannelCall, type TcpChannelCall } from './sessions.ts';
-import { ExecRouter } from './exec-router.ts';
-import { servePeerPort } from './peer-port.ts';
-import { ExecService } from './exec-service.ts';
-import { SandboxService } from './sandbox-service.ts';
-import { openShellDefinition, openShellImplementation } from './openshell-service.ts';
-import { buildHttp } from './http.ts';
-import { LifecycleService } from './lifecycle-service.ts';
-import { WatchService } from './watch-service.ts';
-import { gatewayHostForResponse, SshService, sshSessionTtlFromEnv, DEFAULT_SSH_MAX_PER_SANDBOX, DEFAULT_SSH_MAX_PER_TOKEN } from './ssh-service.ts';
-import { TcpForwardService } from './tcp-forward.ts';
+import { SessionRegistry, type ControlCall, type ExecChannelCall, type TcpChannelCall } from './sessions/sessions.ts';
+import { ExecRouter } from './relay/exec-router.ts';
+import { servePeerPort } from './relay/peer-port.ts';
+import { ExecService } from './exec/exec-service.ts';
+import { SandboxService } from './sandboxes/sandbox-service.ts';
+import { openShellDefinition, openShellImplementation } from './api/openshell-service.ts';
+import { buildHttp } from './api/http.ts';
+import { LifecycleService } from './sandboxes/lifecycle-service.ts';
+import { WatchService } from './sandboxes/watch-service.ts';
+import { gatewayHostForResponse, SshService, sshSessionTtlFromEnv, DEFAULT_SSH_MAX_PER_SANDBOX, DEFAULT_SSH_MAX_PER_TOKEN } from './ssh/ssh-service.ts';
+import { TcpForwardService } from './ssh/tcp-forward.ts';
 
 const supervisorEntry = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../supervisor/src/main.ts');
 

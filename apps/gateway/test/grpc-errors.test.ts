@@ -2,7 +2,7 @@
 import { describe, expect, it } from 'vitest';
 import { Redis } from 'ioredis';
 import { Code, GatewayError } from '@sandgate/core';
-import { relayFailure, toStatus } from '../src/grpc-errors.ts';
+import { relayFailure, toStatus } from '../src/api/grpc-errors.ts';
 import { freePort } from '../../../test/harness/ports.ts';
 
 describe('toStatus', () => {

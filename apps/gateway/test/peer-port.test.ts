@@ -6,7 +6,7 @@ import { Server } from '@grpc/grpc-js';
 import { connectLink, type LinkChannel, type LinkError } from '@sandgate/relay';
 import type { ExecFrame, TcpFrame } from '@sandgate/protocols';
 import { createLogger } from '@sandgate/telemetry';
-import { execFrameCodec, servePeerPort, tcpFrameCodec, type PeerPort } from '../src/peer-port.ts';
+import { execFrameCodec, servePeerPort, tcpFrameCodec, type PeerPort } from '../src/relay/peer-port.ts';
 
 let port: PeerPort | undefined;
 afterEach(() => port?.close());

@@ -2,8 +2,8 @@
 // relayed exec's critical path.
 import { describe, expect, it } from 'vitest';
 import { EventEmitter } from 'node:events';
-import { OwnerCache } from '../src/owner-cache.ts';
-import { WarmCalls } from '../src/warm-calls.ts';
+import { OwnerCache } from '../src/relay/owner-cache.ts';
+import { WarmCalls } from '../src/relay/warm-calls.ts';
 
 describe('OwnerCache', () => {
   it('expires hints, forgets one sandbox or every sandbox of a replica, and stays bounded', () => {

@@ -2,8 +2,8 @@
 import { describe, expect, it } from 'vitest';
 import { isIP } from 'node:net';
 import { Code, GatewayError } from '@sandgate/core';
-import { normaliseLoopbackHost, tcpOpenFor, validateForwardInit } from '../src/tcp-target.ts';
-import { gatewayHostForResponse, sshSessionTtlFromEnv } from '../src/ssh-service.ts';
+import { normaliseLoopbackHost, tcpOpenFor, validateForwardInit } from '../src/ssh/tcp-target.ts';
+import { gatewayHostForResponse, sshSessionTtlFromEnv } from '../src/ssh/ssh-service.ts';
 
 function rejects(fn: () => unknown): [number, string] {
   try {

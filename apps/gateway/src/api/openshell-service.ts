@@ -4,12 +4,12 @@ import { type UntypedServiceImplementation, type handleUnaryCall, type sendUnary
 import { serviceDefinition, ServiceStatus } from '@sandgate/protocols';
 import { GatewayError, Code } from '@sandgate/core';
 import type { Logger } from '@sandgate/telemetry';
-import type { SandboxService } from './sandbox-service.ts';
-import type { ExecService } from './exec-service.ts';
-import type { LifecycleService } from './lifecycle-service.ts';
-import type { WatchService } from './watch-service.ts';
-import type { SshService } from './ssh-service.ts';
-import type { TcpForwardService } from './tcp-forward.ts';
+import type { SandboxService } from '../sandboxes/sandbox-service.ts';
+import type { ExecService } from '../exec/exec-service.ts';
+import type { LifecycleService } from '../sandboxes/lifecycle-service.ts';
+import type { WatchService } from '../sandboxes/watch-service.ts';
+import type { SshService } from '../ssh/ssh-service.ts';
+import type { TcpForwardService } from '../ssh/tcp-forward.ts';
 import { toServiceError } from './grpc-errors.ts';
 
 export const openShellDefinition = serviceDefinition('openshell.v1.OpenShell');

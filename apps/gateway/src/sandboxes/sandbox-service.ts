@@ -28,7 +28,7 @@ import {
 import type { SandboxStore } from '@sandgate/store';
 import type { ComputeDriver } from '@sandgate/compute';
 import type { Logger, Metrics } from '@sandgate/telemetry';
-import { newCredential } from './credentials.ts';
+import { newCredential } from '../sessions/credentials.ts';
 import { launchSpecFor, type LifecycleService } from './lifecycle-service.ts';
 
 export interface SandboxServiceDeps {

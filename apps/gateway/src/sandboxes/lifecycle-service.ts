@@ -29,7 +29,7 @@ import type { SandboxLogStore, SandboxStore, StoredSandbox } from '@sandgate/sto
 import type { ComputeDriver, LaunchSpec } from '@sandgate/compute';
 import type { JobScheduler, DeleteSandboxData, ProvisionDeadlineData, RestartData } from '@sandgate/worker';
 import type { Logger, Metrics } from '@sandgate/telemetry';
-import { newCredential } from './credentials.ts';
+import { newCredential } from '../sessions/credentials.ts';
 
 /** Cluster-wide counters in Redis (read by tests and operators). */
 export const EPHEMERAL_DELETED_CONNECTED_KEY = 'sg:metrics:ephemeral_deleted_while_connected';

@@ -6,8 +6,8 @@ import { serviceDefinition, type ExecFrame, type ExecStart, type TcpOpen } from 
 import { GatewayError, Code } from '@sandgate/core';
 import type { OwnershipStore, ReplicaRegistry } from '@sandgate/store';
 import type { Logger } from '@sandgate/telemetry';
-import { endWithError, type SessionRegistry } from './sessions.ts';
-import { relayFailure, toServiceError } from './grpc-errors.ts';
+import { endWithError, type SessionRegistry } from '../sessions/sessions.ts';
+import { relayFailure, toServiceError } from '../api/grpc-errors.ts';
 import { OwnerCache } from './owner-cache.ts';
 import { WarmCalls } from './warm-calls.ts';
 import { connectLink, type LinkChannel, type LinkError } from '@sandgate/relay';

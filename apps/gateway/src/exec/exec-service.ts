@@ -9,10 +9,10 @@ import type { ExecFrame, ExecSandboxEvent, ExecSandboxInput, ExecSandboxRequest,
 import { GatewayError, Code, decideAccess, validateExec, notFound, EXIT_TIMEOUT } from '@sandgate/core';
 import type { SandboxStore } from '@sandgate/store';
 import type { Logger, Metrics } from '@sandgate/telemetry';
-import { SessionNotHere, toPeerError, type ExecPath, type ExecRouter } from './exec-router.ts';
-import { endWithError } from './sessions.ts';
+import { SessionNotHere, toPeerError, type ExecPath, type ExecRouter } from '../relay/exec-router.ts';
+import { endWithError } from '../sessions/sessions.ts';
 import { pump, type LinkChannel } from '@sandgate/relay';
-import { relayFailure, toServiceError } from './grpc-errors.ts';
+import { relayFailure, toServiceError } from '../api/grpc-errors.ts';
 
 /**
  * The argv that attaches to the sandbox's main process instead of starting a command (the same

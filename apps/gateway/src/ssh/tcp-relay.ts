@@ -9,9 +9,9 @@ import type { TcpForwardFrame, TcpFrame } from '@sandgate/protocols';
 import { GatewayError, Code } from '@sandgate/core';
 import { pump } from '@sandgate/relay';
 import type { Logger } from '@sandgate/telemetry';
-import type { TcpPath } from './exec-router.ts';
-import { endWithError } from './sessions.ts';
-import { relayFailure, toServiceError } from './grpc-errors.ts';
+import type { TcpPath } from '../relay/exec-router.ts';
+import { endWithError } from '../sessions/sessions.ts';
+import { relayFailure, toServiceError } from '../api/grpc-errors.ts';
 
 /** The server side of a TCP channel we need (a ForwardTcp call, or a peer link at the owner). */
 type ServerCall = Duplex & { cancelled: boolean; on(event: string, fn: (...args: unknown[]) => void): unknown };

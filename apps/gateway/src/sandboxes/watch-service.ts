@@ -14,8 +14,8 @@ import type {
 import { invalid, isWatchTerminal, notFound } from '@sandgate/core';
 import { keys, lastEventId, toEvent, toLogLine, type LogLine, type SandboxLogStore, type SandboxStore } from '@sandgate/store';
 import type { Logger } from '@sandgate/telemetry';
-import { toServiceError } from './grpc-errors.ts';
-import { endWithError } from './sessions.ts';
+import { toServiceError } from '../api/grpc-errors.ts';
+import { endWithError } from '../sessions/sessions.ts';
 
 const LEVELS: Record<string, number> = { ERROR: 0, WARN: 1, WARNING: 1, INFO: 2, OCSF: 2, DEBUG: 3, TRACE: 4 };
 const BLOCK_MS = 5_000;

@@ -9,10 +9,10 @@ import type { Duplex } from 'node:stream';
 import type { TcpForwardFrame, TcpFrame, TcpForwardInit } from '@sandgate/protocols';
 import { GatewayError, Code } from '@sandgate/core';
 import type { Logger, Metrics } from '@sandgate/telemetry';
-import { toPeerError, type ExecRouter } from './exec-router.ts';
+import { toPeerError, type ExecRouter } from '../relay/exec-router.ts';
 import type { SshService } from './ssh-service.ts';
-import { endWithError } from './sessions.ts';
-import { toServiceError } from './grpc-errors.ts';
+import { endWithError } from '../sessions/sessions.ts';
+import { toServiceError } from '../api/grpc-errors.ts';
 import { tcpOpenFor, validateForwardInit } from './tcp-target.ts';
 import { relayForward, spliceTcp } from './tcp-relay.ts';
 
