@@ -6,3 +6,4 @@ export * from './phases.ts';
 export * from './exit-codes.ts';
 export * from './names.ts';
 export * from './lifecycle.ts';
+export * from './debug-breaks.ts';
