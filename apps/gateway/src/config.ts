@@ -7,7 +7,7 @@
 // Only pure imports here: `sandgate gateway`/`up` parse their flags through this module before
 // the gateway's Redis, gRPC and driver modules are loaded, and client commands share its helpers.
 import path from 'node:path';
-import { parseDebugBreaks, type DebugBreak } from '@sandgate/core';
+import { DEBUG_BREAKS, DEBUG_ENV, parseDebugBreaks, type DebugBreak } from '@sandgate/core';
 import { LOG_LEVELS, type LogLevel } from '@sandgate/telemetry';
 
 export interface ReplicaConfig {
@@ -261,10 +261,9 @@ export const REPLICA_OPTIONS: Specs = {
     parse: oneOf(LOG_LEVELS),
   },
   debugBreaks: {
-    env: 'SANDGATE_DEBUG_BREAK',
+    env: DEBUG_ENV.breaks,
     default: '',
-    description:
-      'comma-separated debug faults that switch a safety mechanism off, for negative chaos runs; a replica refuses to start with any unless SANDGATE_DEBUG_UNSAFE=1',
+    description: `comma-separated debug faults (${Object.keys(DEBUG_BREAKS).join(', ')}) that switch a safety mechanism off, for negative chaos runs; a replica refuses to start with any unless ${DEBUG_ENV.unsafe}=1`,
     // The variable is read with its companions by parseDebugBreaks (see parseReplicaConfig).
     parse: () => new Set(),
   },
