@@ -5,7 +5,7 @@ import { randomBytes } from 'node:crypto';
 import os from 'node:os';
 // The config module imports only pure libraries: `@sandgate/gateway` (Redis, gRPC, drivers) stays
 // unloaded until a command actually starts a replica.
-import { ConfigError, parseReplicaConfig, REPLICA_OPTIONS, type HostFacts, type ReplicaConfig } from '@sandgate/gateway/config';
+import { ConfigError, parseReplicaConfig, readOption, REPLICA_OPTIONS, type HostFacts, type ReplicaConfig } from '@sandgate/gateway/config';
 import { UsageError, parseCommand, type Env } from './args.ts';
 
 export type { HostFacts };
@@ -46,12 +46,14 @@ export interface UpConfig {
   config: ReplicaConfig;
   /** True when neither --redis nor SANDGATE_REDIS_URL was given: `up` runs its own redis-server. */
   privateRedis: boolean;
+  /** True when neither --driver nor SANDGATE_DRIVER was given: `up` picks what the machine has. */
+  pickDriver: boolean;
 }
 
 /** `sandgate up`: the same resolution over its smaller flag set; workers always run. */
 export function resolveUpConfig(argv: string[], env: Env, facts: HostFacts = hostFacts()): UpConfig {
   const { values, config } = parseFlags(argv, { ...env, [REPLICA_OPTIONS.workers.env]: undefined }, facts, 'up');
-  const redisEnv = env[REPLICA_OPTIONS.redisUrl.env];
-  const privateRedis = values.redis === undefined && (redisEnv === undefined || redisEnv === '');
-  return { config: { ...config, workers: true }, privateRedis };
+  const privateRedis = readOption(REPLICA_OPTIONS.redisUrl, values.redis, env) === undefined;
+  const pickDriver = readOption(REPLICA_OPTIONS.driver, values.driver, env) === undefined;
+  return { config: { ...config, workers: true }, privateRedis, pickDriver };
 }

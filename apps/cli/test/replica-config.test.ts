@@ -200,6 +200,13 @@ describe('resolveUpConfig', () => {
     expect(config).toMatchObject({ workers: true, grpcPort: 7000, httpPort: 9001, stateDir: '/s', driver: 'local' });
   });
 
+  it('picks a driver only when neither --driver nor SANDGATE_DRIVER names one', () => {
+    expect(resolveUpConfig([], {}, facts).pickDriver).toBe(true);
+    expect(resolveUpConfig([], { SANDGATE_DRIVER: '' }, facts).pickDriver).toBe(true);
+    expect(resolveUpConfig(['--driver', 'local'], {}, facts).pickDriver).toBe(false);
+    expect(resolveUpConfig([], { SANDGATE_DRIVER: 'docker' }, facts)).toMatchObject({ pickDriver: false, config: { driver: 'docker' } });
+  });
+
   it('does not accept gateway-only flags', () => {
     expect(() => resolveUpConfig(['--peer-port', '1'], {}, facts)).toThrow(/Unknown option '--peer-port'/);
   });
