@@ -272,7 +272,7 @@ export const REPLICA_OPTIONS: Specs = {
 /** The values a config gets when nothing is given (computed defaults excluded). */
 export const CONFIG_DEFAULTS = Object.fromEntries(
   Object.entries(REPLICA_OPTIONS as Record<string, OptionSpec<unknown>>).flatMap(([key, spec]) =>
-    typeof spec.default === 'string' ? [[key, spec.default === '' ? undefined : spec.parse(spec.default, 'default')]] : [],
+    typeof spec.default === 'string' && spec.default !== '' ? [[key, spec.parse(spec.default, 'default')]] : [],
   ),
 ) as Partial<ReplicaConfig>;
 
@@ -288,7 +288,7 @@ export function readOption(spec: OptionSpec<unknown>, flagValue: string | boolea
 }
 
 /** One option's value: what the user gave, parsed, else its default. */
-export function resolveOption<T>(
+function resolveOption<T>(
   spec: OptionSpec<T>,
   flagValue: string | boolean | undefined,
   env: Readonly<Record<string, string | undefined>>,
