@@ -130,9 +130,3 @@ export function normaliseEndpoint(raw: string): string {
   const portNumber = port === undefined ? DEFAULT_GRPC_PORT : parseInteger(port, `gateway endpoint '${raw}' port`, 1, 65535);
   return `${host}:${portNumber}`;
 }
-
-/** The endpoint from `--gateway`, else SANDGATE_GATEWAY, else 127.0.0.1:8080. */
-export function resolveEndpoint(flag: string | undefined, env: Env): string {
-  const fromEnv = env.SANDGATE_GATEWAY;
-  return normaliseEndpoint(flag ?? (fromEnv !== undefined && fromEnv !== '' ? fromEnv : DEFAULT_GATEWAY));
-}

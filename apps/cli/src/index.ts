@@ -11,6 +11,7 @@ export {
   type ExecResult,
   type WaitForReadyOptions,
 } from './client.ts';
-export { normaliseEndpoint, resolveEndpoint, DEFAULT_GATEWAY } from './args.ts';
+export { normaliseEndpoint, DEFAULT_GATEWAY } from './args.ts';
+export { resolveEndpoint, provisionTimeoutMs, CLIENT_OPTIONS } from './client-config.ts';
 export { resolveReplicaConfig, resolveUpConfig } from './replica-config.ts';
 export { run, main } from './main.ts';

@@ -76,7 +76,7 @@ export function pingRedis(port: number, host = '127.0.0.1', timeoutMs = 1000): P
 }
 
 /** Starts redis-server (retrying on a port race) and waits until it answers PING. */
-export async function startPrivateRedis(stateDir: string, env: NodeJS.ProcessEnv = process.env, timeoutMs = 15_000): Promise<PrivateRedis> {
+export async function startPrivateRedis(stateDir: string, env: Readonly<Record<string, string | undefined>>, timeoutMs = 15_000): Promise<PrivateRedis> {
   const binary = findOnPath('redis-server', env.PATH);
   if (!binary) throw new Error(REDIS_NOT_FOUND);
   const dir = path.join(stateDir, 'redis');

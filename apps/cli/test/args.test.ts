@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { UsageError, normaliseEndpoint, parseCommand, parseInteger, parseKeyValues, parseOutput, resolveEndpoint } from '../src/args.ts';
+import { UsageError, normaliseEndpoint, parseCommand, parseInteger, parseKeyValues, parseOutput } from '../src/args.ts';
+import { resolveEndpoint } from '../src/client-config.ts';
 
 describe('normaliseEndpoint', () => {
   it.each([

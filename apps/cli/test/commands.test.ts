@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { UsageError } from '../src/args.ts';
-import { parseCreateArgs, provisionTimeoutMs } from '../src/commands/sandbox-create.ts';
+import { parseCreateArgs } from '../src/commands/sandbox-create.ts';
+import { provisionTimeoutMs } from '../src/client-config.ts';
 import { parseExecArgs } from '../src/commands/sandbox-exec.ts';
 import { redactRedisUrl, upBanner } from '../src/commands/up.ts';
 import { terminalSize } from '../src/exec-stream.ts';
@@ -48,10 +49,13 @@ describe('sandbox create arguments', () => {
     expect(() => parseCreateArgs(argv)).toThrow(message);
   });
 
-  it('reads SANDGATE_PROVISION_TIMEOUT in seconds (default 300)', () => {
+  it('waits SANDGATE_PROVISION_DEADLINE_SECONDS, or its alias SANDGATE_PROVISION_TIMEOUT (default 300)', () => {
     expect(provisionTimeoutMs({})).toBe(300_000);
+    expect(provisionTimeoutMs({ SANDGATE_PROVISION_DEADLINE_SECONDS: '7' })).toBe(7_000);
     expect(provisionTimeoutMs({ SANDGATE_PROVISION_TIMEOUT: '5' })).toBe(5_000);
-    expect(() => provisionTimeoutMs({ SANDGATE_PROVISION_TIMEOUT: 'soon' })).toThrow(/SANDGATE_PROVISION_TIMEOUT must be an integer/);
+    expect(provisionTimeoutMs({ SANDGATE_PROVISION_DEADLINE_SECONDS: '7', SANDGATE_PROVISION_TIMEOUT: '5' })).toBe(7_000);
+    expect(() => provisionTimeoutMs({ SANDGATE_PROVISION_TIMEOUT: 'soon' })).toThrow(UsageError);
+    expect(() => provisionTimeoutMs({ SANDGATE_PROVISION_TIMEOUT: 'soon' })).toThrow(/SANDGATE_PROVISION_TIMEOUT must be a positive integer/);
   });
 });
 

@@ -1,6 +1,7 @@
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { CONFIG_DEFAULTS } from '../../gateway/src/config.ts';
+import { CONFIG_DEFAULTS } from '@sandgate/gateway';
+import { DebugBreakError } from '@sandgate/core';
 import { UsageError } from '../src/args.ts';
 import { resolveReplicaConfig, resolveUpConfig, type HostFacts } from '../src/replica-config.ts';
 
@@ -52,6 +53,13 @@ describe('resolveReplicaConfig', () => {
       ownerTtlMs: CONFIG_DEFAULTS.ownerTtlMs,
       maxExecsPerSandbox: CONFIG_DEFAULTS.maxExecsPerSandbox,
       provisionTimeoutMs: CONFIG_DEFAULTS.provisionTimeoutMs,
+      sshSessionTtlSeconds: 86_400,
+      sshMaxConnectionsPerToken: 3,
+      sshMaxConnectionsPerSandbox: 20,
+      dockerImage: '',
+      peerSecret: '',
+      logLevel: 'info',
+      debugBreaks: new Set(),
       workers: true,
     });
   });
@@ -61,6 +69,47 @@ describe('resolveReplicaConfig', () => {
       resolveReplicaConfig([], { SANDGATE_OWNER_TTL_MS: '1500', SANDGATE_MAX_EXECS_PER_SANDBOX: '8', SANDGATE_PROVISION_DEADLINE_SECONDS: '5' }, facts),
     ).toMatchObject({ ownerTtlMs: 1500, maxExecsPerSandbox: 8, provisionTimeoutMs: 5000 });
     expect(() => resolveReplicaConfig([], { SANDGATE_OWNER_TTL_MS: 'soon' }, facts)).toThrow(/SANDGATE_OWNER_TTL_MS must be a positive integer/);
+  });
+
+  it('takes the provisioning deadline from SANDGATE_PROVISION_DEADLINE_SECONDS, else its alias SANDGATE_PROVISION_TIMEOUT', () => {
+    expect(resolveReplicaConfig([], { SANDGATE_PROVISION_TIMEOUT: '9' }, facts).provisionTimeoutMs).toBe(9000);
+    expect(resolveReplicaConfig([], { SANDGATE_PROVISION_TIMEOUT: '9', SANDGATE_PROVISION_DEADLINE_SECONDS: '4' }, facts).provisionTimeoutMs).toBe(4000);
+    expect(() => resolveReplicaConfig([], { SANDGATE_PROVISION_TIMEOUT: '0' }, facts)).toThrow(/SANDGATE_PROVISION_TIMEOUT must be between 1/);
+  });
+
+  it('reads the environment-only options: SSH limits, docker image, peer secret, log level', () => {
+    expect(
+      resolveReplicaConfig(
+        [],
+        {
+          SANDGATE_SSH_SESSION_TTL_SECONDS: '0',
+          SANDGATE_SSH_MAX_CONNECTIONS_PER_TOKEN: '5',
+          SANDGATE_SSH_MAX_CONNECTIONS_PER_SANDBOX: '50',
+          SANDGATE_DOCKER_IMAGE: 'debian:12',
+          SANDGATE_PEER_SECRET: 's3cret',
+          SANDGATE_LOG_LEVEL: 'ERROR',
+        },
+        facts,
+      ),
+    ).toMatchObject({
+      sshSessionTtlSeconds: 0,
+      sshMaxConnectionsPerToken: 5,
+      sshMaxConnectionsPerSandbox: 50,
+      dockerImage: 'debian:12',
+      peerSecret: 's3cret',
+      logLevel: 'error',
+    });
+    expect(resolveReplicaConfig([], { SANDGATE_SSH_SESSION_TTL_SECONDS: '60' }, facts).sshSessionTtlSeconds).toBe(60);
+    expect(() => resolveReplicaConfig([], { SANDGATE_SSH_SESSION_TTL_SECONDS: '-1' }, facts)).toThrow(/SANDGATE_SSH_SESSION_TTL_SECONDS must be a whole number/);
+    expect(() => resolveReplicaConfig([], { SANDGATE_SSH_SESSION_TTL_SECONDS: '1.5' }, facts)).toThrow(/whole number/);
+    expect(() => resolveReplicaConfig([], { SANDGATE_LOG_LEVEL: 'loud' }, facts)).toThrow(/SANDGATE_LOG_LEVEL must be one of debug, info, warn, error/);
+  });
+
+  it('exposes debug faults only with SANDGATE_DEBUG_UNSAFE=1', () => {
+    const env = { SANDGATE_DEBUG_BREAK: 'fencing,jobs' };
+    expect(() => resolveReplicaConfig([], env, facts)).toThrow(DebugBreakError);
+    expect([...resolveReplicaConfig([], { ...env, SANDGATE_DEBUG_UNSAFE: '1' }, facts).debugBreaks]).toEqual(['fencing', 'jobs']);
+    expect([...resolveReplicaConfig([], { SANDGATE_DEBUG_DISABLE_FENCING: '1', SANDGATE_DEBUG_UNSAFE: '1' }, facts).debugBreaks]).toEqual(['fencing']);
   });
 
   it('takes every value from the environment over the defaults', () => {
@@ -149,6 +198,13 @@ describe('resolveUpConfig', () => {
   it('always runs workers and honours its flags over the environment', () => {
     const { config } = resolveUpConfig(['--grpc-port', '7000', '--state-dir', '/s'], { SANDGATE_WORKERS: '0', SANDGATE_GRPC_PORT: '9000', SANDGATE_HTTP_PORT: '9001' }, facts);
     expect(config).toMatchObject({ workers: true, grpcPort: 7000, httpPort: 9001, stateDir: '/s', driver: 'local' });
+  });
+
+  it('picks a driver only when neither --driver nor SANDGATE_DRIVER names one', () => {
+    expect(resolveUpConfig([], {}, facts).pickDriver).toBe(true);
+    expect(resolveUpConfig([], { SANDGATE_DRIVER: '' }, facts).pickDriver).toBe(true);
+    expect(resolveUpConfig(['--driver', 'local'], {}, facts).pickDriver).toBe(false);
+    expect(resolveUpConfig([], { SANDGATE_DRIVER: 'docker' }, facts)).toMatchObject({ pickDriver: false, config: { driver: 'docker' } });
   });
 
   it('does not accept gateway-only flags', () => {

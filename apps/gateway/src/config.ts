@@ -1,60 +1,323 @@
-// A replica's configuration. Every field has a CLI flag and a SANDGATE_* environment variable
-// (see apps/cli): the flag names are a public contract.
+// A replica's configuration, parsed once. REPLICA_OPTIONS is the one list of options: each has its
+// `sandgate gateway` flag (if any), its SANDGATE_* variable, its default and a one-line
+// description. The CLI's flag parser, the environment parser below and README.md's table (checked
+// by apps/gateway/test/config.test.ts) are all driven by it; the flag and variable names are a
+// public contract. Nothing else in the replica reads process.env.
+//
+// Only pure imports here: `sandgate gateway`/`up` parse their flags through this module before
+// the gateway's Redis, gRPC and driver modules are loaded, and client commands share its helpers.
+import path from 'node:path';
+import { DEBUG_BREAKS, DEBUG_ENV, parseDebugBreaks, type DebugBreak } from '@sandgate/core';
+import { LOG_LEVELS, type LogLevel } from '@sandgate/telemetry';
+
 export interface ReplicaConfig {
-  /** Address the gRPC, HTTP and peer listeners bind to. */
   host: string;
-  /** Public gRPC port: the OpenShell API and the supervisor protocol. 0 = pick a free port. */
   grpcPort: number;
-  /** HTTP port: /healthz, /readyz, /metrics. 0 = pick a free port. */
   httpPort: number;
-  /** Replica-to-replica relay port. 0 = pick a free port. */
   peerPort: number;
   redisUrl: string;
-  /** Stable id of this replica; defaults to host-pid-random. */
   replicaId: string;
   driver: 'local' | 'docker';
-  /** Where the local driver keeps sandbox directories and logs. */
   stateDir: string;
-  /**
-   * What supervisors dial (comma-separated host:port list): normally the load balancer's address.
-   * Defaults to this replica's own gRPC address.
-   */
+  /** Empty: supervisors dial this replica's own gRPC address. */
   supervisorEndpoint: string;
-  /** Address peers use to reach this replica's peer port; defaults to host:peerPort. */
   advertiseHost: string;
-  /** Supervisor heartbeat interval; a session is closed after `heartbeatMisses` silent intervals. */
+  workers: boolean;
   heartbeatIntervalMs: number;
   heartbeatMisses: number;
-  /** Lifetime of the ownership and liveness keys in Redis; renewed at a third of it. */
   ownerTtlMs: number;
-  /** Run the BullMQ workers in this process. */
-  workers: boolean;
-  /** Concurrent execs per sandbox; the next one fails with RESOURCE_EXHAUSTED. */
   maxExecsPerSandbox: number;
-  /** A sandbox whose supervisor has not connected by then becomes Error (ProvisioningTimeout). */
   provisionTimeoutMs: number;
-  /** Lifetime of CreateSshSession tokens; 0 = never expire. Default: SANDGATE_SSH_SESSION_TTL_SECONDS, else 24 h. */
-  sshSessionTtlSeconds?: number;
-  /** Concurrent ForwardTcp connections per SSH session token (default 3). */
-  sshMaxConnectionsPerToken?: number;
-  /** Concurrent ForwardTcp connections per sandbox, across replicas (default 20). */
-  sshMaxConnectionsPerSandbox?: number;
+  /** 0 = tokens never expire. */
+  sshSessionTtlSeconds: number;
+  sshMaxConnectionsPerToken: number;
+  sshMaxConnectionsPerSandbox: number;
+  /** Empty: the docker driver's default image. */
+  dockerImage: string;
+  /** Empty: the secret shared through Redis (`sg:peer-secret`). */
+  peerSecret: string;
+  logLevel: LogLevel;
+  /** Debug faults switched on (only ever non-empty with SANDGATE_DEBUG_UNSAFE=1). */
+  debugBreaks: ReadonlySet<DebugBreak>;
 }
 
-export const CONFIG_DEFAULTS = {
-  host: '127.0.0.1',
-  grpcPort: 8080,
-  httpPort: 8081,
-  peerPort: 8082,
-  redisUrl: 'redis://127.0.0.1:6379',
-  driver: 'local',
-  heartbeatIntervalMs: 2000,
-  heartbeatMisses: 3,
-  ownerTtlMs: 6000,
-  workers: true,
-  maxExecsPerSandbox: 64,
-  provisionTimeoutMs: 300_000,
-} as const;
+/** Host facts the computed defaults use, injected so parsing stays pure. */
+export interface HostFacts {
+  hostname: string;
+  pid: number;
+  homedir: string;
+  /** Four random hex characters for the default replica id. */
+  randomHex(): string;
+}
+
+/** A value the user gave, and where it came from (`--flag` or the variable), for error messages. */
+export interface RawOption {
+  value: string;
+  what: string;
+}
+
+/** A default computed at start; `text` is how the documentation states it. */
+export interface ComputedDefault<T> {
+  text: string;
+  compute(resolved: Partial<ReplicaConfig>, facts: HostFacts): T;
+}
+
+export interface OptionSpec<T> {
+  /** The `sandgate gateway` flag, without `--`; absent: environment only. */
+  flag?: string;
+  /** For a boolean flag: the raw value its presence stands for (`--no-workers` = `0`). */
+  flagSets?: string;
+  /** `sandgate up` takes the flag too. */
+  up?: boolean;
+  env: string;
+  /** Older variable names, still honoured when the canonical one is unset. */
+  aliases?: readonly string[];
+  /** A raw value run through `parse` like user input, or a computed default. */
+  default: string | ComputedDefault<T>;
+  description: string;
+  parse(raw: string, what: string): T;
+}
+
+/** A bad flag or variable value; the message names the flag or the variable. */
+export class ConfigError extends Error {
+  override name = 'ConfigError';
+}
+
+/** A decimal integer within [min, max]; `noun` is what the error says it must be. */
+const integer = (min: number, max: number, noun: string) => (raw: string, what: string): number => {
+  const text = raw.trim();
+  const n = Number(text);
+  if (!/^\d+$/.test(text) || !Number.isSafeInteger(n)) throw new ConfigError(`${what} must be ${noun}, got '${raw}'`);
+  if (n < min || n > max) throw new ConfigError(`${what} must be between ${min} and ${max}, got '${raw}'`);
+  return n;
+};
+const positiveInt = integer(1, Number.MAX_SAFE_INTEGER, 'a positive integer');
+const nonNegativeInt = integer(0, Number.MAX_SAFE_INTEGER, 'a whole number');
+const port = integer(0, 65535, 'an integer');
+
+function nonEmpty(raw: string, what: string): string {
+  if (raw.trim() === '') throw new ConfigError(`${what} must not be empty`);
+  return raw;
+}
+
+const anyString = (raw: string): string => raw.trim();
+
+function oneOf<T extends string>(values: readonly T[]) {
+  return (raw: string, what: string): T => {
+    const v = raw.trim().toLowerCase();
+    if (!(values as readonly string[]).includes(v)) throw new ConfigError(`${what} must be one of ${values.join(', ')}, got '${raw}'`);
+    return v as T;
+  };
+}
+
+function zeroOrOne(raw: string, what: string): boolean {
+  const v = raw.trim().toLowerCase();
+  if (v === '1' || v === 'true') return true;
+  if (v === '0' || v === 'false') return false;
+  throw new ConfigError(`${what} must be 0 or 1, got '${raw}'`);
+}
+
+/** Provisioning deadline: one idea, one canonical name; the client's older name still works. */
+export const PROVISION_TIMEOUT_OPTION: OptionSpec<number> = {
+  env: 'SANDGATE_PROVISION_DEADLINE_SECONDS',
+  aliases: ['SANDGATE_PROVISION_TIMEOUT'],
+  default: '300',
+  description: 'seconds a sandbox may take to become Ready: the replica then marks it Error (ProvisioningTimeout), and `sandbox create`/`start` stop waiting',
+  parse: (raw, what) => positiveInt(raw, what) * 1000,
+};
+
+type Specs = { [K in keyof ReplicaConfig]: OptionSpec<ReplicaConfig[K]> };
+
+/** Every replica option, in the order they are resolved (advertiseHost follows host). */
+export const REPLICA_OPTIONS: Specs = {
+  host: { flag: 'host', env: 'SANDGATE_HOST', default: '127.0.0.1', description: 'address the gRPC, HTTP and peer listeners bind to', parse: nonEmpty },
+  grpcPort: {
+    flag: 'grpc-port',
+    up: true,
+    env: 'SANDGATE_GRPC_PORT',
+    default: '8080',
+    description: 'public gRPC port: the OpenShell API and the supervisor protocol (0 = a free port)',
+    parse: port,
+  },
+  httpPort: { flag: 'http-port', up: true, env: 'SANDGATE_HTTP_PORT', default: '8081', description: 'HTTP port: /healthz, /readyz, /metrics (0 = a free port)', parse: port },
+  peerPort: { flag: 'peer-port', env: 'SANDGATE_PEER_PORT', default: '8082', description: 'replica-to-replica relay port (0 = a free port)', parse: port },
+  redisUrl: {
+    flag: 'redis',
+    up: true,
+    env: 'SANDGATE_REDIS_URL',
+    default: 'redis://127.0.0.1:6379',
+    description: 'the Redis every replica shares (`up` without it runs a private redis-server)',
+    parse: nonEmpty,
+  },
+  replicaId: {
+    flag: 'replica-id',
+    env: 'SANDGATE_REPLICA_ID',
+    default: { text: 'hostname-pid-random', compute: (_r, f) => `${f.hostname}-${f.pid}-${f.randomHex()}` },
+    description: 'stable id of this replica',
+    parse: (raw, what) => {
+      const id = nonEmpty(raw, what);
+      if (/\s/.test(id)) throw new ConfigError(`replica id '${id}' must not contain whitespace`);
+      return id;
+    },
+  },
+  driver: {
+    flag: 'driver',
+    up: true,
+    env: 'SANDGATE_DRIVER',
+    default: 'local',
+    description: 'compute driver: local (bubblewrap) or docker (`up` picks what the machine has)',
+    parse: oneOf(['local', 'docker'] as const),
+  },
+  stateDir: {
+    flag: 'state-dir',
+    up: true,
+    env: 'SANDGATE_STATE_DIR',
+    default: { text: '~/.local/state/sandgate', compute: (_r, f) => path.join(f.homedir, '.local', 'state', 'sandgate') },
+    description: 'where the local driver keeps sandbox directories and logs',
+    parse: (raw, what) => path.resolve(nonEmpty(raw, what)),
+  },
+  supervisorEndpoint: {
+    flag: 'supervisor-endpoint',
+    env: 'SANDGATE_SUPERVISOR_ENDPOINT',
+    default: { text: "this replica's gRPC address", compute: () => '' },
+    description: 'what supervisors dial (host:port list, normally the load balancer)',
+    parse: anyString,
+  },
+  advertiseHost: {
+    flag: 'advertise-host',
+    env: 'SANDGATE_ADVERTISE_HOST',
+    default: { text: 'the host', compute: (r) => r.host! },
+    description: "address peers use to reach this replica's peer port",
+    parse: nonEmpty,
+  },
+  workers: {
+    flag: 'no-workers',
+    flagSets: '0',
+    env: 'SANDGATE_WORKERS',
+    default: '1',
+    description: 'run the BullMQ job workers in this process, 0 or 1 (`up` always does)',
+    parse: zeroOrOne,
+  },
+  heartbeatIntervalMs: {
+    env: 'SANDGATE_HEARTBEAT_INTERVAL_MS',
+    default: '2000',
+    description: 'supervisor heartbeat interval',
+    parse: positiveInt,
+  },
+  heartbeatMisses: {
+    env: 'SANDGATE_HEARTBEAT_MISSES',
+    default: '3',
+    description: 'silent heartbeat intervals after which a supervisor session is closed',
+    parse: positiveInt,
+  },
+  ownerTtlMs: {
+    env: 'SANDGATE_OWNER_TTL_MS',
+    default: '6000',
+    description: 'lifetime of the ownership and liveness keys in Redis, renewed at a third of it',
+    parse: positiveInt,
+  },
+  maxExecsPerSandbox: {
+    env: 'SANDGATE_MAX_EXECS_PER_SANDBOX',
+    default: '64',
+    description: 'concurrent execs per sandbox; the next one fails with RESOURCE_EXHAUSTED',
+    parse: positiveInt,
+  },
+  provisionTimeoutMs: PROVISION_TIMEOUT_OPTION,
+  sshSessionTtlSeconds: {
+    env: 'SANDGATE_SSH_SESSION_TTL_SECONDS',
+    default: '86400',
+    description: 'lifetime of CreateSshSession tokens (0 = never expire)',
+    parse: nonNegativeInt,
+  },
+  sshMaxConnectionsPerToken: {
+    env: 'SANDGATE_SSH_MAX_CONNECTIONS_PER_TOKEN',
+    default: '3',
+    description: 'concurrent ForwardTcp connections per SSH session token',
+    parse: positiveInt,
+  },
+  sshMaxConnectionsPerSandbox: {
+    env: 'SANDGATE_SSH_MAX_CONNECTIONS_PER_SANDBOX',
+    default: '20',
+    description: 'concurrent ForwardTcp connections per sandbox, across replicas',
+    parse: positiveInt,
+  },
+  dockerImage: {
+    env: 'SANDGATE_DOCKER_IMAGE',
+    // The image's name lives in @sandgate/compute (DEFAULT_DOCKER_IMAGE); empty selects it.
+    default: { text: "the docker driver's default image", compute: () => '' },
+    description: 'image for sandboxes that name none (docker driver)',
+    parse: nonEmpty,
+  },
+  peerSecret: {
+    env: 'SANDGATE_PEER_SECRET',
+    default: { text: 'shared through Redis', compute: () => '' },
+    description: 'secret replicas present on peer calls',
+    parse: anyString,
+  },
+  logLevel: {
+    env: 'SANDGATE_LOG_LEVEL',
+    default: 'info',
+    description: `least severe log level written: ${LOG_LEVELS.join(', ')}`,
+    parse: oneOf(LOG_LEVELS),
+  },
+  debugBreaks: {
+    env: DEBUG_ENV.breaks,
+    default: '',
+    description: `comma-separated debug faults (${Object.keys(DEBUG_BREAKS).join(', ')}) that switch a safety mechanism off, for negative chaos runs; a replica refuses to start with any unless ${DEBUG_ENV.unsafe}=1`,
+    // The variable is read with its companions by parseDebugBreaks (see parseReplicaConfig).
+    parse: () => new Set(),
+  },
+};
+
+/** The values a config gets when nothing is given (computed defaults excluded). */
+export const CONFIG_DEFAULTS = Object.fromEntries(
+  Object.entries(REPLICA_OPTIONS as Record<string, OptionSpec<unknown>>).flatMap(([key, spec]) =>
+    typeof spec.default === 'string' && spec.default !== '' ? [[key, spec.parse(spec.default, 'default')]] : [],
+  ),
+) as Partial<ReplicaConfig>;
+
+/** The flag, else the variable, else an alias; empty variables count as unset. */
+export function readOption(spec: OptionSpec<unknown>, flagValue: string | boolean | undefined, env: Readonly<Record<string, string | undefined>>): RawOption | undefined {
+  if (typeof flagValue === 'string') return { value: flagValue, what: `--${spec.flag}` };
+  if (flagValue === true && spec.flagSets !== undefined) return { value: spec.flagSets, what: `--${spec.flag}` };
+  for (const name of [spec.env, ...(spec.aliases ?? [])]) {
+    const value = env[name];
+    if (value !== undefined && value !== '') return { value, what: name };
+  }
+  return undefined;
+}
+
+/** One option's value: what the user gave, parsed, else its default. */
+function resolveOption<T>(
+  spec: OptionSpec<T>,
+  flagValue: string | boolean | undefined,
+  env: Readonly<Record<string, string | undefined>>,
+  resolved: Partial<ReplicaConfig>,
+  facts: HostFacts,
+): T {
+  const given = readOption(spec, flagValue, env);
+  if (given) return spec.parse(given.value, given.what);
+  return typeof spec.default === 'string' ? spec.parse(spec.default, 'default') : spec.default.compute(resolved, facts);
+}
+
+/**
+ * Flag > variable (set and non-empty) > alias > default, for every option. `flags` is keyed by
+ * flag name, as node:util parseArgs returns them. Throws ConfigError, or DebugBreakError for
+ * debug faults without SANDGATE_DEBUG_UNSAFE=1.
+ */
+export function parseReplicaConfig(
+  flags: Readonly<Record<string, string | boolean | undefined>>,
+  env: Readonly<Record<string, string | undefined>>,
+  facts: HostFacts,
+): ReplicaConfig {
+  const resolved: Partial<ReplicaConfig> = {};
+  const set = resolved as Record<string, unknown>;
+  for (const [key, spec] of Object.entries(REPLICA_OPTIONS as Record<string, OptionSpec<unknown>>)) {
+    set[key] = resolveOption(spec, spec.flag === undefined ? undefined : flags[spec.flag], env, resolved, facts);
+  }
+  resolved.debugBreaks = parseDebugBreaks(env);
+  return resolved as ReplicaConfig;
+}
 
 export interface RunningReplica {
   readonly replicaId: string;

@@ -21,8 +21,9 @@ import { openShellDefinition, openShellImplementation } from './api/openshell-se
 import { buildHttp } from './api/http.ts';
 import { LifecycleService } from './sandboxes/lifecycle-service.ts';
 import { WatchService } from './sandboxes/watch-service.ts';
-import { gatewayHostForResponse, SshService, sshSessionTtlFromEnv, DEFAULT_SSH_MAX_PER_SANDBOX, DEFAULT_SSH_MAX_PER_TOKEN } from './ssh/ssh-service.ts';
+import { gatewayHostForResponse, SshService } from './ssh/ssh-service.ts';
 import { TcpForwardService } from './ssh/tcp-forward.ts';
+import { announceDebugBreaks } from './debug-breaks.ts';
 
 const supervisorEntry = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../supervisor/src/main.ts');
 
@@ -56,33 +57,30 @@ export function createDriver(config: ReplicaConfig): ComputeDriver {
       supervisorEntry,
       // The supervisor and its node_modules are bind-mounted read-only from this checkout.
       repoRoot: path.resolve(path.dirname(supervisorEntry), '../../..'),
-      defaultImage: process.env.SANDGATE_DOCKER_IMAGE || undefined,
+      defaultImage: config.dockerImage || undefined,
     });
   }
   throw new Error(`unknown driver '${config.driver}': use local or docker`);
 }
 
 export async function startReplica(config: ReplicaConfig): Promise<RunningReplica> {
-  const log = createLogger({ component: 'gateway', replica: config.replicaId });
+  const log = createLogger({ component: 'gateway', replica: config.replicaId }, config.logLevel);
   const metrics = new Metrics();
+  const stopDebugReminder = announceDebugBreaks(config.debugBreaks, log, metrics);
   const redis = new Redis(config.redisUrl, { maxRetriesPerRequest: 2, lazyConnect: true });
   redis.on('error', (err: Error) => log.warn('redis error', { err: err.message }));
   await redis.connect();
 
   const store = new SandboxStore(redis);
-  const debugNoFencing = process.env.SANDGATE_DEBUG_DISABLE_FENCING === '1';
-  const debugNoJobs = process.env.SANDGATE_DEBUG_DISABLE_JOBS === '1';
-  if (debugNoFencing) log.warn('DEBUG: ownership fencing is DISABLED (SANDGATE_DEBUG_DISABLE_FENCING=1)');
-  if (debugNoJobs) log.warn('DEBUG: durable jobs are DISABLED (SANDGATE_DEBUG_DISABLE_JOBS=1)');
-  const ownership = new OwnershipStore(redis, config.ownerTtlMs, { fencing: !debugNoFencing });
+  const ownership = new OwnershipStore(redis, config.ownerTtlMs, { fencing: !config.debugBreaks.has('fencing') });
   const replicas = new ReplicaRegistry(redis, config.ownerTtlMs);
   const driver = createDriver(config);
   // The peer secret is shared through Redis on first start (replicas trust the same Redis).
-  const peerSecret = process.env.SANDGATE_PEER_SECRET || (await sharedPeerSecret(redis));
+  const peerSecret = config.peerSecret || (await sharedPeerSecret(redis));
 
   const logs = new SandboxLogStore(redis);
   // BullMQ gets its own connections: workers block on Redis, and must retry forever.
-  const scheduler = new JobScheduler(new Redis(config.redisUrl, { maxRetriesPerRequest: 2 }), { enabled: !debugNoJobs });
+  const scheduler = new JobScheduler(new Redis(config.redisUrl, { maxRetriesPerRequest: 2 }), { enabled: !config.debugBreaks.has('jobs') });
   // Sessions report to the lifecycle, which asks the router about sessions: bound late.
   let lifecycle: LifecycleService | undefined;
   const sessions = new SessionRegistry({
@@ -91,7 +89,7 @@ export async function startReplica(config: ReplicaConfig): Promise<RunningReplic
     ownership,
     heartbeatIntervalMs: config.heartbeatIntervalMs,
     heartbeatMisses: config.heartbeatMisses,
-    maxExecsPerSandbox: config.maxExecsPerSandbox ?? 64,
+    maxExecsPerSandbox: config.maxExecsPerSandbox,
     disconnectGraceMs: 5_000,
     reports: {
       mainExit: (id, instance, code) => lifecycle!.mainProcessExited(id, instance, code),
@@ -121,14 +119,14 @@ export async function startReplica(config: ReplicaConfig): Promise<RunningReplic
       await ownership.revoke(id);
       await sessions.drop(id, reason);
     },
-    provisionTimeoutMs: config.provisionTimeoutMs ?? 300_000,
+    provisionTimeoutMs: config.provisionTimeoutMs,
     log,
     metrics,
   });
   const sandboxes = new SandboxService({
     store,
     driver,
-    defaultImage: config.driver === 'local' ? 'host' : process.env.SANDGATE_DOCKER_IMAGE || 'sandgate-sandbox:latest',
+    defaultImage: driver instanceof DockerDriver ? driver.defaultImage : 'host',
     supervisorEndpoint: () => supervisorEndpoint,
     lifecycle,
     log,
@@ -141,9 +139,9 @@ export async function startReplica(config: ReplicaConfig): Promise<RunningReplic
     sessionLive: (id) => router.sessionLive(id),
     gatewayHost: gatewayHostForResponse(config.advertiseHost || config.host),
     gatewayPort: grpcPort,
-    ttlSeconds: config.sshSessionTtlSeconds ?? sshSessionTtlFromEnv(process.env),
-    maxPerToken: config.sshMaxConnectionsPerToken ?? DEFAULT_SSH_MAX_PER_TOKEN,
-    maxPerSandbox: config.sshMaxConnectionsPerSandbox ?? DEFAULT_SSH_MAX_PER_SANDBOX,
+    ttlSeconds: config.sshSessionTtlSeconds,
+    maxPerToken: config.sshMaxConnectionsPerToken,
+    maxPerSandbox: config.sshMaxConnectionsPerSandbox,
     log,
     metrics,
   });
@@ -194,6 +192,7 @@ export async function startReplica(config: ReplicaConfig): Promise<RunningReplic
   const http = buildHttp({
     replicaId: config.replicaId,
     metrics,
+    debugBreaks: [...config.debugBreaks],
     ready: async () => {
       const pong = await redis.ping();
       const ok = pong === 'PONG' && registered;
@@ -210,6 +209,7 @@ export async function startReplica(config: ReplicaConfig): Promise<RunningReplic
   const close = () => {
     closing ??= (async () => {
       clearInterval(heartbeatTimer);
+      stopDebugReminder();
       ssh.close();
       await worker?.close();
       await sessions.drain();

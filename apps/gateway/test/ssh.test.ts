@@ -3,7 +3,7 @@ import { describe, expect, it } from 'vitest';
 import { isIP } from 'node:net';
 import { Code, GatewayError } from '@sandgate/core';
 import { normaliseLoopbackHost, tcpOpenFor, validateForwardInit } from '../src/ssh/tcp-target.ts';
-import { gatewayHostForResponse, sshSessionTtlFromEnv } from '../src/ssh/ssh-service.ts';
+import { gatewayHostForResponse } from '../src/ssh/ssh-service.ts';
 
 function rejects(fn: () => unknown): [number, string] {
   try {
@@ -78,13 +78,5 @@ describe('CreateSshSession response fields', () => {
       expect(gatewayHostForResponse(bind!)).toBe(want);
       expect(validHost(gatewayHostForResponse(bind!)), bind).toBe(true);
     }
-  });
-
-  it('the session TTL comes from SANDGATE_SSH_SESSION_TTL_SECONDS (default 24 h, 0 = never)', () => {
-    expect(sshSessionTtlFromEnv({})).toBe(86_400);
-    expect(sshSessionTtlFromEnv({ SANDGATE_SSH_SESSION_TTL_SECONDS: '60' })).toBe(60);
-    expect(sshSessionTtlFromEnv({ SANDGATE_SSH_SESSION_TTL_SECONDS: '0' })).toBe(0);
-    expect(() => sshSessionTtlFromEnv({ SANDGATE_SSH_SESSION_TTL_SECONDS: '-1' })).toThrow(/whole number/);
-    expect(() => sshSessionTtlFromEnv({ SANDGATE_SSH_SESSION_TTL_SECONDS: '1.5' })).toThrow(/whole number/);
   });
 });

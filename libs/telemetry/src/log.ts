@@ -1,7 +1,8 @@
 // Structured logging: one JSON object per line on stderr. Small on purpose; every component
 // (replica, worker, supervisor) logs the same shape so lines can be merged and filtered.
-type Level = 'debug' | 'info' | 'warn' | 'error';
-const ORDER: Record<Level, number> = { debug: 10, info: 20, warn: 30, error: 40 };
+export const LOG_LEVELS = ['debug', 'info', 'warn', 'error'] as const;
+export type LogLevel = (typeof LOG_LEVELS)[number];
+const ORDER: Record<LogLevel, number> = { debug: 10, info: 20, warn: 30, error: 40 };
 
 export interface Logger {
   debug(msg: string, fields?: Record<string, unknown>): void;
@@ -11,9 +12,10 @@ export interface Logger {
   child(fields: Record<string, unknown>): Logger;
 }
 
-export function createLogger(base: Record<string, unknown>, level: Level = (process.env.SANDGATE_LOG_LEVEL as Level) || 'info'): Logger {
+/** `level` is the least severe level written; it comes from the process's config (SANDGATE_LOG_LEVEL). */
+export function createLogger(base: Record<string, unknown>, level: LogLevel = 'info'): Logger {
   const min = ORDER[level] ?? ORDER.info;
-  const write = (lvl: Level, msg: string, fields?: Record<string, unknown>) => {
+  const write = (lvl: LogLevel, msg: string, fields?: Record<string, unknown>) => {
     if (ORDER[lvl] < min) return;
     const line = JSON.stringify({ ts: new Date().toISOString(), level: lvl, msg, ...base, ...fields }, (_k, v: unknown) =>
       v instanceof Error ? v.message : v,

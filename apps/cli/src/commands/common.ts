@@ -1,5 +1,5 @@
 // Plumbing shared by the client commands.
-import { resolveEndpoint } from '../args.ts';
+import { resolveEndpoint } from '../client-config.ts';
 import { createClient, type SandgateClient } from '../client.ts';
 import type { CommandContext } from '../context.ts';
 import { reportError } from '../errors.ts';

@@ -6,6 +6,7 @@ import { isServiceError, SandboxNotReadyError } from '../client.ts';
 import type { CreateSandboxInput } from '../client.ts';
 import type { CommandContext } from '../context.ts';
 import { formatJson, sandboxJson } from '../output.ts';
+import { provisionTimeoutMs } from '../client-config.ts';
 import { GATEWAY_OPTION, withClient, write } from './common.ts';
 import { attachToMain } from './sandbox-connect.ts';
 
@@ -25,8 +26,6 @@ const OPTIONS = {
 /** The annotation that asks the gateway to delete the sandbox once its main process finished. */
 export const RETENTION_ANNOTATION = 'openshell.nvidia.com/retention';
 const RESTART_POLICIES: Record<string, number> = { never: 1, 'on-failure': 2, always: 3 };
-
-const DEFAULT_PROVISION_TIMEOUT_S = 300;
 
 export interface CreateArgs {
   request: CreateSandboxInput;
@@ -65,12 +64,6 @@ export function parseCreateArgs(argv: string[]): CreateArgs {
     },
   };
   return { request, detach, deleteAfterAttach: noKeep && !detach, json, gateway: values.gateway };
-}
-
-export function provisionTimeoutMs(env: Env): number {
-  const raw = env.SANDGATE_PROVISION_TIMEOUT;
-  if (raw === undefined || raw === '') return DEFAULT_PROVISION_TIMEOUT_S * 1000;
-  return parseInteger(raw, 'SANDGATE_PROVISION_TIMEOUT', 1, 7 * 24 * 3600) * 1000;
 }
 
 export async function run(argv: string[], ctx: CommandContext): Promise<number> {

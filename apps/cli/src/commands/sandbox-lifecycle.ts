@@ -6,7 +6,7 @@ import type { CommandContext } from '../context.ts';
 import { formatJson, sandboxJson } from '../output.ts';
 import { phaseName } from '@sandgate/core';
 import { GATEWAY_OPTION, withClient, write } from './common.ts';
-import { provisionTimeoutMs } from './sandbox-create.ts';
+import { provisionTimeoutMs } from '../client-config.ts';
 
 const OPTIONS = { ...GATEWAY_OPTION, output: { type: 'string', short: 'o' } } as const;
 

@@ -4,7 +4,8 @@
 //   sandgate sandbox ssh-config demo >> ~/.ssh/config && ssh sandgate-demo
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { UsageError, parseCommand, resolveEndpoint } from '../args.ts';
+import { UsageError, parseCommand } from '../args.ts';
+import { resolveEndpoint } from '../client-config.ts';
 import type { CommandContext } from '../context.ts';
 import { GATEWAY_OPTION, withClient, write } from './common.ts';
 

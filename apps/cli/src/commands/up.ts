@@ -1,12 +1,11 @@
 // sandgate up: the embedded default. One replica with its workers and, unless a Redis URL is
 // given, a private redis-server; everything stops on SIGINT/SIGTERM.
 import { execFileSync } from 'node:child_process';
-import { existsSync } from 'node:fs';
 import type { RunningReplica } from '@sandgate/gateway';
 import { DEFAULT_GATEWAY } from '../args.ts';
 import type { CommandContext } from '../context.ts';
 import { ExitError } from '../errors.ts';
-import { startPrivateRedis, type PrivateRedis } from '../redis-server.ts';
+import { findOnPath, startPrivateRedis, type PrivateRedis } from '../redis-server.ts';
 import { resolveUpConfig } from '../replica-config.ts';
 import { waitForShutdownSignal } from '../signals.ts';
 
@@ -45,10 +44,6 @@ export function bestDriver(has: (bin: string) => boolean, dockerAnswers: () => b
   fail('no sandbox driver available: install bubblewrap (apt-get install bubblewrap) or start a Docker engine');
 }
 
-function onPath(bin: string): boolean {
-  return (process.env.PATH ?? '').split(':').some((dir) => dir && existsSync(`${dir}/${bin}`));
-}
-
 function dockerAnswers(): boolean {
   try {
     execFileSync('docker', ['info'], { stdio: 'ignore', timeout: 5000 });
@@ -59,16 +54,14 @@ function dockerAnswers(): boolean {
 }
 
 export async function run(argv: string[], ctx: CommandContext): Promise<number> {
-  const { config, privateRedis } = resolveUpConfig(argv, ctx.env);
-  if (!argv.some((a) => a === '--driver' || a.startsWith('--driver=')) && !ctx.env.SANDGATE_DRIVER) {
-    config.driver = bestDriver(onPath, dockerAnswers);
-  }
+  const { config, privateRedis, pickDriver } = resolveUpConfig(argv, ctx.env);
+  if (pickDriver) config.driver = bestDriver((bin) => findOnPath(bin, ctx.env.PATH) !== undefined, dockerAnswers);
   const shutdown = waitForShutdownSignal();
 
   let redis: PrivateRedis | undefined;
   if (privateRedis) {
     try {
-      redis = await startPrivateRedis(config.stateDir);
+      redis = await startPrivateRedis(config.stateDir, ctx.env);
     } catch (err) {
       fail((err as Error).message);
     }

@@ -7,6 +7,8 @@ export interface HttpDeps {
   replicaId: string;
   ready: () => Promise<{ ok: boolean; detail: string }>;
   metrics: Metrics;
+  /** Debug faults this replica runs with: listed on /readyz so no one mistakes it for a safe one. */
+  debugBreaks: readonly string[];
 }
 
 export function buildHttp(deps: HttpDeps): FastifyInstance {
@@ -15,7 +17,8 @@ export function buildHttp(deps: HttpDeps): FastifyInstance {
   app.get('/readyz', async (_req, reply) => {
     const r = await deps.ready().catch((err: unknown) => ({ ok: false, detail: err instanceof Error ? err.message : String(err) }));
     reply.code(r.ok ? 200 : 503);
-    return { status: r.ok ? 'ready' : 'not ready', detail: r.detail, replica: deps.replicaId };
+    const body = { status: r.ok ? 'ready' : 'not ready', detail: r.detail, replica: deps.replicaId };
+    return deps.debugBreaks.length > 0 ? { ...body, debugBreaks: deps.debugBreaks } : body;
   });
   app.get('/metrics', async (_req, reply) => {
     reply.type('text/plain; version=0.0.4');

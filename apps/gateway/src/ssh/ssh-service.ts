@@ -15,10 +15,6 @@ import { GatewayError, Code, decideAccess, notFound } from '@sandgate/core';
 import type { ForwardSlot, SandboxStore, SshSessionStore, StoredSandbox } from '@sandgate/store';
 import type { Logger, Metrics } from '@sandgate/telemetry';
 
-export const DEFAULT_SSH_SESSION_TTL_SECONDS = 86_400;
-export const DEFAULT_SSH_MAX_PER_TOKEN = 3;
-export const DEFAULT_SSH_MAX_PER_SANDBOX = 20;
-
 export interface SshServiceDeps {
   store: SandboxStore;
   sessions: SshSessionStore;
@@ -41,15 +37,6 @@ export function gatewayHostForResponse(host: string): string {
   if (h === '' || h === '::' || h === '[::]') return h === '' ? '127.0.0.1' : '[::]';
   if (isIP(h) === 6) return `[${h}]`;
   return h;
-}
-
-/** SANDGATE_SSH_SESSION_TTL_SECONDS (0 = never expire), else the default of 24 h. */
-export function sshSessionTtlFromEnv(env: Record<string, string | undefined>): number {
-  const raw = env.SANDGATE_SSH_SESSION_TTL_SECONDS;
-  if (raw === undefined || raw.trim() === '') return DEFAULT_SSH_SESSION_TTL_SECONDS;
-  const n = Number(raw);
-  if (!Number.isSafeInteger(n) || n < 0) throw new Error(`SANDGATE_SSH_SESSION_TTL_SECONDS must be a whole number of seconds, got '${raw}'`);
-  return n;
 }
 
 export class SshService {
