@@ -8,7 +8,8 @@ import { UsageError, parseCommand, resolveEndpoint } from '../args.ts';
 import type { CommandContext } from '../context.ts';
 import { GATEWAY_OPTION, withClient, write } from './common.ts';
 
-const OPTIONS = { ...GATEWAY_OPTION } as const;
+/** The flags it accepts (the usage test checks each is documented). */
+export const OPTIONS = { ...GATEWAY_OPTION } as const;
 
 /** The CLI's entry script (what the ProxyCommand runs with this node). */
 export const CLI_ENTRY = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../bin/sandgate.js');
