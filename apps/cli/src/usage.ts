@@ -179,12 +179,16 @@ Runs a complete sandgate in one process: a gateway replica with its workers and,
 Redis URL is given, a private redis-server (from PATH) keeping its data in STATE_DIR/redis.
 Stops everything on SIGINT or SIGTERM.
 
+Missing redis-server or bwrap (bubblewrap, for the local driver)? As root on Debian, up
+installs them with apt-get, saying so on stderr; elsewhere it prints the command to run.
+
 Flags:
   --redis URL       use this Redis instead of a private one (SANDGATE_REDIS_URL)
   --grpc-port P     public gRPC port (SANDGATE_GRPC_PORT, default 8080)
   --http-port Q     HTTP port (SANDGATE_HTTP_PORT, default 8081)
   --state-dir DIR   state directory (SANDGATE_STATE_DIR, default ~/.local/state/sandgate)
-  --driver local    compute driver (SANDGATE_DRIVER, default local)
+  --driver D        compute driver: local or docker (SANDGATE_DRIVER; default local, or docker
+                    when bubblewrap cannot be had and a Docker engine answers)
   -h, --help        show help
 `,
 };
