@@ -117,8 +117,8 @@ export function aptInstall(packages: string[], log: (line: string) => void, run:
 }
 
 /** The facts about this machine planPrerequisites needs. */
-export function thisHost(dockerAnswers: () => boolean): Host {
-  const has = (bin: string) => findOnPath(bin, process.env.PATH) !== undefined;
+export function thisHost(dockerAnswers: () => boolean, pathVar: string | undefined): Host {
+  const has = (bin: string) => findOnPath(bin, pathVar) !== undefined;
   return {
     isRoot: process.getuid?.() === 0,
     debianLike: existsSync('/etc/debian_version') || has('apt-get'),

@@ -47,7 +47,7 @@ function dockerAnswers(): boolean {
 export async function run(argv: string[], ctx: CommandContext): Promise<number> {
   const { config, privateRedis } = resolveUpConfig(argv, ctx.env);
   const driverGiven = argv.some((a) => a === '--driver' || a.startsWith('--driver=')) || Boolean(ctx.env.SANDGATE_DRIVER);
-  const host = thisHost(dockerAnswers);
+  const host = thisHost(dockerAnswers, ctx.env.PATH);
   const plan = planPrerequisites({ privateRedis, driver: driverGiven ? config.driver : 'auto' }, host);
   if (plan.action === 'refuse') {
     process.stderr.write(`error: ${plan.message}`);
