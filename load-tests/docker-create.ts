@@ -17,7 +17,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import Docker from 'dockerode';
-import { DockerDriver } from '../libs/compute/src/docker-driver.ts';
+import { DockerDriver } from '@sandgate/compute';
 import { summarise, ms, table } from './stats.ts';
 
 const { values } = parseArgs({

@@ -6,7 +6,14 @@ import type { CommandContext, CommandRun } from './context.ts';
 import { EXIT_OK, EXIT_USAGE, reportError } from './errors.ts';
 import { USAGE } from './usage.ts';
 
-const COMMANDS: Record<string, () => Promise<{ run: CommandRun }>> = {
+/** What a command module hands the dispatcher: its entry and, for the usage test, its flags. */
+export interface CommandModule {
+  run: CommandRun;
+  OPTIONS?: Readonly<Record<string, { readonly type: string; readonly short?: string }>>;
+}
+
+/** Every command, by the words that name it. Each must have a USAGE entry (unit-tested). */
+export const COMMANDS: Record<string, () => Promise<CommandModule>> = {
   gateway: () => import('./commands/gateway.ts'),
   up: () => import('./commands/up.ts'),
   'sandbox create': () => import('./commands/sandbox-create.ts'),
@@ -17,12 +24,12 @@ const COMMANDS: Record<string, () => Promise<{ run: CommandRun }>> = {
   'sandbox connect': () => import('./commands/sandbox-connect.ts'),
   'sandbox ssh-config': () => import('./commands/sandbox-ssh-config.ts'),
   'ssh-proxy': () => import('./commands/ssh-proxy.ts'),
-  'sandbox stop': () => import('./commands/sandbox-lifecycle.ts').then((m) => ({ run: m.runStop })),
-  'sandbox start': () => import('./commands/sandbox-lifecycle.ts').then((m) => ({ run: m.runStart })),
+  'sandbox stop': () => import('./commands/sandbox-lifecycle.ts').then((m) => ({ run: m.runStop, OPTIONS: m.OPTIONS })),
+  'sandbox start': () => import('./commands/sandbox-lifecycle.ts').then((m) => ({ run: m.runStart, OPTIONS: m.OPTIONS })),
   logs: () => import('./commands/logs.ts'),
 };
 
-const GROUPS = new Set(['sandbox']);
+export const GROUPS = new Set(['sandbox']);
 
 const isHelp = (arg: string | undefined) => arg === '-h' || arg === '--help';
 

@@ -7,8 +7,8 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startRedis, type TestRedis } from '../../../test/harness/redis.ts';
-import { waitFor } from '../../../test/harness/wait.ts';
+import { startRedis, type TestRedis } from '@sandgate/test-harness/redis';
+import { waitFor } from '@sandgate/test-harness/wait';
 
 const bin = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../bin/sandgate.js');
 

@@ -3,7 +3,7 @@ import { describe, expect, it } from 'vitest';
 import { Redis } from 'ioredis';
 import { Code, GatewayError } from '@sandgate/core';
 import { relayFailure, toStatus } from '../src/api/grpc-errors.ts';
-import { freePort } from '../../../test/harness/ports.ts';
+import { freePort } from '@sandgate/test-harness/ports';
 
 describe('toStatus', () => {
   it('passes our own errors through', () => {

@@ -4,3 +4,4 @@ export { killExecTree, findTaggedProcesses, type KillTreeOptions } from './kill-
 export { loadConfig, stripSupervisorEnv, EXEC_ID_ENV, type SupervisorConfig } from './config.ts';
 export { backoffDelay } from './backoff.ts';
 export { preflight } from './preflight.ts';
+export { createGatewayClient, callMetadata, type GatewayClient } from './gateway-client.ts';

@@ -32,5 +32,3 @@ export class GatewayError extends Error {
 
 export const invalid = (message: string) => new GatewayError(Code.INVALID_ARGUMENT, message);
 export const notFound = (message = 'sandbox not found') => new GatewayError(Code.NOT_FOUND, message);
-export const unavailable = (message: string) => new GatewayError(Code.UNAVAILABLE, message);
-export const failedPrecondition = (message: string) => new GatewayError(Code.FAILED_PRECONDITION, message);

@@ -3,11 +3,6 @@
 // replica buffer grow. Used for every hop (client ↔ entry replica ↔ owner replica ↔ supervisor).
 import type { Readable, Writable } from 'node:stream';
 
-export interface PumpEvents<T> {
-  /** Frame mapping; return null to drop a frame. */
-  map(frame: T): unknown;
-}
-
 /** Pipes `src` frames into `dst` with back-pressure. Returns a function that stops the pump. */
 export function pump<T>(src: Readable, dst: Writable, map: (frame: T) => unknown): () => void {
   let waiting = false;
@@ -31,16 +26,4 @@ export function pump<T>(src: Readable, dst: Writable, map: (frame: T) => unknown
     src.off('data', onData);
     dst.off('drain', onDrain);
   };
-}
-
-/** Calls `fn` once, whichever of the events fires first. */
-export function once(emitter: NodeJS.EventEmitter, events: string[], fn: (event: string, arg: unknown) => void): void {
-  let fired = false;
-  for (const event of events) {
-    emitter.on(event, (arg: unknown) => {
-      if (fired) return;
-      fired = true;
-      fn(event, arg);
-    });
-  }
 }

@@ -2,7 +2,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Redis } from 'ioredis';
 import { SshSessionStore, sshKeys, tokenDigest } from '@sandgate/store';
-import { startRedis, type TestRedis } from '../../../test/harness/redis.ts';
+import { startRedis, type TestRedis } from '@sandgate/test-harness/redis';
 
 let redis: TestRedis;
 let client: Redis;

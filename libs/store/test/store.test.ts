@@ -4,8 +4,8 @@ import type { Redis } from 'ioredis';
 import { OwnershipStore, ReplicaRegistry, SandboxStore, keys } from '@sandgate/store';
 import { Code, GatewayError } from '@sandgate/core';
 import type { Sandbox } from '@sandgate/protocols';
-import { startRedis, type TestRedis } from '../../../test/harness/redis.ts';
-import { sleep } from '../../../test/harness/wait.ts';
+import { startRedis, type TestRedis } from '@sandgate/test-harness/redis';
+import { sleep } from '@sandgate/test-harness/wait';
 
 let redis: TestRedis;
 let client: Redis;

@@ -7,7 +7,8 @@ import { isServiceError } from '../client.ts';
 import type { CommandContext } from '../context.ts';
 import { GATEWAY_OPTION, withClient, write } from './common.ts';
 
-const OPTIONS = {
+/** The flags it accepts (the usage test checks each is documented). */
+export const OPTIONS = {
   ...GATEWAY_OPTION,
   follow: { type: 'boolean', short: 'f' },
   lines: { type: 'string', short: 'n' },

@@ -11,7 +11,8 @@ import { GATEWAY_OPTION, withClient } from './common.ts';
 /** The argv the gateway treats as "attach to the main process" (upstream's subsystem name). */
 export const MAIN_ATTACH_COMMAND = 'openshell-main';
 
-const OPTIONS = { ...GATEWAY_OPTION } as const;
+/** The flags it accepts (the usage test checks each is documented). */
+export const OPTIONS = { ...GATEWAY_OPTION } as const;
 
 export function attachToMain(client: SandgateClient, sandboxId: string, tty: boolean): Promise<number> {
   const interactive = tty && Boolean(process.stdin.isTTY);

@@ -10,7 +10,8 @@ import { provisionTimeoutMs } from '../client-config.ts';
 import { GATEWAY_OPTION, withClient, write } from './common.ts';
 import { attachToMain } from './sandbox-connect.ts';
 
-const OPTIONS = {
+/** The flags it accepts (the usage test checks each is documented). */
+export const OPTIONS = {
   ...GATEWAY_OPTION,
   name: { type: 'string' },
   detach: { type: 'boolean' },

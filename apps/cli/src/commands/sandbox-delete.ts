@@ -6,8 +6,11 @@ import type { CommandContext } from '../context.ts';
 import { describeGrpcError } from '../errors.ts';
 import { GATEWAY_OPTION, withClient, write } from './common.ts';
 
+/** The flags it accepts (the usage test checks each is documented). */
+export const OPTIONS = GATEWAY_OPTION;
+
 export async function run(argv: string[], ctx: CommandContext): Promise<number> {
-  const { values, positionals } = parseCommand(argv, GATEWAY_OPTION, 'sandbox delete');
+  const { values, positionals } = parseCommand(argv, OPTIONS, 'sandbox delete');
   if (positionals.length === 0) throw new UsageError('at least one sandbox NAME is required', 'sandbox delete');
   return withClient(ctx, values.gateway, async (client) => {
     let failed = false;

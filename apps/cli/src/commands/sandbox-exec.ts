@@ -7,7 +7,8 @@ import type { CommandContext } from '../context.ts';
 import { pumpExec, terminalSize } from '../exec-stream.ts';
 import { GATEWAY_OPTION, withClient } from './common.ts';
 
-const OPTIONS = {
+/** The flags it accepts (the usage test checks each is documented). */
+export const OPTIONS = {
   ...GATEWAY_OPTION,
   timeout: { type: 'string' },
   tty: { type: 'boolean' },

@@ -4,7 +4,8 @@ import type { CommandContext } from '../context.ts';
 import { formatJson, formatSandboxDetail, sandboxJson } from '../output.ts';
 import { GATEWAY_OPTION, withClient, write } from './common.ts';
 
-const OPTIONS = { ...GATEWAY_OPTION, output: { type: 'string', short: 'o' } } as const;
+/** The flags it accepts (the usage test checks each is documented). */
+export const OPTIONS = { ...GATEWAY_OPTION, output: { type: 'string', short: 'o' } } as const;
 
 export async function run(argv: string[], ctx: CommandContext): Promise<number> {
   const { values, positionals } = parseCommand(argv, OPTIONS, 'sandbox get');

@@ -8,7 +8,8 @@ import { phaseName } from '@sandgate/core';
 import { GATEWAY_OPTION, withClient, write } from './common.ts';
 import { provisionTimeoutMs } from '../client-config.ts';
 
-const OPTIONS = { ...GATEWAY_OPTION, output: { type: 'string', short: 'o' } } as const;
+/** The flags it accepts (the usage test checks each is documented). */
+export const OPTIONS = { ...GATEWAY_OPTION, output: { type: 'string', short: 'o' } } as const;
 
 function parse(argv: string[], command: string): { name: string; json: boolean; gateway: string | undefined } {
   const { values, positionals } = parseCommand(argv, OPTIONS, command);

@@ -4,7 +4,8 @@ import type { CommandContext } from '../context.ts';
 import { formatJson, formatSandboxList, sandboxJson } from '../output.ts';
 import { GATEWAY_OPTION, withClient, write } from './common.ts';
 
-const OPTIONS = {
+/** The flags it accepts (the usage test checks each is documented). */
+export const OPTIONS = {
   ...GATEWAY_OPTION,
   output: { type: 'string', short: 'o' },
   selector: { type: 'string' },

@@ -9,7 +9,8 @@ import { resolveEndpoint } from '../client-config.ts';
 import type { CommandContext } from '../context.ts';
 import { GATEWAY_OPTION, withClient, write } from './common.ts';
 
-const OPTIONS = { ...GATEWAY_OPTION } as const;
+/** The flags it accepts (the usage test checks each is documented). */
+export const OPTIONS = { ...GATEWAY_OPTION } as const;
 
 /** The CLI's entry script (what the ProxyCommand runs with this node). */
 export const CLI_ENTRY = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../bin/sandgate.js');

@@ -10,7 +10,8 @@ import type { CommandContext } from '../context.ts';
 import { describeGrpcError } from '../errors.ts';
 import { GATEWAY_OPTION, withClient } from './common.ts';
 
-const OPTIONS = {
+/** The flags it accepts (the usage test checks each is documented). */
+export const OPTIONS = {
   ...GATEWAY_OPTION,
   'sandbox-id': { type: 'string' },
   token: { type: 'string' },

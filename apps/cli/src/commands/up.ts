@@ -5,7 +5,8 @@ import type { RunningReplica } from '@sandgate/gateway';
 import { DEFAULT_GATEWAY } from '../args.ts';
 import type { CommandContext } from '../context.ts';
 import { ExitError } from '../errors.ts';
-import { findOnPath, startPrivateRedis, type PrivateRedis } from '../redis-server.ts';
+import { aptInstall, installNotice, planPrerequisites, thisHost } from '../prerequisites.ts';
+import { startPrivateRedis, type PrivateRedis } from '../redis-server.ts';
 import { resolveUpConfig } from '../replica-config.ts';
 import { waitForShutdownSignal } from '../signals.ts';
 
@@ -34,16 +35,6 @@ function fail(message: string): never {
   throw new ExitError(1);
 }
 
-/**
- * The best driver this machine can run when none was asked for: bubblewrap processes if `bwrap`
- * is installed, else Docker if an engine answers.
- */
-export function bestDriver(has: (bin: string) => boolean, dockerAnswers: () => boolean): 'local' | 'docker' {
-  if (has('bwrap')) return 'local';
-  if (has('docker') && dockerAnswers()) return 'docker';
-  fail('no sandbox driver available: install bubblewrap (apt-get install bubblewrap) or start a Docker engine');
-}
-
 function dockerAnswers(): boolean {
   try {
     execFileSync('docker', ['info'], { stdio: 'ignore', timeout: 5000 });
@@ -55,7 +46,23 @@ function dockerAnswers(): boolean {
 
 export async function run(argv: string[], ctx: CommandContext): Promise<number> {
   const { config, privateRedis, pickDriver } = resolveUpConfig(argv, ctx.env);
-  if (pickDriver) config.driver = bestDriver((bin) => findOnPath(bin, ctx.env.PATH) !== undefined, dockerAnswers);
+  const host = thisHost(dockerAnswers, ctx.env.PATH);
+  const plan = planPrerequisites({ privateRedis, driver: pickDriver ? 'auto' : config.driver }, host);
+  if (plan.action === 'refuse') {
+    process.stderr.write(`error: ${plan.message}`);
+    throw new ExitError(1);
+  }
+  if (plan.action === 'install') {
+    process.stderr.write(installNotice(plan.missing));
+    try {
+      aptInstall(plan.missing.map((m) => m.package), (line) => process.stderr.write(line));
+    } catch (err) {
+      fail((err as Error).message);
+    }
+    const still = plan.missing.filter((m) => !host.has(m.bin));
+    if (still.length) fail(`installed ${still.map((m) => m.package).join(' and ')}, but ${still.map((m) => m.bin).join(' and ')} is still not on PATH`);
+  }
+  config.driver = plan.driver as typeof config.driver;
   const shutdown = waitForShutdownSignal();
 
   let redis: PrivateRedis | undefined;

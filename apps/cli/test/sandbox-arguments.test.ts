@@ -1,11 +1,10 @@
+// Parsing the sandbox commands' arguments into requests (no gateway involved).
 import { describe, expect, it } from 'vitest';
 import { UsageError } from '../src/args.ts';
 import { parseCreateArgs } from '../src/commands/sandbox-create.ts';
 import { provisionTimeoutMs } from '../src/client-config.ts';
 import { parseExecArgs } from '../src/commands/sandbox-exec.ts';
-import { redactRedisUrl, upBanner } from '../src/commands/up.ts';
 import { terminalSize } from '../src/exec-stream.ts';
-import { REDIS_NOT_FOUND, findOnPath, redisServerArgs } from '../src/redis-server.ts';
 
 describe('sandbox create arguments', () => {
   it('maps flags onto the CreateSandbox request', () => {
@@ -93,34 +92,5 @@ describe('sandbox exec arguments', () => {
     expect(terminalSize({ isTTY: true, columns: 132, rows: 50 })).toEqual({ cols: 132, rows: 50 });
     expect(terminalSize({ isTTY: false, columns: 132, rows: 50 })).toEqual({ cols: 80, rows: 24 });
     expect(terminalSize({})).toEqual({ cols: 80, rows: 24 });
-  });
-});
-
-describe('up', () => {
-  it('prints the endpoint and a first command', () => {
-    expect(upBanner({ grpcAddress: '127.0.0.1:8080', httpUrl: 'http://127.0.0.1:8081' }, 'private, 127.0.0.1:6000')).toBe(
-      'sandgate is up: gRPC 127.0.0.1:8080, HTTP http://127.0.0.1:8081 (redis: private, 127.0.0.1:6000)\n' +
-        'try:  sandgate sandbox create --name demo --detach -- sleep infinity && sandgate sandbox exec demo -- echo hi\n',
-    );
-    expect(upBanner({ grpcAddress: '127.0.0.1:9000', httpUrl: 'http://127.0.0.1:9001' }, 'x')).toContain(
-      'try:  export SANDGATE_GATEWAY=127.0.0.1:9000; sandgate sandbox create',
-    );
-  });
-
-  it('never prints a Redis password', () => {
-    expect(redactRedisUrl('redis://user:secret@r:6379/0')).toBe('redis://user:***@r:6379/0');
-    expect(redactRedisUrl('redis://r:6379')).toBe('redis://r:6379');
-  });
-
-  it('runs redis-server with persistence on loopback', () => {
-    expect(redisServerArgs(6001, '/s/redis')).toEqual([
-      '--port', '6001', '--dir', '/s/redis', '--save', '60', '1', '--appendonly', 'yes', '--daemonize', 'no', '--bind', '127.0.0.1', '--protected-mode', 'yes',
-    ]);
-  });
-
-  it('looks redis-server up on PATH', () => {
-    expect(findOnPath('sh', '/nonexistent:/bin:/usr/bin')).toMatch(/\/sh$/);
-    expect(findOnPath('redis-server', '/nonexistent')).toBeUndefined();
-    expect(REDIS_NOT_FOUND).toBe('redis-server not found on PATH: install it (apt-get install redis-server) or pass --redis URL');
   });
 });
