@@ -176,6 +176,8 @@ describe('LocalDriver sandbox lifecycle', () => {
       SANDGATE_CREDENTIAL_FILE: '/run/sandgate/credential',
       SANDGATE_MAIN_TTY: '1',
       SANDGATE_LOG_LEVEL: 'debug',
+      SANDGATE_DEBUG_BREAK: '',
+      SANDGATE_DEBUG_UNSAFE: '0',
     });
     expect(Object.values(r.env)).not.toContain(secret);
     expect(r.credential).toBe(secret);
