@@ -26,8 +26,16 @@ export interface BwrapLaunch {
   /** <stateRoot>/sandboxes/<id> */
   sandboxDir: string;
   rootEntries: RootEntry[];
+  /** Real path of the node binary that runs the supervisor. */
   nodePath: string;
+  /** Real path of the supervisor's entry file (inside one of runtimePaths). */
   supervisorEntry: string;
+  /**
+   * Real host paths the supervisor needs to run (the node binary, the checkout with its apps/,
+   * libs/ and node_modules/), bound read-only at the same path: wherever they live, even under a
+   * directory the sandbox gets a private copy of (/tmp, /run).
+   */
+  runtimePaths: string[];
   command: string[];
 }
 
@@ -84,6 +92,11 @@ export function buildBwrapArgs(l: BwrapLaunch): string[] {
     '--ro-bind-try',
     '/run/systemd/resolve',
     '/run/systemd/resolve',
+  );
+  // After the private /tmp and /run (or a checkout there would be invisible), before the state
+  // tmpfs (so a state directory inside the checkout stays hidden).
+  for (const p of [...new Set(l.runtimePaths)].sort()) args.push('--ro-bind', p, p);
+  args.push(
     // Hide the driver's state (every sandbox's credential and work directory).
     '--tmpfs',
     l.stateRoot,

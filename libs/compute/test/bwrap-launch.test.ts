@@ -31,7 +31,8 @@ describe('buildBwrapArgs', () => {
       { name: '.dockerenv', kind: 'file' },
     ],
     nodePath: '/usr/local/bin/node',
-    supervisorEntry: '/app/apps/supervisor/src/main.ts',
+    supervisorEntry: '/tmp/app/apps/supervisor/src/main.ts',
+    runtimePaths: ['/tmp/app', '/opt/node/bin/node', '/tmp/app'],
     command: spec.command,
   });
   const joined = args.join(' ');
@@ -57,8 +58,15 @@ describe('buildBwrapArgs', () => {
     expect(joined).toContain('--remount-ro / --chdir /sandbox');
   });
 
+  it('binds the supervisor runtime read-only over the private /tmp and /run, under the state mask', () => {
+    expect(joined).toContain(
+      '--tmpfs /run --ro-bind-try /run/systemd/resolve /run/systemd/resolve ' +
+        '--ro-bind /opt/node/bin/node /opt/node/bin/node --ro-bind /tmp/app /tmp/app --tmpfs /var/lib/sandgate',
+    );
+  });
+
   it('ends with node, the supervisor entry, -- and the command verbatim', () => {
-    expect(args.slice(-5)).toEqual(['/usr/local/bin/node', '/app/apps/supervisor/src/main.ts', '--', '--looks-like-an-option', 'x']);
+    expect(args.slice(-5)).toEqual(['/usr/local/bin/node', '/tmp/app/apps/supervisor/src/main.ts', '--', '--looks-like-an-option', 'x']);
     expect(joined).not.toContain('top-secret');
   });
 });
