@@ -84,11 +84,7 @@ export class LocalDriver implements ComputeDriver {
   }
 
   async create(spec: LaunchSpec): Promise<ComputeHandle> {
-    assertLaunchSpec(spec);
-    await this.checkBwrap();
-    await this.runtime();
-    const root = await this.root();
-    const dir = path.join(root, 'sandboxes', spec.sandboxId);
+    const { root, dir } = await this.checkLaunch(spec);
     await this.claimDir(spec.sandboxId, dir);
     await fsp.mkdir(path.join(dir, 'work'), { mode: 0o755 });
     return this.launch(spec, root, dir, true);
@@ -102,11 +98,7 @@ export class LocalDriver implements ComputeDriver {
   }
 
   async start(spec: LaunchSpec, handle: ComputeHandle | null): Promise<ComputeHandle> {
-    assertLaunchSpec(spec);
-    await this.checkBwrap();
-    await this.runtime();
-    const root = await this.root();
-    const dir = path.join(root, 'sandboxes', spec.sandboxId);
+    const { root, dir } = await this.checkLaunch(spec);
     // A run that is still going (a restart of a finished main process) ends first.
     await this.stop(spec.sandboxId, handle);
     await fsp.mkdir(path.join(dir, 'work'), { recursive: true, mode: 0o755 });
@@ -286,12 +278,17 @@ export class LocalDriver implements ComputeDriver {
     return child;
   }
 
-  private async checkBwrap(): Promise<void> {
+  /** Everything a launch needs, checked before anything is written; the sandbox's directory. */
+  private async checkLaunch(spec: LaunchSpec): Promise<{ root: string; dir: string }> {
+    assertLaunchSpec(spec);
     try {
       await fsp.access(this.bwrapPath, fs.constants.X_OK);
     } catch {
       throw new Error(`bubblewrap is not installed or not executable at ${this.bwrapPath} (the local driver needs it)`);
     }
+    await this.runtime();
+    const root = await this.root();
+    return { root, dir: path.join(root, 'sandboxes', spec.sandboxId) };
   }
 
   /** Real paths of node, the supervisor entry and what to bind for them, checked once. */
