@@ -11,6 +11,7 @@ import { spawn } from 'node:child_process';
 import os from 'node:os';
 import { parseArgs } from 'node:util';
 import type { ServiceError } from '@grpc/grpc-js';
+import { SandboxPhase } from '@sandgate/protocols';
 import { keys, SandboxStore } from '@sandgate/store';
 import { Cluster, runCli } from '../test/harness/cluster.ts';
 import { startHaproxy } from '../test/harness/haproxy.ts';
@@ -181,7 +182,7 @@ async function main(): Promise<void> {
       pool.push({ id: res.sandbox.metadata.id, name: res.sandbox.metadata.name });
     }
     for (const p of pool) {
-      await waitFor(`pool sandbox ${p.name} ready`, async () => (await store.get(p.id))?.sandbox.status?.phase === 2, 30_000);
+      await waitFor(`pool sandbox ${p.name} ready`, async () => (await store.get(p.id))?.sandbox.status?.phase === SandboxPhase.READY, 30_000);
     }
     // Real OpenSSH clients through the balancer: `sandgate sandbox ssh-config` blocks whose
     // ProxyCommand mints a session token and relays over ForwardTcp (any replica → the owner).

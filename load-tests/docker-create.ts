@@ -91,7 +91,6 @@ async function main() {
     supervisorEntry: path.join(repoRoot, 'apps', 'supervisor', 'src', 'main.ts'),
     defaultImage: image,
   });
-  await driver.preflight();
   const tag = `bench${process.pid}`;
   const samples = { driver: [] as number[], dial: [] as number[], run: [] as number[], runExec: [] as number[] };
   try {

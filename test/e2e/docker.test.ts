@@ -4,6 +4,7 @@ import { execFileSync } from 'node:child_process';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Redis } from 'ioredis';
 import { status as grpcStatus } from '@grpc/grpc-js';
+import { SandboxPhase } from '@sandgate/protocols';
 import { Cluster, repoRoot, runCli } from '../harness/cluster.ts';
 import { startRedis, type TestRedis } from '../harness/redis.ts';
 import { openShellClient, unaryCall } from '../harness/grpc-client.ts';
@@ -134,7 +135,7 @@ describe('docker driver through the gateway', () => {
     const ids = created.map((c) => c.sandbox.metadata.id);
     await waitFor('all Ready', async () => {
       const res = await unaryCall<{ sandboxes: { metadata: { name: string }; status: { phase?: number } }[] }>(clients[0]!, 'ListSandboxes', {});
-      return res.sandboxes.filter((s) => names.includes(s.metadata.name) && s.status.phase === 2).length === 20;
+      return res.sandboxes.filter((s) => names.includes(s.metadata.name) && s.status.phase === SandboxPhase.READY).length === 20;
     }, 240_000, 500);
     await Promise.all(names.map((name, i) => unaryCall(clients[i % 3]!, 'DeleteSandbox', { name })));
     for (const c of clients) c.close();

@@ -2,7 +2,8 @@
 import { describe, expect, it } from 'vitest';
 import { isIP } from 'node:net';
 import { Code, GatewayError } from '@sandgate/core';
-import { normaliseLoopbackHost, tcpOpenFor, validateForwardInit } from '../src/ssh/tcp-target.ts';
+import { loopbackHost } from '@sandgate/protocols';
+import { tcpOpenFor, validateForwardInit } from '../src/ssh/tcp-target.ts';
 import { gatewayHostForResponse } from '../src/ssh/ssh-service.ts';
 
 function rejects(fn: () => unknown): [number, string] {
@@ -17,15 +18,15 @@ function rejects(fn: () => unknown): [number, string] {
 
 describe('ForwardTcp init validation', () => {
   it('accepts loopback only, normalising localhost', () => {
-    expect(normaliseLoopbackHost('localhost')).toBe('127.0.0.1');
-    expect(normaliseLoopbackHost('LOCALHOST')).toBe('127.0.0.1');
-    expect(normaliseLoopbackHost('127.0.0.1')).toBe('127.0.0.1');
-    expect(normaliseLoopbackHost('127.8.9.10')).toBe('127.8.9.10');
-    expect(normaliseLoopbackHost('::1')).toBe('::1');
-    expect(normaliseLoopbackHost('[::1]')).toBe('::1');
-    expect(normaliseLoopbackHost('::ffff:127.0.0.1')).toBe('127.0.0.1');
+    expect(loopbackHost('localhost')).toBe('127.0.0.1');
+    expect(loopbackHost('LOCALHOST')).toBe('127.0.0.1');
+    expect(loopbackHost('127.0.0.1')).toBe('127.0.0.1');
+    expect(loopbackHost('127.8.9.10')).toBe('127.8.9.10');
+    expect(loopbackHost('::1')).toBe('::1');
+    expect(loopbackHost('[::1]')).toBe('::1');
+    expect(loopbackHost('::ffff:127.0.0.1')).toBe('127.0.0.1');
     for (const bad of ['', '10.0.0.1', '0.0.0.0', '::', 'example.com', '128.0.0.1', '::ffff:10.0.0.1', 'localhost.evil']) {
-      expect(normaliseLoopbackHost(bad), bad).toBeNull();
+      expect(loopbackHost(bad), bad).toBeNull();
     }
   });
 

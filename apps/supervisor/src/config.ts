@@ -2,11 +2,14 @@
 // environment (SANDGATE_* variables) and its own argv (the main process after `--`). Every other
 // environment variable is the sandbox's environment and is handed to the main process and execs.
 import fs from 'node:fs';
+import { DebugBreakError, parseDebugBreaks, type DebugBreak } from '@sandgate/core';
+import { parseSupervisorEnvironment, SupervisorEnv, withoutSupervisorEnv } from '@sandgate/protocols';
 import { parseLogLevel, type LogLevel } from './log.ts';
 
-export const ENV_PREFIX = 'SANDGATE_';
+export const ENV_PREFIX = SupervisorEnv.prefix;
 /** Tag carried by every process of an exec, so its tree can be found even after it left its group. */
-export const EXEC_ID_ENV = 'SANDGATE_EXEC_ID';
+export const EXEC_ID_ENV = SupervisorEnv.execId;
+export { parseEndpoints } from '@sandgate/protocols';
 
 export interface SupervisorConfig {
   endpoints: string[];
@@ -19,19 +22,24 @@ export interface SupervisorConfig {
   mainArgv: string[];
   /** The process environment minus every SANDGATE_* variable. */
   sandboxEnv: Record<string, string>;
+  /** Debug faults switched on for this run (SANDGATE_DEBUG_BREAK with SANDGATE_DEBUG_UNSAFE=1); normally empty. */
+  debugBreaks: ReadonlySet<DebugBreak>;
 }
 
-export class ConfigError extends Error {}
+/** A configuration the supervisor cannot run with; carries what it could read, to log the refusal. */
+export class ConfigError extends Error {
+  readonly logLevel: LogLevel;
+  readonly sandboxId: string;
+  constructor(message: string, env: Record<string, string | undefined> = {}) {
+    super(message);
+    const parsed = parseSupervisorEnvironment(env);
+    this.logLevel = parseLogLevel(parsed.logLevel);
+    this.sandboxId = parsed.sandboxId;
+  }
+}
 
 /** Drops every SANDGATE_* variable: they are the supervisor's, never the sandbox's. */
-export function stripSupervisorEnv(env: Record<string, string | undefined>): Record<string, string> {
-  const out: Record<string, string> = {};
-  for (const [k, v] of Object.entries(env)) {
-    if (v === undefined || k.startsWith(ENV_PREFIX)) continue;
-    out[k] = v;
-  }
-  return out;
-}
+export const stripSupervisorEnv = withoutSupervisorEnv;
 
 /** The main process argv: everything after the first `--` in the supervisor's own arguments. */
 export function mainArgvFrom(args: string[]): string[] {
@@ -39,42 +47,46 @@ export function mainArgvFrom(args: string[]): string[] {
   return i < 0 ? [] : args.slice(i + 1);
 }
 
-export function parseEndpoints(value: string | undefined): string[] {
-  return (value ?? '')
-    .split(',')
-    .map((s) => s.trim())
-    .filter((s) => s.length > 0);
-}
-
 export function readCredential(file: string): string {
   // Trailing newlines are an artefact of how the file was written, never part of the secret.
   return fs.readFileSync(file, 'utf8').replace(/[\r\n]+$/, '');
 }
 
-/** `args` is process.argv.slice(2). Throws ConfigError on anything the driver got wrong. */
+/**
+ * The supervisor's configuration, parsed once from the environment the compute driver built
+ * (supervisorEnvironment() in @sandgate/protocols) and from `args` (process.argv.slice(2)).
+ * Throws ConfigError on anything the driver got wrong.
+ */
 export function loadConfig(env: Record<string, string | undefined>, args: string[]): SupervisorConfig {
-  const endpoints = parseEndpoints(env.SANDGATE_GATEWAY);
-  if (endpoints.length === 0) throw new ConfigError('SANDGATE_GATEWAY is empty');
-  const sandboxId = (env.SANDGATE_SANDBOX_ID ?? '').trim();
-  if (!sandboxId) throw new ConfigError('SANDGATE_SANDBOX_ID is empty');
-  const credentialFile = env.SANDGATE_CREDENTIAL_FILE ?? '';
-  if (!credentialFile) throw new ConfigError('SANDGATE_CREDENTIAL_FILE is empty');
+  const fail = (message: string) => new ConfigError(message, env);
+  const parsed = parseSupervisorEnvironment(env);
+  if (parsed.endpoints.length === 0) throw fail(`${SupervisorEnv.gateway} is empty`);
+  if (!parsed.sandboxId) throw fail(`${SupervisorEnv.sandboxId} is empty`);
+  if (!parsed.credentialFile) throw fail(`${SupervisorEnv.credentialFile} is empty`);
   let credential: string;
   try {
-    credential = readCredential(credentialFile);
+    credential = readCredential(parsed.credentialFile);
   } catch (err) {
-    throw new ConfigError(`cannot read SANDGATE_CREDENTIAL_FILE: ${(err as Error).message}`);
+    throw fail(`cannot read ${SupervisorEnv.credentialFile}: ${(err as Error).message}`);
+  }
+  let debugBreaks: ReadonlySet<DebugBreak>;
+  try {
+    debugBreaks = parseDebugBreaks(env);
+  } catch (err) {
+    if (err instanceof DebugBreakError) throw fail(err.message);
+    throw err;
   }
   const mainArgv = mainArgvFrom(args);
-  if (mainArgv.length === 0) throw new ConfigError('no main process: expected `-- <argv...>`');
+  if (mainArgv.length === 0) throw fail('no main process: expected `-- <argv...>`');
   return {
-    endpoints,
-    sandboxId,
-    credentialFile,
+    endpoints: parsed.endpoints,
+    sandboxId: parsed.sandboxId,
+    credentialFile: parsed.credentialFile,
     credential,
-    mainTty: env.SANDGATE_MAIN_TTY === '1',
-    logLevel: parseLogLevel(env.SANDGATE_LOG_LEVEL),
+    mainTty: parsed.mainTty,
+    logLevel: parseLogLevel(parsed.logLevel),
     mainArgv,
-    sandboxEnv: stripSupervisorEnv(env),
+    sandboxEnv: parsed.sandboxEnv,
+    debugBreaks,
   };
 }

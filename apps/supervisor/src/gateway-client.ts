@@ -2,7 +2,7 @@
 // fresh client per connection attempt lets a reconnect land on another replica behind the load
 // balancer.
 import * as grpc from '@grpc/grpc-js';
-import { serviceDefinition } from '@sandgate/protocols';
+import { MetadataKey, serviceDefinition } from '@sandgate/protocols';
 import type { ExecFrame, GatewayMessage, SupervisorMessage } from '@sandgate/protocols';
 
 export interface GatewayClient extends grpc.Client {
@@ -42,12 +42,9 @@ export function createGatewayClient(endpoint: string): GatewayClient {
   return new Ctor(endpoint, grpc.credentials.createInsecure(), CHANNEL_OPTIONS);
 }
 
-export const CREDENTIAL_METADATA = 'x-sandgate-credential';
-export const SANDBOX_ID_METADATA = 'x-sandgate-sandbox-id';
-
 export function callMetadata(sandboxId: string, credential: string): grpc.Metadata {
   const md = new grpc.Metadata();
-  md.set(CREDENTIAL_METADATA, credential);
-  md.set(SANDBOX_ID_METADATA, sandboxId);
+  md.set(MetadataKey.credential, credential);
+  md.set(MetadataKey.sandboxId, sandboxId);
   return md;
 }

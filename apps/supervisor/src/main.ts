@@ -3,17 +3,12 @@
 // configured through SANDGATE_* environment variables (see config.ts). The supervisor must be very
 // hard to kill: errors are logged and survived, only SIGTERM/SIGINT end it.
 import { ConfigError, loadConfig } from './config.ts';
-import { createLogger, parseLogLevel } from './log.ts';
+import { createLogger } from './log.ts';
 import { Supervisor } from './supervisor.ts';
 
 const SHUTDOWN_DEADLINE_MS = 10_000;
 
 function main(): void {
-  const bootLog = createLogger({
-    level: parseLogLevel(process.env.SANDGATE_LOG_LEVEL),
-    base: { sandbox_id: process.env.SANDGATE_SANDBOX_ID ?? '' },
-  });
-
   // Losing our stdout/stderr (EPIPE) must not turn into an uncaught 'error' event.
   process.stdout.on('error', () => {});
   process.stderr.on('error', () => {});
@@ -23,7 +18,7 @@ function main(): void {
     config = loadConfig(process.env, process.argv.slice(2));
   } catch (err) {
     if (err instanceof ConfigError) {
-      bootLog.error('invalid configuration', { err: err.message });
+      createLogger({ level: err.logLevel, base: { sandbox_id: err.sandboxId } }).error('invalid configuration', { err: err.message });
       process.exit(2);
     }
     throw err;

@@ -41,6 +41,24 @@ describe('config', () => {
     expect(() => loadConfig(base, ['--'])).toThrow(ConfigError);
   });
 
+  it('takes debug faults only with SANDGATE_DEBUG_UNSAFE=1, and keeps what it read for the refusal', () => {
+    const base = { SANDGATE_GATEWAY: 'a:1', SANDGATE_SANDBOX_ID: 'sb', SANDGATE_CREDENTIAL_FILE: cred };
+    expect(loadConfig(base, ['--', 'x']).debugBreaks).toEqual(new Set());
+    expect(loadConfig({ ...base, SANDGATE_DEBUG_BREAK: '', SANDGATE_DEBUG_UNSAFE: '0' }, ['--', 'x']).debugBreaks).toEqual(new Set());
+    expect(loadConfig({ ...base, SANDGATE_DEBUG_BREAK: 'exec-kill', SANDGATE_DEBUG_UNSAFE: '1' }, ['--', 'x']).debugBreaks).toEqual(
+      new Set(['exec-kill']),
+    );
+    let refused: unknown;
+    try {
+      loadConfig({ ...base, SANDGATE_LOG_LEVEL: 'warn', SANDGATE_DEBUG_BREAK: 'exec-kill' }, ['--', 'x']);
+    } catch (err) {
+      refused = err;
+    }
+    expect(refused).toBeInstanceOf(ConfigError);
+    expect(refused).toMatchObject({ message: expect.stringContaining('SANDGATE_DEBUG_UNSAFE=1'), logLevel: 'warn', sandboxId: 'sb' });
+    expect(() => loadConfig({ ...base, SANDGATE_DEBUG_BREAK: 'nope', SANDGATE_DEBUG_UNSAFE: '1' }, ['--', 'x'])).toThrow(/unknown debug fault/);
+  });
+
   it('helpers', () => {
     expect(mainArgvFrom(['--', '--', 'a'])).toEqual(['--', 'a']);
     expect(parseEndpoints(undefined)).toEqual([]);

@@ -4,6 +4,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import * as grpc from '@grpc/grpc-js';
+import { MetadataKey } from '@sandgate/protocols';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { FakeGateway, killTagged, startSupervisor, taggedPids, waitFor, type SupervisorHandle } from './helpers.ts';
 
@@ -43,8 +44,8 @@ describe('supervisor against a fake gateway', () => {
     expect(control.hello!.instance_id).toMatch(/^[0-9a-f-]{36}$/);
     expect(control.hello!.supervisor_version).toBeTruthy();
     expect(control.hello!.main_pid).toBeGreaterThan(0);
-    expect(control.metadata.get('x-sandgate-credential')).toEqual(['sekrit']);
-    expect(control.metadata.get('x-sandgate-sandbox-id')).toEqual(['sb-main']);
+    expect(control.metadata.get(MetadataKey.credential)).toEqual(['sekrit']);
+    expect(control.metadata.get(MetadataKey.sandboxId)).toEqual(['sb-main']);
     await waitFor('3 heartbeats', () => control.messages.filter((m) => m.heartbeat).length >= 3, 3000);
     const hb = control.messages.find((m) => m.heartbeat)!.heartbeat!;
     expect(Math.abs(Date.now() - (hb.sent_at_ms ?? 0))).toBeLessThan(10_000);
@@ -56,7 +57,7 @@ describe('supervisor against a fake gateway', () => {
     const id = newExecId();
     const exec = await gw.openExec({ exec_id: id, argv: ['sh', '-c', 'echo out; echo err >&2; exit 7'] });
     expect(exec.attach).toEqual({ exec_id: id, session_id: 'sess-1' });
-    expect(exec.metadata.get('x-sandgate-credential')).toEqual(['sekrit']);
+    expect(exec.metadata.get(MetadataKey.credential)).toEqual(['sekrit']);
     const exit = await exec.waitExit();
     expect(exit.exit_code ?? 0).toBe(7);
     expect(exit.timed_out ?? false).toBe(false);

@@ -1,12 +1,11 @@
 // Builds the bubblewrap command line and the environment for one sandbox. Pure functions: the
 // driver does the I/O, so the exact isolation can be read (and unit-tested) in one place.
 import path from 'node:path';
-import type { LaunchSpec } from './driver.ts';
+import { SANDBOX_CREDENTIAL_PATH } from '@sandgate/protocols/contract';
+import { supervisorEnvironmentFor, type LaunchSpec } from './driver.ts';
 
 /** Where the sandbox sees its own work directory, and uses it as cwd and HOME. */
 export const SANDBOX_MOUNT = '/sandbox';
-/** Where the sandbox sees its credential (a read-only bind of a 0600 file). */
-export const CREDENTIAL_MOUNT = '/run/sandgate/credential';
 export const DEFAULT_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
 
 /** Top-level host entries the sandbox gets its own version of instead of the host's. */
@@ -27,8 +26,16 @@ export interface BwrapLaunch {
   /** <stateRoot>/sandboxes/<id> */
   sandboxDir: string;
   rootEntries: RootEntry[];
+  /** Real path of the node binary that runs the supervisor. */
   nodePath: string;
+  /** Real path of the supervisor's entry file (inside one of runtimePaths). */
   supervisorEntry: string;
+  /**
+   * Real host paths the supervisor needs to run (the node binary, the checkout with its apps/,
+   * libs/ and node_modules/), bound read-only at the same path: wherever they live, even under a
+   * directory the sandbox gets a private copy of (/tmp, /run).
+   */
+  runtimePaths: string[];
   command: string[];
 }
 
@@ -85,6 +92,11 @@ export function buildBwrapArgs(l: BwrapLaunch): string[] {
     '--ro-bind-try',
     '/run/systemd/resolve',
     '/run/systemd/resolve',
+  );
+  // After the private /tmp and /run (or a checkout there would be invisible), before the state
+  // tmpfs (so a state directory inside the checkout stays hidden).
+  for (const p of [...new Set(l.runtimePaths)].sort()) args.push('--ro-bind', p, p);
+  args.push(
     // Hide the driver's state (every sandbox's credential and work directory).
     '--tmpfs',
     l.stateRoot,
@@ -93,7 +105,7 @@ export function buildBwrapArgs(l: BwrapLaunch): string[] {
     SANDBOX_MOUNT,
     '--ro-bind',
     path.join(l.sandboxDir, 'credential'),
-    CREDENTIAL_MOUNT,
+    SANDBOX_CREDENTIAL_PATH,
     '--remount-ro',
     '/',
     '--chdir',
@@ -108,17 +120,9 @@ export function buildBwrapArgs(l: BwrapLaunch): string[] {
 
 /**
  * The complete environment of the supervisor (bwrap is spawned with exactly this and passes it
- * on). Nothing comes from the replica's own environment. Defaults first, then the sandbox's
- * variables (which may override PATH/HOME), then the SANDGATE_* contract, which nothing overrides.
+ * on). Nothing comes from the replica's own environment: the contract's environment (the same as
+ * the docker driver's) over the PATH and HOME a container image would otherwise supply.
  */
 export function buildSandboxEnv(spec: LaunchSpec): Record<string, string> {
-  const env: Record<string, string> = { PATH: DEFAULT_PATH, HOME: SANDBOX_MOUNT };
-  for (const [k, v] of Object.entries(spec.environment)) env[k] = v;
-  for (const k of Object.keys(env)) if (k.startsWith('SANDGATE_')) delete env[k];
-  env.SANDGATE_GATEWAY = spec.gatewayEndpoints;
-  env.SANDGATE_SANDBOX_ID = spec.sandboxId;
-  env.SANDGATE_CREDENTIAL_FILE = CREDENTIAL_MOUNT;
-  if (spec.tty) env.SANDGATE_MAIN_TTY = '1';
-  if (spec.logLevel) env.SANDGATE_LOG_LEVEL = spec.logLevel;
-  return env;
+  return { PATH: DEFAULT_PATH, HOME: SANDBOX_MOUNT, ...supervisorEnvironmentFor(spec) };
 }

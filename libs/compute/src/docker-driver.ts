@@ -66,30 +66,6 @@ export interface DockerHandle {
   image: string;
 }
 
-/** One Docker event about a sandbox container (see watch()). */
-export interface DockerComputeEvent {
-  sandboxId: string;
-  containerId: string;
-  /** Docker's action: create, start, die, stop, kill, oom, destroy… */
-  action: string;
-  /** For `die`: the container's exit code. */
-  exitCode?: number;
-  /** Milliseconds since the epoch. */
-  time: number;
-}
-
-export interface DockerWatchOptions {
-  /** Called with the full list() every resyncMs (default 30 s); events can be lost, a resync cannot. */
-  onResync?: (observed: ObservedCompute[]) => void;
-  resyncMs?: number;
-  /** Errors of the event stream or of a resync (the watch keeps going). */
-  onError?: (err: Error) => void;
-}
-
-export interface DockerWatch {
-  close(): void;
-}
-
 const CREDENTIAL_FILE = 'credential';
 
 export class DockerDriver implements ComputeDriver {
@@ -121,17 +97,6 @@ export class DockerDriver implements ComputeDriver {
     assertResources(opts.resources, 'DockerDriver resources');
     this.resources = { ...opts.resources };
     this.docker = opts.docker ?? new Docker();
-  }
-
-  /** Throws a clear error unless the engine answers and the default image exists locally. */
-  async preflight(): Promise<void> {
-    try {
-      await this.docker.ping();
-    } catch (err) {
-      throw new Error(`docker driver: no Docker engine answers (${errMessage(err)}); start one, e.g. scripts/ensure-docker.sh`);
-    }
-    await this.runtime();
-    await this.imageInfo(this.defaultImage);
   }
 
   async create(spec: DockerLaunchSpec): Promise<ComputeHandle> {
@@ -371,89 +336,6 @@ export class DockerDriver implements ComputeDriver {
     });
   }
 
-  /**
-   * Follows Docker's events about sandgate's containers (create, start, die, stop, kill, oom,
-   * destroy), reconnecting if the stream breaks, and hands the full list() to onResync every
-   * resyncMs. A `die` of a container nobody stopped is the moment to ask failureReason().
-   */
-  watch(onEvent: (e: DockerComputeEvent) => void, opts: DockerWatchOptions = {}): DockerWatch {
-    let closed = false;
-    let stream: NodeJS.ReadableStream | null = null;
-    const onError = (err: unknown) => {
-      if (!closed) opts.onError?.(err instanceof Error ? err : new Error(String(err)));
-    };
-    const follow = async () => {
-      let backoff = 250;
-      while (!closed) {
-        try {
-          const s = await this.docker.getEvents({
-            filters: {
-              type: ['container'],
-              label: [`${LABEL_MANAGED}=true`],
-              event: ['create', 'start', 'die', 'stop', 'kill', 'oom', 'destroy'],
-            },
-          });
-          if (closed) {
-            destroyStream(s);
-            return;
-          }
-          stream = s;
-          backoff = 250;
-          await new Promise<void>((resolve) => {
-            let buf = '';
-            s.on('data', (chunk: Buffer | string) => {
-              buf += chunk.toString();
-              let nl: number;
-              while ((nl = buf.indexOf('\n')) >= 0) {
-                const line = buf.slice(0, nl).trim();
-                buf = buf.slice(nl + 1);
-                if (!line) continue;
-                const e = parseEvent(line);
-                if (e) {
-                  try {
-                    onEvent(e);
-                  } catch (err) {
-                    onError(err);
-                  }
-                }
-              }
-            });
-            s.once('end', resolve);
-            s.once('close', resolve);
-            s.once('error', (err: Error) => {
-              onError(err);
-              resolve();
-            });
-          });
-        } catch (err) {
-          onError(err);
-        }
-        stream = null;
-        if (!closed) await sleep(backoff);
-        backoff = Math.min(backoff * 2, 5000);
-      }
-    };
-    void follow();
-    const timer = opts.onResync
-      ? setInterval(() => {
-          this.list().then(
-            (l) => {
-              if (!closed) opts.onResync?.(l);
-            },
-            onError,
-          );
-        }, opts.resyncMs ?? 30_000)
-      : null;
-    timer?.unref();
-    return {
-      close() {
-        closed = true;
-        if (timer) clearInterval(timer);
-        if (stream) destroyStream(stream);
-      },
-    };
-  }
-
   // ---- internals -------------------------------------------------------------------------------
 
   private async runtime(): Promise<Runtime> {
@@ -505,6 +387,10 @@ export class DockerDriver implements ComputeDriver {
       return await this.docker.getImage(image).inspect();
     } catch (err) {
       if (statusOf(err) === 404) return null;
+      // The first Docker call of every create and start: no HTTP status means nothing answered.
+      if (statusOf(err) === undefined) {
+        throw new Error(`docker driver: no Docker engine answers (${errMessage(err)}); start one, e.g. scripts/ensure-docker.sh`);
+      }
       throw new Error(`docker: cannot inspect image ${image}: ${errMessage(err)}`);
     }
   }
@@ -684,38 +570,6 @@ async function writeCredential(file: string, credential: string, imageUser: stri
   const u = numericImageUser(imageUser);
   if (u && u.uid !== 0) await fsp.chown(tmp, u.uid, u.gid);
   await fsp.rename(tmp, file);
-}
-
-function parseEvent(line: string): DockerComputeEvent | null {
-  try {
-    const e = JSON.parse(line) as {
-      Action?: string;
-      status?: string;
-      id?: string;
-      Actor?: { ID?: string; Attributes?: Record<string, string> };
-      timeNano?: number;
-      time?: number;
-    };
-    const attrs = e.Actor?.Attributes ?? {};
-    const sandboxId = attrs[LABEL_SANDBOX_ID];
-    if (!validId(sandboxId)) return null;
-    const action = (e.Action ?? e.status ?? '').split(':')[0];
-    const out: DockerComputeEvent = {
-      sandboxId,
-      containerId: e.Actor?.ID ?? e.id ?? '',
-      action,
-      time: e.timeNano ? Math.floor(e.timeNano / 1e6) : (e.time ?? 0) * 1000,
-    };
-    if (attrs.exitCode !== undefined && /^-?\d+$/.test(attrs.exitCode)) out.exitCode = Number(attrs.exitCode);
-    return out;
-  } catch {
-    return null;
-  }
-}
-
-function destroyStream(s: NodeJS.ReadableStream): void {
-  const d = s as NodeJS.ReadableStream & { destroy?: () => void };
-  d.destroy?.();
 }
 
 function stripUndefined<T extends object>(o: T): Partial<T> {

@@ -2,6 +2,7 @@
 // its main process) somewhere, and can find, stop and remove it again from any replica: all it
 // needs is the sandbox id and the handle it returned at create time (persisted in Redis).
 // Shaped so that `local` (bubblewrap processes), `docker` and Kubernetes fit behind it.
+import { SANDBOX_CREDENTIAL_PATH, supervisorEnvironment } from '@sandgate/protocols/contract';
 
 /** Opaque, JSON-serialisable facts a driver needs to find its compute again (pid, container id…). */
 export type ComputeHandle = Record<string, unknown>;
@@ -19,6 +20,27 @@ export interface LaunchSpec {
   /** Secret the supervisor presents; drivers hand it over as a file, never as an environment variable. */
   credential: string;
   logLevel: string;
+  /**
+   * Supervisor-side debug faults for this run, as supervisorDebugBreaks() (@sandgate/core)
+   * renders them. Absent or empty (always, outside negative chaos runs): none.
+   */
+  debugBreaks?: string;
+}
+
+/**
+ * The supervisor's environment for `spec` (the wire contract's supervisorEnvironment()), the same
+ * for every driver; each adds only what its runtime lacks underneath.
+ */
+export function supervisorEnvironmentFor(spec: LaunchSpec): Record<string, string> {
+  return supervisorEnvironment({
+    sandboxId: spec.sandboxId,
+    gatewayEndpoints: spec.gatewayEndpoints,
+    credentialFile: SANDBOX_CREDENTIAL_PATH,
+    tty: spec.tty,
+    logLevel: spec.logLevel,
+    environment: spec.environment,
+    debugBreaks: spec.debugBreaks,
+  });
 }
 
 export type ComputeState = 'running' | 'stopped' | 'gone';

@@ -7,6 +7,10 @@
 // the handle alone (or from <stateDir>/sandboxes/<id>/handle.json).
 //
 // Layout: <stateDir>/sandboxes/<id>/{work/, credential, supervisor.log, handle.json}
+//
+// Supervisor delivery: the node binary and the checkout (repoRoot: apps/, libs/, node_modules/)
+// are bound read-only at their own paths, explicitly, so a checkout under /tmp or /run (which
+// every sandbox gets a private copy of) runs as well as one anywhere else.
 import { spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import fsp from 'node:fs/promises';
@@ -21,6 +25,12 @@ export interface LocalDriverOptions {
   stateDir: string;
   /** Absolute path of apps/supervisor/src/main.ts (run with nodePath inside the sandbox). */
   supervisorEntry: string;
+  /**
+   * The checkout holding the supervisor's code and dependencies (apps/, libs/, node_modules/),
+   * bound read-only into every sandbox; supervisorEntry must be inside it. Default: the npm
+   * workspace root above supervisorEntry (else the nearest directory with node_modules).
+   */
+  repoRoot?: string;
   /** Defaults to process.execPath. */
   nodePath?: string;
   /** Defaults to /usr/bin/bwrap. */
@@ -38,12 +48,14 @@ export class LocalDriver implements ComputeDriver {
   readonly name = 'local';
   private readonly stateDir: string;
   private readonly supervisorEntry: string;
+  private readonly repoRoot: string;
   private readonly nodePath: string;
   private readonly bwrapPath: string;
   private readonly startupCheckMs: number;
   private readonly deleteTimeoutMs: number;
   /** Real path of stateDir, resolved once it exists (bwrap mounts need real paths). */
   private stateRoot: string | null = null;
+  private runtimeCache: SupervisorRuntime | null = null;
 
   constructor(opts: LocalDriverOptions) {
     if (!opts.stateDir) throw new Error('LocalDriver: stateDir is required');
@@ -53,22 +65,26 @@ export class LocalDriver implements ComputeDriver {
     this.stateDir = path.resolve(opts.stateDir);
     if (this.stateDir === '/') throw new Error('LocalDriver: stateDir must not be /');
     this.supervisorEntry = opts.supervisorEntry;
+    if (opts.repoRoot !== undefined && !path.isAbsolute(opts.repoRoot)) {
+      throw new Error(`LocalDriver: repoRoot must be an absolute path (got ${JSON.stringify(opts.repoRoot)})`);
+    }
+    this.repoRoot = opts.repoRoot ?? checkoutOf(this.supervisorEntry);
+    if (!isWithin(this.repoRoot, this.supervisorEntry)) {
+      throw new Error(`LocalDriver: supervisorEntry ${this.supervisorEntry} is not inside repoRoot ${this.repoRoot}`);
+    }
     this.nodePath = opts.nodePath ?? process.execPath;
     if (!path.isAbsolute(this.nodePath)) throw new Error('LocalDriver: nodePath must be an absolute path');
     this.bwrapPath = opts.bwrapPath ?? '/usr/bin/bwrap';
     this.startupCheckMs = opts.startupCheckMs ?? 200;
     this.deleteTimeoutMs = opts.deleteTimeoutMs ?? 5000;
     // The state directory is hidden (tmpfs) inside sandboxes, so nothing launched may live in it.
-    for (const p of [this.supervisorEntry, this.nodePath]) {
+    for (const p of [this.supervisorEntry, this.nodePath, this.repoRoot]) {
       if (isWithin(this.stateDir, p)) throw new Error(`LocalDriver: ${p} is inside stateDir, which sandboxes cannot see`);
     }
   }
 
   async create(spec: LaunchSpec): Promise<ComputeHandle> {
-    assertLaunchSpec(spec);
-    await this.checkExecutables();
-    const root = await this.root();
-    const dir = path.join(root, 'sandboxes', spec.sandboxId);
+    const { root, dir } = await this.checkLaunch(spec);
     await this.claimDir(spec.sandboxId, dir);
     await fsp.mkdir(path.join(dir, 'work'), { mode: 0o755 });
     return this.launch(spec, root, dir, true);
@@ -82,10 +98,7 @@ export class LocalDriver implements ComputeDriver {
   }
 
   async start(spec: LaunchSpec, handle: ComputeHandle | null): Promise<ComputeHandle> {
-    assertLaunchSpec(spec);
-    await this.checkExecutables();
-    const root = await this.root();
-    const dir = path.join(root, 'sandboxes', spec.sandboxId);
+    const { root, dir } = await this.checkLaunch(spec);
     // A run that is still going (a restart of a finished main process) ends first.
     await this.stop(spec.sandboxId, handle);
     await fsp.mkdir(path.join(dir, 'work'), { recursive: true, mode: 0o755 });
@@ -99,13 +112,15 @@ export class LocalDriver implements ComputeDriver {
       // The credential only ever exists as this file; the sandbox sees a read-only bind of it.
       await fsp.rm(path.join(dir, 'credential'), { force: true });
       await fsp.writeFile(path.join(dir, 'credential'), spec.credential, { mode: 0o600, flag: 'wx' });
+      const rt = await this.runtime();
       const args = buildBwrapArgs({
         sandboxId: spec.sandboxId,
         stateRoot: root,
         sandboxDir: dir,
         rootEntries: await readRootEntries(),
-        nodePath: this.nodePath,
-        supervisorEntry: this.supervisorEntry,
+        nodePath: rt.nodePath,
+        supervisorEntry: rt.supervisorEntry,
+        runtimePaths: rt.paths,
         command: spec.command,
       });
       const child = await this.spawnBwrap(dir, args, buildSandboxEnv(spec));
@@ -263,22 +278,52 @@ export class LocalDriver implements ComputeDriver {
     return child;
   }
 
-  private async checkExecutables(): Promise<void> {
+  /** Everything a launch needs, checked before anything is written; the sandbox's directory. */
+  private async checkLaunch(spec: LaunchSpec): Promise<{ root: string; dir: string }> {
+    assertLaunchSpec(spec);
     try {
       await fsp.access(this.bwrapPath, fs.constants.X_OK);
     } catch {
       throw new Error(`bubblewrap is not installed or not executable at ${this.bwrapPath} (the local driver needs it)`);
     }
+    await this.runtime();
+    const root = await this.root();
+    return { root, dir: path.join(root, 'sandboxes', spec.sandboxId) };
+  }
+
+  /** Real paths of node, the supervisor entry and what to bind for them, checked once. */
+  private async runtime(): Promise<SupervisorRuntime> {
+    if (this.runtimeCache) return this.runtimeCache;
+    let nodePath: string;
     try {
-      await fsp.access(this.nodePath, fs.constants.X_OK);
+      nodePath = await fsp.realpath(this.nodePath);
+      await fsp.access(nodePath, fs.constants.X_OK);
     } catch {
       throw new Error(`node is not executable at ${this.nodePath}`);
     }
+    let supervisorEntry: string;
+    let repoRoot: string;
     try {
-      await fsp.access(this.supervisorEntry, fs.constants.R_OK);
+      supervisorEntry = await fsp.realpath(this.supervisorEntry);
+      await fsp.access(supervisorEntry, fs.constants.R_OK);
+      repoRoot = await fsp.realpath(this.repoRoot);
     } catch {
-      throw new Error(`supervisor entry ${this.supervisorEntry} is not readable`);
+      throw new Error(`supervisor entry ${this.supervisorEntry} (in ${this.repoRoot}) is not readable`);
     }
+    if (!isWithin(repoRoot, supervisorEntry)) {
+      throw new Error(`LocalDriver: supervisor entry ${supervisorEntry} is not inside repoRoot ${repoRoot} (after resolving links)`);
+    }
+    // Bound over the sandbox's private directories: never one of them (or / itself) whole.
+    if (path.dirname(repoRoot) === '/' && ['', 'tmp', 'run', 'proc', 'dev'].includes(path.basename(repoRoot))) {
+      throw new Error(`LocalDriver: repoRoot ${repoRoot} would show the host's ${repoRoot} to every sandbox; use the checkout's own directory`);
+    }
+    const stateRoot = await this.root();
+    for (const p of [nodePath, repoRoot]) {
+      if (isWithin(stateRoot, p)) throw new Error(`LocalDriver: ${p} is inside stateDir, which sandboxes cannot see`);
+    }
+    // The binary alone, not its directory: node in /tmp would otherwise bring the host's /tmp.
+    this.runtimeCache = { nodePath, supervisorEntry, paths: [nodePath, repoRoot] };
+    return this.runtimeCache;
   }
 
   /** A fresh directory for the sandbox. Leftovers of a dead sandbox with the same id are cleared. */
@@ -302,6 +347,35 @@ export class LocalDriver implements ComputeDriver {
     await fsp.mkdir(this.stateDir, { recursive: true, mode: 0o700 });
     this.stateRoot = await fsp.realpath(this.stateDir);
     return this.stateRoot;
+  }
+}
+
+interface SupervisorRuntime {
+  nodePath: string;
+  supervisorEntry: string;
+  /** Bound read-only into every sandbox at the same path. */
+  paths: string[];
+}
+
+/**
+ * The checkout holding `entry`: the nearest directory above it (below /) whose package.json
+ * declares npm workspaces (the repository root: a workspace may have a node_modules of its own),
+ * else the nearest with a node_modules directory, else entry's own directory.
+ */
+function checkoutOf(entry: string): string {
+  let withModules: string | null = null;
+  for (let dir = path.dirname(entry); path.dirname(dir) !== dir; dir = path.dirname(dir)) {
+    if (declaresWorkspaces(path.join(dir, 'package.json'))) return dir;
+    if (withModules === null && fs.existsSync(path.join(dir, 'node_modules'))) withModules = dir;
+  }
+  return withModules ?? path.dirname(entry);
+}
+
+function declaresWorkspaces(packageJson: string): boolean {
+  try {
+    return Array.isArray((JSON.parse(fs.readFileSync(packageJson, 'utf8')) as { workspaces?: unknown }).workspaces);
+  } catch {
+    return false;
   }
 }
 

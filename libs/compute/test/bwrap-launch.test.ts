@@ -1,6 +1,7 @@
 // The bwrap command line and sandbox environment, as pure data.
 import { describe, expect, it } from 'vitest';
 import { buildBwrapArgs, buildSandboxEnv, hostnameFor } from '../src/bwrap-launch.ts';
+import { buildContainerEnv } from '../src/docker/launch.ts';
 import type { LaunchSpec } from '../src/driver.ts';
 
 const spec: LaunchSpec = {
@@ -30,7 +31,8 @@ describe('buildBwrapArgs', () => {
       { name: '.dockerenv', kind: 'file' },
     ],
     nodePath: '/usr/local/bin/node',
-    supervisorEntry: '/app/apps/supervisor/src/main.ts',
+    supervisorEntry: '/tmp/app/apps/supervisor/src/main.ts',
+    runtimePaths: ['/tmp/app', '/opt/node/bin/node', '/tmp/app'],
     command: spec.command,
   });
   const joined = args.join(' ');
@@ -56,8 +58,15 @@ describe('buildBwrapArgs', () => {
     expect(joined).toContain('--remount-ro / --chdir /sandbox');
   });
 
+  it('binds the supervisor runtime read-only over the private /tmp and /run, under the state mask', () => {
+    expect(joined).toContain(
+      '--tmpfs /run --ro-bind-try /run/systemd/resolve /run/systemd/resolve ' +
+        '--ro-bind /opt/node/bin/node /opt/node/bin/node --ro-bind /tmp/app /tmp/app --tmpfs /var/lib/sandgate',
+    );
+  });
+
   it('ends with node, the supervisor entry, -- and the command verbatim', () => {
-    expect(args.slice(-5)).toEqual(['/usr/local/bin/node', '/app/apps/supervisor/src/main.ts', '--', '--looks-like-an-option', 'x']);
+    expect(args.slice(-5)).toEqual(['/usr/local/bin/node', '/tmp/app/apps/supervisor/src/main.ts', '--', '--looks-like-an-option', 'x']);
     expect(joined).not.toContain('top-secret');
   });
 });
@@ -71,12 +80,34 @@ describe('buildSandboxEnv', () => {
       SANDGATE_GATEWAY: '127.0.0.1:7443,127.0.0.1:7444',
       SANDGATE_SANDBOX_ID: 'sb-1234567890',
       SANDGATE_CREDENTIAL_FILE: '/run/sandgate/credential',
+      SANDGATE_MAIN_TTY: '0',
       SANDGATE_LOG_LEVEL: 'warn',
+      SANDGATE_DEBUG_BREAK: '',
+      SANDGATE_DEBUG_UNSAFE: '0',
     });
     expect(buildSandboxEnv({ ...spec, environment: {}, tty: true })).toMatchObject({
       PATH: expect.stringContaining('/usr/bin'),
       SANDGATE_MAIN_TTY: '1',
     });
+  });
+
+  it('is the docker driver\'s environment plus the PATH and HOME an image would supply', () => {
+    for (const s of [
+      spec,
+      { ...spec, tty: true, logLevel: '', debugBreaks: 'exec-kill' },
+      { ...spec, environment: { HOME: '/root', PATH: '/x', SANDGATE_MAIN_TTY: '1', SANDGATE_DEBUG_UNSAFE: '1' } },
+    ]) {
+      const local = buildSandboxEnv(s);
+      const docker = Object.fromEntries(buildContainerEnv(s).map((e) => [e.slice(0, e.indexOf('=')), e.slice(e.indexOf('=') + 1)]));
+      const { PATH: _p, HOME: _h, ...localRest } = local;
+      const { PATH: _dp, HOME: _dh, ...dockerRest } = docker;
+      expect(localRest).toEqual(dockerRest);
+      for (const k of ['PATH', 'HOME'] as const) {
+        if (docker[k] !== undefined) expect(local[k]).toBe(docker[k]);
+      }
+      expect(local.SANDGATE_MAIN_TTY).toBe(s.tty ? '1' : '0');
+    }
+    expect(buildSandboxEnv({ ...spec, debugBreaks: 'exec-kill' })).toMatchObject({ SANDGATE_DEBUG_BREAK: 'exec-kill', SANDGATE_DEBUG_UNSAFE: '1' });
   });
 
   it('names the host after the first 8 characters of the id', () => {

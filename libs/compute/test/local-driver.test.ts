@@ -176,6 +176,8 @@ describe('LocalDriver sandbox lifecycle', () => {
       SANDGATE_CREDENTIAL_FILE: '/run/sandgate/credential',
       SANDGATE_MAIN_TTY: '1',
       SANDGATE_LOG_LEVEL: 'debug',
+      SANDGATE_DEBUG_BREAK: '',
+      SANDGATE_DEBUG_UNSAFE: '0',
     });
     expect(Object.values(r.env)).not.toContain(secret);
     expect(r.credential).toBe(secret);
@@ -241,6 +243,55 @@ describe('LocalDriver sandbox lifecycle', () => {
     expect(await driver.inspect(id, handle)).toBe('gone');
     expect((await driver.list()).map((o) => o.sandboxId)).not.toContain(id);
   }, 20_000);
+});
+
+describe('LocalDriver with the supervisor and node under /tmp', () => {
+  // Every sandbox gets a private /tmp: a checkout there (git clone … /tmp/x) must still be seen.
+  let outside: string;
+  beforeAll(() => {
+    outside = fs.mkdtempSync('/tmp/sandgate-checkout-');
+    const checkout = path.join(outside, 'checkout');
+    fs.mkdirSync(path.join(checkout, 'apps', 'supervisor'), { recursive: true });
+    fs.mkdirSync(path.join(checkout, 'libs', 'fake'), { recursive: true });
+    // The workspace root is the checkout, even though a workspace has a node_modules of its own.
+    fs.writeFileSync(path.join(checkout, 'package.json'), JSON.stringify({ workspaces: ['apps/*', 'libs/*'] }));
+    fs.mkdirSync(path.join(checkout, 'apps', 'supervisor', 'node_modules'));
+    // The entry imports code elsewhere in the checkout, as the real supervisor imports libs/.
+    fs.copyFileSync(fakeSupervisor, path.join(checkout, 'libs', 'fake', 'fake-supervisor.mjs'));
+    fs.writeFileSync(path.join(checkout, 'apps', 'supervisor', 'main.mjs'), "import '../../libs/fake/fake-supervisor.mjs';\n");
+    fs.mkdirSync(path.join(outside, 'node'));
+    try {
+      fs.linkSync(fs.realpathSync(process.execPath), path.join(outside, 'node', 'node'));
+    } catch {
+      fs.copyFileSync(fs.realpathSync(process.execPath), path.join(outside, 'node', 'node'));
+      fs.chmodSync(path.join(outside, 'node', 'node'), 0o755);
+    }
+  });
+  afterAll(() => fs.rmSync(outside, { recursive: true, force: true }));
+
+  it('runs them (bound read-only), the checkout found from the entry', async () => {
+    const id = 'under-tmp-1';
+    const entry = path.join(outside, 'checkout', 'apps', 'supervisor', 'main.mjs');
+    const nodePath = path.join(outside, 'node', 'node');
+    const d = new LocalDriver({ stateDir, supervisorEntry: entry, nodePath, startupCheckMs: 500 });
+    const handle = await d.create(spec(id));
+    const r = await waitFor('report.json', () => readReport(id), 15_000);
+    expect(r.argv).toEqual([nodePath, entry, '--', 'sleep', '100000']);
+    expect(r.tmpWrite).toBe('ok'); // /tmp is still the sandbox's own…
+    expect(fs.existsSync('/tmp/probe.txt')).toBe(false);
+    expect(await d.inspect(id, handle)).toBe('running');
+    expect(await d.delete(id, handle)).toBe(true);
+  }, 20_000);
+
+  it('refuses a supervisor entry outside repoRoot', () => {
+    expect(() => new LocalDriver({ stateDir, supervisorEntry: '/tmp/main.mjs', repoRoot: '/tmp/other' })).toThrow(/not inside repoRoot/);
+  });
+
+  it('refuses repoRoot /tmp itself at launch', async () => {
+    const d = new LocalDriver({ stateDir, supervisorEntry: path.join(outside, 'checkout', 'apps', 'supervisor', 'main.mjs'), repoRoot: '/tmp' });
+    await expect(d.create(spec('tmp-root'))).rejects.toThrow(/would show the host's \/tmp/);
+    expect(fs.existsSync(sandboxDir('tmp-root'))).toBe(false);
+  });
 });
 
 describe('LocalDriver sandbox lifetime', () => {

@@ -1,33 +1,25 @@
 // Sandbox phases and the access rule. Pure: the gateway supplies the facts, this decides.
-export const Phase = {
-  UNSPECIFIED: 0,
-  PROVISIONING: 1,
-  READY: 2,
-  ERROR: 3,
-  DELETING: 4,
-  UNKNOWN: 5,
-  STOPPING: 6,
-  STOPPED: 7,
-  STARTING: 8,
-  COMPLETED: 9,
-} as const;
-export type Phase = (typeof Phase)[keyof typeof Phase];
+import { SandboxPhase } from '@sandgate/protocols/contract';
 
-const PHASE_NAMES: Record<number, string> = {
-  0: 'Unspecified',
-  1: 'Provisioning',
-  2: 'Ready',
-  3: 'Error',
-  4: 'Deleting',
-  5: 'Unknown',
-  6: 'Stopping',
-  7: 'Stopped',
-  8: 'Starting',
-  9: 'Completed',
+// The numbers are the wire's (openshell.v1.SandboxPhase), defined once in the protocol contract.
+export const Phase = SandboxPhase;
+export type Phase = SandboxPhase;
+
+const PHASE_NAMES: Record<Phase, string> = {
+  [Phase.UNSPECIFIED]: 'Unspecified',
+  [Phase.PROVISIONING]: 'Provisioning',
+  [Phase.READY]: 'Ready',
+  [Phase.ERROR]: 'Error',
+  [Phase.DELETING]: 'Deleting',
+  [Phase.UNKNOWN]: 'Unknown',
+  [Phase.STOPPING]: 'Stopping',
+  [Phase.STOPPED]: 'Stopped',
+  [Phase.STARTING]: 'Starting',
+  [Phase.COMPLETED]: 'Completed',
 };
 
 export function phaseName(phase: number | undefined): string {
-  return PHASE_NAMES[phase ?? 0] ?? `Phase(${phase})`;
+  return PHASE_NAMES[(phase ?? 0) as Phase] ?? `Phase(${phase})`;
 }
 
 export type AccessDecision = { allowed: true } | { allowed: false; message: string };

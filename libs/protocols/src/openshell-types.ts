@@ -1,19 +1,7 @@
 // TypeScript shapes of the decoded OpenShell messages sandgate touches (see load.ts for the
 // conversion rules: snake_case keys, absent scalars undefined, repeated/map always present).
 
-export const SandboxPhase = {
-  UNSPECIFIED: 0,
-  PROVISIONING: 1,
-  READY: 2,
-  ERROR: 3,
-  DELETING: 4,
-  UNKNOWN: 5,
-  STOPPING: 6,
-  STOPPED: 7,
-  STARTING: 8,
-  COMPLETED: 9,
-} as const;
-export type SandboxPhase = (typeof SandboxPhase)[keyof typeof SandboxPhase];
+// SandboxPhase lives in contract.ts (one definition for the wire, the store and the domain).
 
 export const ServiceStatus = { UNSPECIFIED: 0, HEALTHY: 1, DEGRADED: 2, UNHEALTHY: 3 } as const;
 

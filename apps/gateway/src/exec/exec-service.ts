@@ -5,8 +5,8 @@ import { randomUUID } from 'node:crypto';
 import type { ServerDuplexStream, ServerUnaryCall, ServerWritableStream, sendUnaryData } from '@grpc/grpc-js';
 import type { JobScheduler } from '@sandgate/worker';
 import type { Writable } from 'node:stream';
-import type { ExecFrame, ExecSandboxEvent, ExecSandboxInput, ExecSandboxRequest, ExecStart } from '@sandgate/protocols';
-import { GatewayError, Code, decideAccess, validateExec, notFound, EXIT_TIMEOUT } from '@sandgate/core';
+import { MetadataKey, type ExecFrame, type ExecSandboxEvent, type ExecSandboxInput, type ExecSandboxRequest, type ExecStart } from '@sandgate/protocols';
+import { GatewayError, Code, decideAccess, validateExec, notFound, EXIT_TIMEOUT, Phase } from '@sandgate/core';
 import type { SandboxStore } from '@sandgate/store';
 import type { Logger, Metrics } from '@sandgate/telemetry';
 import { SessionNotHere, toPeerError, type ExecPath, type ExecRouter } from '../relay/exec-router.ts';
@@ -53,7 +53,7 @@ export class ExecService {
     const record = await this.deps.store.get(sandboxId);
     if (!record) throw notFound();
     const phase = record.sandbox.status?.phase;
-    const decision = decideAccess(phase, phase === 2 ? true : await this.deps.router.sessionLive(sandboxId));
+    const decision = decideAccess(phase, phase === Phase.READY ? true : await this.deps.router.sessionLive(sandboxId));
     if (!decision.allowed) throw new GatewayError(Code.FAILED_PRECONDITION, decision.message);
     const attachMain = req.command.length === 1 && req.command[0] === MAIN_ATTACH_COMMAND;
     return {
@@ -217,7 +217,7 @@ export class ExecService {
   }
 
   private peerAuthorised(metadata: { get(key: string): unknown[] }): boolean {
-    return metadata.get('x-sandgate-peer-secret')[0] === this.deps.peerSecret;
+    return metadata.get(MetadataKey.peerSecret)[0] === this.deps.peerSecret;
   }
 
   /** Peer.KillExec on the owner replica: the deadline job's backstop. */

@@ -2,7 +2,7 @@
 // otherwise through the owner replica's peer port (found in Redis).
 import { credentials, makeGenericClientConstructor, Metadata, type Client, type ServiceError } from '@grpc/grpc-js';
 import type { Duplex } from 'node:stream';
-import { serviceDefinition, type ExecFrame, type ExecStart, type TcpOpen } from '@sandgate/protocols';
+import { MetadataKey, serviceDefinition, type ExecFrame, type ExecStart, type TcpOpen } from '@sandgate/protocols';
 import { GatewayError, Code } from '@sandgate/core';
 import type { OwnershipStore, ReplicaRegistry } from '@sandgate/store';
 import type { Logger } from '@sandgate/telemetry';
@@ -216,8 +216,8 @@ export class ExecRouter {
 
   private peerMetadata(): Metadata {
     const metadata = new Metadata();
-    metadata.set('x-sandgate-peer-secret', this.deps.peerSecret);
-    metadata.set('x-sandgate-from-replica', this.deps.replicaId);
+    metadata.set(MetadataKey.peerSecret, this.deps.peerSecret);
+    metadata.set(MetadataKey.fromReplica, this.deps.replicaId);
     return metadata;
   }
 

@@ -4,7 +4,7 @@
 // separate ExecChannel call, matched to its pending request by exec id.
 import { randomUUID } from 'node:crypto';
 import type { ServerDuplexStream } from '@grpc/grpc-js';
-import type { ExecFrame, ExecStart, GatewayMessage, SupervisorMessage, TcpFrame, TcpOpen } from '@sandgate/protocols';
+import { MetadataKey, type ExecFrame, type ExecStart, type GatewayMessage, type SupervisorMessage, type TcpFrame, type TcpOpen } from '@sandgate/protocols';
 import { GatewayError, Code, onSupervisorConnected, onSupervisorDisconnected, type LifecycleStatus } from '@sandgate/core';
 import type { OwnershipStore, SandboxStore } from '@sandgate/store';
 import type { Logger, Metrics } from '@sandgate/telemetry';
@@ -155,7 +155,7 @@ export class SessionRegistry {
     if (this.draining) throw new GatewayError(Code.UNAVAILABLE, 'replica is shutting down');
     if (!sandboxId || !instanceId) throw new GatewayError(Code.INVALID_ARGUMENT, 'hello needs sandbox_id and instance_id');
     const record = await store.get(sandboxId);
-    const credential = call.metadata.get('x-sandgate-credential')[0];
+    const credential = call.metadata.get(MetadataKey.credential)[0];
     if (!record || !verifyCredential(typeof credential === 'string' ? credential : '', record.credentialHash)) {
       // One answer for both, so a credential cannot be used to probe for sandbox ids.
       throw new GatewayError(Code.PERMISSION_DENIED, 'unknown sandbox or bad credential');
@@ -313,7 +313,7 @@ export class SessionRegistry {
     const timer = setTimeout(() => endWithError(call, new GatewayError(Code.DEADLINE_EXCEEDED, 'expected attach frame')), 10_000);
     call.once('data', (frame: ExecFrame) => {
       clearTimeout(timer);
-      const sandboxId = call.metadata.get('x-sandgate-sandbox-id')[0];
+      const sandboxId = call.metadata.get(MetadataKey.sandboxId)[0];
       const session = typeof sandboxId === 'string' ? this.get(sandboxId) : undefined;
       const execId = frame.attach?.exec_id ?? '';
       const pending = session && frame.attach?.session_id === session.sessionId ? session.pending.get(execId) : undefined;
@@ -367,7 +367,7 @@ export class SessionRegistry {
     const timer = setTimeout(() => endWithError(call, new GatewayError(Code.DEADLINE_EXCEEDED, 'expected attach frame')), 10_000);
     call.once('data', (frame: TcpFrame) => {
       clearTimeout(timer);
-      const sandboxId = call.metadata.get('x-sandgate-sandbox-id')[0];
+      const sandboxId = call.metadata.get(MetadataKey.sandboxId)[0];
       const session = typeof sandboxId === 'string' ? this.get(sandboxId) : undefined;
       const channelId = frame.attach?.channel_id ?? '';
       const pending = session && frame.attach?.session_id === session.sessionId ? session.pendingTcp.get(channelId) : undefined;

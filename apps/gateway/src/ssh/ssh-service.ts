@@ -11,7 +11,7 @@ import type {
   RevokeSshSessionRequest,
   RevokeSshSessionResponse,
 } from '@sandgate/protocols';
-import { GatewayError, Code, decideAccess, notFound } from '@sandgate/core';
+import { GatewayError, Code, decideAccess, notFound, Phase } from '@sandgate/core';
 import type { ForwardSlot, SandboxStore, SshSessionStore, StoredSandbox } from '@sandgate/store';
 import type { Logger, Metrics } from '@sandgate/telemetry';
 
@@ -61,7 +61,7 @@ export class SshService {
     const record = await this.deps.store.get(sandboxId);
     if (!record) throw notFound();
     const phase = record.sandbox.status?.phase;
-    const decision = decideAccess(phase, phase === 2 ? true : await this.deps.sessionLive(sandboxId));
+    const decision = decideAccess(phase, phase === Phase.READY ? true : await this.deps.sessionLive(sandboxId));
     if (!decision.allowed) throw new GatewayError(Code.FAILED_PRECONDITION, decision.message);
     return record;
   }

@@ -3,7 +3,8 @@
 // read and unit-tested in one place.
 import path from 'node:path';
 import type Dockerode from 'dockerode';
-import type { LaunchSpec } from '../driver.ts';
+import { SANDBOX_CREDENTIAL_PATH } from '@sandgate/protocols/contract';
+import { supervisorEnvironmentFor, type LaunchSpec } from '../driver.ts';
 
 /** Every container and volume sandgate makes carries these labels. */
 export const LABEL_MANAGED = 'sandgate.managed';
@@ -13,7 +14,6 @@ export const LABEL_DRIVER = 'sandgate.driver';
 /** Where the supervisor's runtime appears inside every sandbox container (all read-only). */
 export const NODE_IN_CONTAINER = '/opt/sandgate/node/bin/node';
 export const APP_IN_CONTAINER = '/opt/sandgate/app';
-export const CREDENTIAL_IN_CONTAINER = '/run/sandgate/credential';
 /** The sandbox's persistent work directory (a named volume) and the main process's cwd. */
 export const SANDBOX_DIR = '/sandbox';
 
@@ -64,22 +64,12 @@ export function assertResources(r: DockerResources | undefined, what: string): v
 
 /**
  * The supervisor's environment contract, as Docker `Env` entries. Docker merges these over the
- * image's own ENV (same name: ours wins), so the order is: the sandbox's variables, minus any
- * SANDGATE_* name, then every SANDGATE_* variable the supervisor reads, each set explicitly, so
- * an image's ENV can neither supply nor change any of them (SANDGATE_MAIN_TTY is written as 0 too).
- * The credential is never here: only the path of its file.
+ * image's own ENV (same name: ours wins); every SANDGATE_* variable the supervisor reads is written
+ * explicitly, so an image's ENV can neither supply nor change one. The credential is never here:
+ * only the path of its file.
  */
 export function buildContainerEnv(spec: LaunchSpec): string[] {
-  const env: Record<string, string> = {};
-  for (const [k, v] of Object.entries(spec.environment)) {
-    if (!k.startsWith('SANDGATE_')) env[k] = v;
-  }
-  env.SANDGATE_GATEWAY = spec.gatewayEndpoints;
-  env.SANDGATE_SANDBOX_ID = spec.sandboxId;
-  env.SANDGATE_CREDENTIAL_FILE = CREDENTIAL_IN_CONTAINER;
-  env.SANDGATE_MAIN_TTY = spec.tty ? '1' : '0';
-  env.SANDGATE_LOG_LEVEL = spec.logLevel || 'info';
-  return Object.entries(env).map(([k, v]) => `${k}=${v}`);
+  return Object.entries(supervisorEnvironmentFor(spec)).map(([k, v]) => `${k}=${v}`);
 }
 
 export interface ContainerLaunch {
@@ -113,7 +103,7 @@ export function buildContainerCreateOptions(l: ContainerLaunch): Dockerode.Conta
     Mounts: [
       { Type: 'bind', Source: l.nodeHostPath, Target: NODE_IN_CONTAINER, ReadOnly: true },
       { Type: 'bind', Source: l.appHostPath, Target: APP_IN_CONTAINER, ReadOnly: true },
-      { Type: 'bind', Source: l.credentialHostPath, Target: CREDENTIAL_IN_CONTAINER, ReadOnly: true },
+      { Type: 'bind', Source: l.credentialHostPath, Target: SANDBOX_CREDENTIAL_PATH, ReadOnly: true },
       // Created (labelled) by the driver beforehand; an image's files at /sandbox are copied in.
       { Type: 'volume', Source: volumeName(id), Target: SANDBOX_DIR },
     ],

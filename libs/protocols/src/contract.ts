@@ -1,0 +1,175 @@
+// The wire contract between sandgate's processes, in one place: the sandbox phase numbers, the
+// gRPC metadata names, the supervisor's environment (built by every compute driver, parsed by the
+// supervisor) and the loopback rule for forwarded TCP. Pure: importable without loading the
+// .proto files (`@sandgate/protocols/contract`), so libs/core can build on it.
+import { isIP } from 'node:net';
+
+/** `openshell.v1.SandboxPhase`, as numbers on the wire and in stored records. */
+export const SandboxPhase = {
+  UNSPECIFIED: 0,
+  PROVISIONING: 1,
+  READY: 2,
+  ERROR: 3,
+  DELETING: 4,
+  UNKNOWN: 5,
+  STOPPING: 6,
+  STOPPED: 7,
+  STARTING: 8,
+  COMPLETED: 9,
+} as const;
+export type SandboxPhase = (typeof SandboxPhase)[keyof typeof SandboxPhase];
+
+/** gRPC metadata keys sandgate's own calls carry (lower case, as HTTP/2 sends them). */
+export const MetadataKey = {
+  /** Supervisor → gateway: which sandbox this supervisor serves. */
+  sandboxId: 'x-sandgate-sandbox-id',
+  /** Supervisor → gateway: the per-sandbox secret the driver handed over as a file. */
+  credential: 'x-sandgate-credential',
+  /** Replica → replica (sandgate.v1.Peer): the shared peer secret. */
+  peerSecret: 'x-sandgate-peer-secret',
+  /** Replica → replica: the calling replica's id (for logs). */
+  fromReplica: 'x-sandgate-from-replica',
+} as const;
+
+/**
+ * The supervisor's environment variables. Every `SANDGATE_*` name belongs to sandgate: drivers
+ * drop any the sandbox's own environment carries, and the supervisor hides them from the main
+ * process and execs (except the exec tag).
+ */
+export const SupervisorEnv = {
+  prefix: 'SANDGATE_',
+  /** Comma-separated gRPC endpoints the supervisor dials, rotating on failure. */
+  gateway: 'SANDGATE_GATEWAY',
+  sandboxId: 'SANDGATE_SANDBOX_ID',
+  /** Path (inside the sandbox) of the credential file; the credential itself is never in the environment. */
+  credentialFile: 'SANDGATE_CREDENTIAL_FILE',
+  /** `1`: the main process gets a PTY; `0` (or absent): pipes. */
+  mainTty: 'SANDGATE_MAIN_TTY',
+  logLevel: 'SANDGATE_LOG_LEVEL',
+  /** Supervisor-side debug faults (libs/core debug-breaks.ts), honoured only with debugUnsafe=1. */
+  debugBreaks: 'SANDGATE_DEBUG_BREAK',
+  debugUnsafe: 'SANDGATE_DEBUG_UNSAFE',
+  /** Set by the supervisor on every exec process, so a tree can be found after it left its group. */
+  execId: 'SANDGATE_EXEC_ID',
+} as const;
+
+/** Where every driver puts the credential file inside the sandbox (a read-only bind). */
+export const SANDBOX_CREDENTIAL_PATH = '/run/sandgate/credential';
+
+/** What a driver knows about one supervisor launch, as far as its environment goes. */
+export interface SupervisorLaunch {
+  sandboxId: string;
+  gatewayEndpoints: string;
+  /** Path of the credential file as the supervisor sees it. */
+  credentialFile: string;
+  tty: boolean;
+  /** Empty means the supervisor's default (info). */
+  logLevel: string;
+  /** The sandbox's variables (for the main process and execs); SANDGATE_* names are dropped. */
+  environment: Readonly<Record<string, string>>;
+  /** Supervisor-side debug faults as `supervisorDebugBreaks()` renders them; empty or absent: none. */
+  debugBreaks?: string;
+}
+
+/**
+ * The supervisor's environment for one launch: the sandbox's variables minus any SANDGATE_* name,
+ * then every SANDGATE_* variable the supervisor reads, each written explicitly (MAIN_TTY as 0 or
+ * 1, the debug switches empty when off), so nothing a container image or the host supplies can
+ * set or change one. Drivers add only what their runtime lacks (e.g. PATH/HOME for bubblewrap).
+ */
+export function supervisorEnvironment(l: SupervisorLaunch): Record<string, string> {
+  const env: Record<string, string> = {};
+  for (const [k, v] of Object.entries(l.environment)) {
+    if (!k.startsWith(SupervisorEnv.prefix)) env[k] = v;
+  }
+  const breaks = (l.debugBreaks ?? '').trim();
+  env[SupervisorEnv.gateway] = l.gatewayEndpoints;
+  env[SupervisorEnv.sandboxId] = l.sandboxId;
+  env[SupervisorEnv.credentialFile] = l.credentialFile;
+  env[SupervisorEnv.mainTty] = l.tty ? '1' : '0';
+  env[SupervisorEnv.logLevel] = l.logLevel || 'info';
+  env[SupervisorEnv.debugBreaks] = breaks;
+  env[SupervisorEnv.debugUnsafe] = breaks ? '1' : '0';
+  return env;
+}
+
+/** The supervisor's side of supervisorEnvironment(): the raw facts, not yet checked. */
+export interface SupervisorEnvironment {
+  endpoints: string[];
+  sandboxId: string;
+  credentialFile: string;
+  mainTty: boolean;
+  /** As written; the supervisor's logger maps unknown values to info. */
+  logLevel: string;
+  /** The sandbox's variables: everything but SANDGATE_*. */
+  sandboxEnv: Record<string, string>;
+}
+
+export function parseEndpoints(value: string | undefined): string[] {
+  return (value ?? '')
+    .split(',')
+    .map((s) => s.trim())
+    .filter((s) => s.length > 0);
+}
+
+/** Drops every SANDGATE_* variable: they are the supervisor's, never the sandbox's. */
+export function withoutSupervisorEnv(env: Readonly<Record<string, string | undefined>>): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const [k, v] of Object.entries(env)) {
+    if (v === undefined || k.startsWith(SupervisorEnv.prefix)) continue;
+    out[k] = v;
+  }
+  return out;
+}
+
+export function parseSupervisorEnvironment(env: Readonly<Record<string, string | undefined>>): SupervisorEnvironment {
+  return {
+    endpoints: parseEndpoints(env[SupervisorEnv.gateway]),
+    sandboxId: (env[SupervisorEnv.sandboxId] ?? '').trim(),
+    credentialFile: env[SupervisorEnv.credentialFile] ?? '',
+    mainTty: env[SupervisorEnv.mainTty] === '1',
+    logLevel: (env[SupervisorEnv.logLevel] ?? '').trim(),
+    sandboxEnv: withoutSupervisorEnv(env),
+  };
+}
+
+/**
+ * The one loopback rule for forwarded TCP (gateway and supervisor alike): a target must be the
+ * sandbox's own loopback. `localhost` becomes 127.0.0.1; 127.0.0.0/8 passes as written; `::1`
+ * (any spelling) becomes `::1`; an IPv4-mapped `::ffff:127.x.y.z` becomes `127.x.y.z`; brackets
+ * are dropped. Anything else, names included (they would need a resolver we do not trust), is null.
+ */
+export function loopbackHost(raw: string): string | null {
+  let host = raw.trim();
+  if (host.startsWith('[') && host.endsWith(']')) host = host.slice(1, -1);
+  const lower = host.toLowerCase();
+  if (lower === 'localhost') return '127.0.0.1';
+  const family = isIP(host);
+  if (family === 4) return host.split('.')[0] === '127' ? host : null;
+  if (family !== 6) return null;
+  const groups = ipv6Groups(lower);
+  if (!groups) return null;
+  if (groups.slice(0, 7).every((g) => g === 0) && groups[7] === 1) return '::1';
+  // IPv4-mapped (::ffff:a.b.c.d, also written in hex): loopback when a is 127.
+  if (groups.slice(0, 5).every((g) => g === 0) && groups[5] === 0xffff && groups[6]! >> 8 === 127) {
+    return [groups[6]! >> 8, groups[6]! & 0xff, groups[7]! >> 8, groups[7]! & 0xff].join('.');
+  }
+  return null;
+}
+
+/** The eight 16-bit groups of an IPv6 literal that isIP() accepted (zone ids refused), or null. */
+function ipv6Groups(lower: string): number[] | null {
+  if (lower.includes('%')) return null;
+  let text = lower;
+  const dotted = /(\d+)\.(\d+)\.(\d+)\.(\d+)$/.exec(text);
+  if (dotted) {
+    const [a, b, c, d] = dotted.slice(1).map(Number) as [number, number, number, number];
+    text = `${text.slice(0, dotted.index)}${((a << 8) | b).toString(16)}:${((c << 8) | d).toString(16)}`;
+  }
+  const [head, tail] = text.includes('::') ? text.split('::') : [text, undefined];
+  const parse = (s: string | undefined) => (s ? s.split(':').map((g) => parseInt(g, 16)) : []);
+  const h = parse(head);
+  const t = parse(tail);
+  const all = tail === undefined ? h : [...h, ...new Array<number>(8 - h.length - t.length).fill(0), ...t];
+  return all.length === 8 && all.every((g) => Number.isInteger(g) && g >= 0 && g <= 0xffff) ? all : null;
+}

@@ -1,0 +1,131 @@
+// The wire contract: names that other processes (and other versions) depend on, the supervisor
+// environment round trip, and the loopback rule.
+import { describe, expect, it } from 'vitest';
+import {
+  loopbackHost,
+  MetadataKey,
+  parseSupervisorEnvironment,
+  SANDBOX_CREDENTIAL_PATH,
+  SandboxPhase,
+  supervisorEnvironment,
+  type SupervisorLaunch,
+} from '../src/contract.ts';
+import { messageType } from '../src/index.ts';
+
+describe('names on the wire', () => {
+  it('phase numbers are the .proto enum', () => {
+    const proto = messageType('openshell.v1.SandboxStatus').lookupEnum('openshell.v1.SandboxPhase').values;
+    for (const [name, value] of Object.entries(SandboxPhase)) expect(proto[`SANDBOX_PHASE_${name}`], name).toBe(value);
+    expect(Object.keys(proto)).toHaveLength(Object.keys(SandboxPhase).length);
+  });
+
+  it('metadata keys are unchanged (older supervisors and replicas send these)', () => {
+    expect(MetadataKey).toEqual({
+      sandboxId: 'x-sandgate-sandbox-id',
+      credential: 'x-sandgate-credential',
+      peerSecret: 'x-sandgate-peer-secret',
+      fromReplica: 'x-sandgate-from-replica',
+    });
+  });
+});
+
+describe('supervisor environment', () => {
+  const launch: SupervisorLaunch = {
+    sandboxId: 'sb-1',
+    gatewayEndpoints: 'a:1,b:2',
+    credentialFile: SANDBOX_CREDENTIAL_PATH,
+    tty: true,
+    logLevel: 'debug',
+    environment: { FOO: 'bar', SANDGATE_GATEWAY: 'spoofed', SANDGATE_DEBUG_UNSAFE: '1' },
+  };
+
+  it('writes every SANDGATE_* variable explicitly and drops the sandbox\'s own', () => {
+    expect(supervisorEnvironment(launch)).toEqual({
+      FOO: 'bar',
+      SANDGATE_GATEWAY: 'a:1,b:2',
+      SANDGATE_SANDBOX_ID: 'sb-1',
+      SANDGATE_CREDENTIAL_FILE: '/run/sandgate/credential',
+      SANDGATE_MAIN_TTY: '1',
+      SANDGATE_LOG_LEVEL: 'debug',
+      SANDGATE_DEBUG_BREAK: '',
+      SANDGATE_DEBUG_UNSAFE: '0',
+    });
+    expect(supervisorEnvironment({ ...launch, tty: false, logLevel: '' })).toMatchObject({
+      SANDGATE_MAIN_TTY: '0',
+      SANDGATE_LOG_LEVEL: 'info',
+    });
+    expect(supervisorEnvironment({ ...launch, debugBreaks: 'exec-kill' })).toMatchObject({
+      SANDGATE_DEBUG_BREAK: 'exec-kill',
+      SANDGATE_DEBUG_UNSAFE: '1',
+    });
+  });
+
+  it('round-trips through the supervisor\'s parser', () => {
+    for (const l of [launch, { ...launch, tty: false, environment: {} }]) {
+      expect(parseSupervisorEnvironment(supervisorEnvironment(l))).toEqual({
+        endpoints: l.gatewayEndpoints.split(','),
+        sandboxId: l.sandboxId,
+        credentialFile: l.credentialFile,
+        mainTty: l.tty,
+        logLevel: l.logLevel,
+        sandboxEnv: l.environment.FOO ? { FOO: 'bar' } : {},
+      });
+    }
+  });
+
+  it('parses what is missing as empty, never throws', () => {
+    expect(parseSupervisorEnvironment({ SANDGATE_GATEWAY: ' a:1, ,b:2 ', SANDGATE_MAIN_TTY: 'yes', X: undefined })).toEqual({
+      endpoints: ['a:1', 'b:2'],
+      sandboxId: '',
+      credentialFile: '',
+      mainTty: false,
+      logLevel: '',
+      sandboxEnv: {},
+    });
+  });
+});
+
+describe('loopbackHost', () => {
+  it('passes 127.0.0.0/8 as written and maps localhost to 127.0.0.1', () => {
+    for (const h of ['127.0.0.1', '127.8.9.10', '127.255.255.255', ' 127.0.0.2 ', '[127.0.0.1]']) {
+      expect(loopbackHost(h), h).toBe(h.trim().replace(/^\[|\]$/g, ''));
+    }
+    expect(loopbackHost('localhost')).toBe('127.0.0.1');
+    expect(loopbackHost('LocalHost')).toBe('127.0.0.1');
+  });
+
+  it('maps every spelling of ::1 to ::1', () => {
+    for (const h of ['::1', '[::1]', '0:0:0:0:0:0:0:1', '::0:1', '0000::0001']) expect(loopbackHost(h), h).toBe('::1');
+  });
+
+  it('maps IPv4-mapped loopback to its IPv4 form', () => {
+    expect(loopbackHost('::ffff:127.0.0.1')).toBe('127.0.0.1');
+    expect(loopbackHost('[::FFFF:127.1.2.3]')).toBe('127.1.2.3');
+    expect(loopbackHost('0:0:0:0:0:ffff:127.0.0.1')).toBe('127.0.0.1');
+    expect(loopbackHost('::ffff:7f00:1')).toBe('127.0.0.1');
+  });
+
+  it('refuses everything else', () => {
+    for (const bad of [
+      '',
+      '0.0.0.0',
+      '10.0.0.1',
+      '128.0.0.1',
+      '1.127.0.0',
+      '::',
+      '::2',
+      '1::1',
+      'fe80::1%lo',
+      '::ffff:10.0.0.1',
+      '::ffff:0:127.0.0.1',
+      '::127.0.0.1',
+      '64:ff9b::127.0.0.1',
+      'example.com',
+      'localhost.evil',
+      'localhost:22',
+      '127.0.0.1:22',
+    ]) {
+      expect(loopbackHost(bad), bad).toBeNull();
+    }
+  });
+});
