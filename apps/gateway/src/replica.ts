@@ -7,7 +7,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Redis } from 'ioredis';
 import { serviceDefinition } from '@sandgate/protocols';
-import { OwnershipStore, ReplicaRegistry, SandboxLogStore, SandboxStore, SshSessionStore } from '@sandgate/store';
+import { ClusterCounter, ClusterCounters, createRedisConnection, OwnershipStore, ReplicaRegistry, SandboxFeed, SandboxLogStore, SandboxStore, sharedPeerSecret, SshSessionStore } from '@sandgate/store';
 import { DockerDriver, LocalDriver, type ComputeDriver } from '@sandgate/compute';
 import { createLogger, Metrics, type Logger } from '@sandgate/telemetry';
 import { JobScheduler, startJobWorker, type JobProcessors, type RunningWorker } from '@sandgate/worker';
@@ -67,7 +67,7 @@ export async function startReplica(config: ReplicaConfig): Promise<RunningReplic
   const log = createLogger({ component: 'gateway', replica: config.replicaId }, config.logLevel);
   const metrics = new Metrics();
   const stopDebugReminder = announceDebugBreaks(config.debugBreaks, log, metrics);
-  const redis = new Redis(config.redisUrl, { maxRetriesPerRequest: 2, lazyConnect: true });
+  const redis = createRedisConnection(config.redisUrl, 'commands', { lazyConnect: true });
   redis.on('error', (err: Error) => log.warn('redis error', { err: err.message }));
   await redis.connect();
 
@@ -108,7 +108,7 @@ export async function startReplica(config: ReplicaConfig): Promise<RunningReplic
   const supervisorEndpoint = config.supervisorEndpoint || grpcAddress;
 
   lifecycle = new LifecycleService({
-    incrementCounter: async (key) => void (await redis.incr(key)),
+    incrementCounter: (name) => new ClusterCounters(redis).incr(name),
     store,
     logs,
     driver,
@@ -132,7 +132,7 @@ export async function startReplica(config: ReplicaConfig): Promise<RunningReplic
     log,
     metrics,
   });
-  const watch = new WatchService({ redis, store, logs, log });
+  const watch = new WatchService({ feed: new SandboxFeed(redis), store, logs, log });
   const ssh = new SshService({
     store,
     sessions: new SshSessionStore(redis),
@@ -227,9 +227,6 @@ export async function startReplica(config: ReplicaConfig): Promise<RunningReplic
   return { replicaId: config.replicaId, grpcAddress, httpUrl, peerAddress, close };
 }
 
-/** Cluster-wide count of processes the exec backstop had to kill (zero in a healthy system). */
-export const BACKSTOP_KILLS_KEY = 'sg:metrics:exec_backstop_kills';
-
 function jobProcessors(deps: {
   store: SandboxStore;
   router: ExecRouter;
@@ -249,7 +246,7 @@ function jobProcessors(deps: {
       const killed = await deps.router.killExec(data.sandboxId, data.execId);
       if (killed > 0) {
         deps.metrics.inc('sandgate_exec_backstop_kills_total', killed);
-        await deps.redis.incrby(BACKSTOP_KILLS_KEY, killed);
+        await new ClusterCounters(deps.redis).incr(ClusterCounter.execBackstopKills, killed);
         deps.log.warn('exec backstop killed processes past the deadline', { ...data, killed });
       }
       return { killed };
@@ -269,10 +266,4 @@ function shutdownGrpc(server: Server): Promise<void> {
       resolve();
     });
   });
-}
-
-async function sharedPeerSecret(redis: Redis): Promise<string> {
-  const candidate = (await import('node:crypto')).randomBytes(24).toString('base64url');
-  await redis.set('sg:peer-secret', candidate, 'NX');
-  return (await redis.get('sg:peer-secret')) ?? candidate;
 }

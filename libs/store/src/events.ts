@@ -1,13 +1,19 @@
-// Reading the per-sandbox streams written by the record scripts (snapshots) and by the gateway
-// (log lines). Blocking reads need a connection of their own: callers pass a duplicate.
+// The per-sandbox streams: snapshots (appended by the record scripts) and log lines (appended by
+// the gateway). Watchers take a start (positions, then snapshot and log tail) and then follow
+// from those positions, blocking, on a connection of their own.
 import type { Redis } from 'ioredis';
 import { codec, type Sandbox } from '@sandgate/protocols';
 import { keys } from './keys.ts';
+import { SandboxStore, type StoredSandbox } from './sandbox-store.ts';
 
 const sandboxCodec = codec<Sandbox>('openshell.v1.Sandbox');
 
 /** Log lines kept per sandbox (the tail GetSandboxLogs and watchers replay). */
-export const LOG_TAIL_MAX = 2000;
+const LOG_TAIL_MAX = 2000;
+/** Entries per blocking read: bounds the work (and memory) of one follow step. */
+const FOLLOW_BATCH = 200;
+/** The id before every stream entry. */
+const STREAM_START = '0-0';
 
 export type SandboxEvent = { id: string; kind: 'snapshot'; rv: number; sandbox: Sandbox } | { id: string; kind: 'deleted' };
 
@@ -19,37 +25,63 @@ export interface LogLine {
   source: string;
 }
 
-type StreamEntries = [string, Buffer[]][];
+/** A log line with its stream entry id (the position to follow from). */
+export type LogEntry = LogLine & { id: string };
 
-function fieldsOf(raw: Buffer[]): Map<string, Buffer> {
-  const m = new Map<string, Buffer>();
+/** What a follower reads: a change of the sandbox, or a log line. */
+export type FollowedEntry = { kind: 'event'; event: SandboxEvent } | { kind: 'log'; line: LogEntry };
+
+/** Where to follow each stream from (stream entry ids; a follower reads what comes after). */
+export interface StreamPositions {
+  events: string;
+  logs: string;
+}
+
+export interface WatchStart {
+  record: StoredSandbox;
+  /** The last lines of the log, oldest first. */
+  logTail: LogEntry[];
+  /** Positions taken before the snapshot: following from them misses nothing. */
+  from: StreamPositions;
+}
+
+type RawEntry = [id: string | Buffer, fields: (string | Buffer)[]];
+
+function fieldsOf(raw: (string | Buffer)[]): Map<string, string | Buffer> {
+  const m = new Map<string, string | Buffer>();
   for (let i = 0; i + 1 < raw.length; i += 2) m.set(raw[i]!.toString(), raw[i + 1]!);
   return m;
 }
 
-/** One entry of `sg:events:{id}`, as read with a Buffer reply (snapshots are binary). */
-export function toEvent(sandboxId: string, [id, raw]: [string, Buffer[]]): SandboxEvent {
+/** One entry of `sg:events:{id}`, read with a Buffer reply (snapshots are binary). */
+function toEvent(sandboxId: string, [entryId, raw]: RawEntry): SandboxEvent {
+  const id = entryId.toString();
   const f = fieldsOf(raw);
   if (f.has('deleted')) return { id, kind: 'deleted' };
   const rv = Number(f.get('rv')?.toString() ?? 0);
-  const sandbox = sandboxCodec.decode(f.get('pb')!);
+  const sandbox = sandboxCodec.decode(f.get('pb') as Buffer);
   sandbox.metadata = { ...sandbox.metadata!, id: sandboxId, resource_version: rv };
   return { id, kind: 'snapshot', rv, sandbox };
 }
 
-/** The id of the newest event, or '0-0': read the snapshot after this, then follow from it. */
-export async function lastEventId(redis: Redis, sandboxId: string): Promise<string> {
-  const last = (await redis.xrevrange(keys.events(sandboxId), '+', '-', 'COUNT', 1)) as [string, string[]][];
-  return last[0]?.[0] ?? '0-0';
+/** One entry of `sg:logs:{id}`, read with a string or a Buffer reply. */
+function toLogEntry([entryId, raw]: RawEntry): LogEntry {
+  const f = fieldsOf(raw);
+  const text = (name: string) => f.get(name)?.toString();
+  return {
+    id: entryId.toString(),
+    timestamp_ms: Number(text('ts') ?? 0),
+    level: text('level') ?? 'INFO',
+    target: text('target') ?? '',
+    source: text('source') ?? 'gateway',
+    message: text('msg') ?? '',
+  };
 }
 
-/** Blocks up to `blockMs` for events after `afterId`. Use a dedicated connection. */
-export async function readEvents(conn: Redis, sandboxId: string, afterId: string, blockMs: number): Promise<SandboxEvent[]> {
-  const res = (await conn.xreadBuffer('COUNT', 100, 'BLOCK', blockMs, 'STREAMS', keys.events(sandboxId), afterId)) as
-    | [Buffer, StreamEntries][]
-    | null;
-  if (!res) return [];
-  return res[0]![1].map(([id, raw]) => toEvent(sandboxId, [id.toString(), raw]));
+/** The id of the newest entry of a stream, or the start when it is empty. */
+async function lastEntryId(redis: Redis, key: string): Promise<string> {
+  const last = (await redis.xrevrange(key, '+', '-', 'COUNT', 1)) as [string, string[]][];
+  return last[0]?.[0] ?? STREAM_START;
 }
 
 export class SandboxLogStore {
@@ -79,34 +111,84 @@ export class SandboxLogStore {
   }
 
   /** The last `n` lines, oldest first, and how many the tail holds. */
-  async tail(sandboxId: string, n: number): Promise<{ lines: (LogLine & { id: string })[]; total: number }> {
+  async tail(sandboxId: string, n: number): Promise<{ lines: LogEntry[]; total: number }> {
     const key = keys.logs(sandboxId);
     const [entries, total] = await Promise.all([
       this.redis.xrevrange(key, '+', '-', 'COUNT', n) as Promise<[string, string[]][]>,
       this.redis.xlen(key),
     ]);
-    return { lines: entries.reverse().map(toLogLine), total };
-  }
-
-  /** Blocks for lines after `afterId` on a dedicated connection. */
-  static async follow(conn: Redis, sandboxId: string, afterId: string, blockMs: number): Promise<(LogLine & { id: string })[]> {
-    const res = (await conn.xread('COUNT', 500, 'BLOCK', blockMs, 'STREAMS', keys.logs(sandboxId), afterId)) as
-      | [string, [string, string[]][]][]
-      | null;
-    return res ? res[0]![1].map(toLogLine) : [];
+    return { lines: entries.reverse().map(toLogEntry), total };
   }
 }
 
-/** One entry of `sg:logs:{id}`, as read with a string or a Buffer reply. */
-export function toLogLine([id, raw]: [string, (string | Buffer)[]]): LogLine & { id: string } {
-  const f = new Map<string, string>();
-  for (let i = 0; i + 1 < raw.length; i += 2) f.set(raw[i]!.toString(), raw[i + 1]!.toString());
-  return {
-    id,
-    timestamp_ms: Number(f.get('ts') ?? 0),
-    level: f.get('level') ?? 'INFO',
-    target: f.get('target') ?? '',
-    source: f.get('source') ?? 'gateway',
-    message: f.get('msg') ?? '',
-  };
+/** Reads a sandbox's snapshot and follows its event (and log) streams. */
+export class SandboxFeed {
+  private readonly redis: Redis;
+  private readonly records: SandboxStore;
+  private readonly logs: SandboxLogStore;
+  constructor(redis: Redis) {
+    this.redis = redis;
+    this.records = new SandboxStore(redis);
+    this.logs = new SandboxLogStore(redis);
+  }
+
+  /** Positions first, snapshot second: nothing written in between can be missed. Null: no such sandbox. */
+  async start(sandboxId: string, logTailLines: number): Promise<WatchStart | null> {
+    const events = await lastEntryId(this.redis, keys.events(sandboxId));
+    const { lines } = await this.logs.tail(sandboxId, logTailLines);
+    const logs = lines.at(-1)?.id ?? (await lastEntryId(this.redis, keys.logs(sandboxId)));
+    const record = await this.records.get(sandboxId);
+    return record ? { record, logTail: lines, from: { events, logs } } : null;
+  }
+
+  /** A blocking reader of what comes after `from`, on a connection of its own: close() it. */
+  follow(sandboxId: string, from: StreamPositions, opts: { logs: boolean }): StreamFollower {
+    return new StreamFollower(this.redis, sandboxId, from, opts.logs);
+  }
+}
+
+export class StreamFollower {
+  private readonly conn: Redis;
+  private readonly sandboxId: string;
+  private readonly from: StreamPositions;
+  private readonly withLogs: boolean;
+  constructor(redis: Redis, sandboxId: string, from: StreamPositions, withLogs: boolean) {
+    // Named, so an operator (or a test) can see which follow connections are open.
+    this.conn = redis.duplicate({ connectionName: `sandgate-follow:${sandboxId}` });
+    // Failures surface as the pending read's rejection; the event would only be unhandled.
+    this.conn.on('error', () => undefined);
+    this.sandboxId = sandboxId;
+    this.from = { ...from };
+    this.withLogs = withLogs;
+  }
+
+  /** Blocks up to `blockMs` for what comes next; [] when nothing did. Advances the positions. */
+  async next(blockMs: number): Promise<FollowedEntry[]> {
+    const eventsKey = keys.events(this.sandboxId);
+    const streams = this.withLogs ? [eventsKey, keys.logs(this.sandboxId), this.from.events, this.from.logs] : [eventsKey, this.from.events];
+    const res = (await this.conn.xreadBuffer('COUNT', FOLLOW_BATCH, 'BLOCK', blockMs, 'STREAMS', ...streams)) as
+      | [Buffer, RawEntry[]][]
+      | null;
+    const out: FollowedEntry[] = [];
+    for (const [streamKey, entries] of res ?? []) {
+      const isEvents = streamKey.toString() === eventsKey;
+      for (const raw of entries) {
+        if (isEvents) {
+          const event = toEvent(this.sandboxId, raw);
+          this.from.events = event.id;
+          out.push({ kind: 'event', event });
+        } else {
+          const line = toLogEntry(raw);
+          this.from.logs = line.id;
+          out.push({ kind: 'log', line });
+        }
+      }
+    }
+    return out;
+  }
+
+  /** Ends the connection (a pending read rejects). */
+  close(): void {
+    this.conn.disconnect();
+  }
 }

@@ -1,4 +1,24 @@
-// The Redis key schema. Every key sandgate writes is named here (and in ARCHITECTURE.md).
+// The Redis key schema. Every key sandgate writes is named here, and only here (ARCHITECTURE.md
+// lists the same keys; libs/store/test/key-schema.test.ts holds the two together).
+import { createHash } from 'node:crypto';
+
+/** Cluster-wide counters (`sg:metrics:{name}`), read by tests and operators. */
+export const ClusterCounter = {
+  /** Processes the exec backstop job had to kill (zero in a healthy system). */
+  execBackstopKills: 'exec_backstop_kills',
+  /** Ephemeral sandboxes deleted while their supervisor was still connected. */
+  ephemeralDeletedWhileConnected: 'ephemeral_deleted_while_connected',
+} as const;
+export type ClusterCounterName = (typeof ClusterCounter)[keyof typeof ClusterCounter];
+
+/** The durable job queue: BullMQ keeps its own keys under `{prefix}:{name}:*`. */
+export const jobQueue = { prefix: 'bull', name: 'sandgate' } as const;
+
+/** SSH tokens are bearer secrets: keys carry their SHA-256, so a key listing never shows one. */
+export function tokenDigest(token: string): string {
+  return createHash('sha256').update(token).digest('hex');
+}
+
 export const keys = {
   /** Hash: the sandbox record (`pb` = encoded openshell.v1.Sandbox, `rv`, `ws`, `name`, `cred`, `compute`, `ownfence`, `termfinal`, `runstart`). */
   sandbox: (id: string) => `sg:sbx:${id}`,
@@ -6,7 +26,7 @@ export const keys = {
   sandboxName: (workspace: string, name: string) => `sg:sbxname:${workspace}:${name}`,
   /** Set: every sandbox id (listing). */
   sandboxIndex: () => 'sg:sbxs',
-  /** Hash, expiring: the replica holding the sandbox's supervisor session (`replica`, `session`, `fence`). */
+  /** Hash, expiring: the replica holding the sandbox's supervisor session (`replica`, `session`, `fence`, `instance`). */
   owner: (id: string) => `sg:own:${id}`,
   /** Stream: every snapshot of the sandbox (`rv`, `pb`), then `deleted`; trimmed, expires after delete. */
   events: (id: string) => `sg:events:${id}`,
@@ -16,4 +36,14 @@ export const keys = {
   fence: (id: string) => `sg:fence:${id}`,
   /** String, expiring: a live replica and its addresses (JSON). */
   replica: (replicaId: string) => `sg:replica:${replicaId}`,
+  /** String: the secret replicas present on peer calls, set once by the first replica. */
+  peerSecret: () => 'sg:peer-secret',
+  /** Counter: one cluster-wide counter. */
+  counter: (name: ClusterCounterName) => `sg:metrics:${name}`,
+  /** Hash, expiring: one SSH session (`sbx`, `run`, `exp`, `rev`, `created`), by the token's digest. */
+  sshSession: (digest: string) => `sg:ssh:${digest}`,
+  /** Sorted set, expiring: live forwards on one token (member = forward id, score = heartbeat ms). */
+  forwardsByToken: (digest: string) => `sg:sshfwd:tok:${digest}`,
+  /** Sorted set, expiring: live forwards to one sandbox (member = forward id, score = heartbeat ms). */
+  forwardsBySandbox: (sandboxId: string) => `sg:sshfwd:sbx:${sandboxId}`,
 } as const;

@@ -4,62 +4,27 @@ import type { Redis } from 'ioredis';
 import { codec, type Sandbox } from '@sandgate/protocols';
 import { GatewayError, Code } from '@sandgate/core';
 import { keys } from './keys.ts';
-import { LuaScript } from './lua.ts';
+import { luaScript } from './lua.ts';
 
 const sandboxCodec = codec<Sandbox>('openshell.v1.Sandbox');
 
 /** Snapshots kept per sandbox event stream (approximate trim). */
 const EVENTS_MAXLEN = 256;
 /** How long a deleted sandbox's event stream lingers for watchers to see the end. */
-export const EVENTS_TTL_AFTER_DELETE_MS = 60_000;
+const EVENTS_TTL_AFTER_DELETE_MS = 60_000;
 
 // Every write appends the new snapshot to the sandbox's event stream in the same script, so
 // watchers on any replica see every change exactly once, in resource_version order.
-const CREATE = new LuaScript(
-  `
-if redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
-redis.call('SET', KEYS[2], ARGV[1])
-redis.call('HSET', KEYS[1], 'pb', ARGV[2], 'rv', 0, 'ws', ARGV[3], 'name', ARGV[4], 'cred', ARGV[5])
-redis.call('SADD', KEYS[3], ARGV[1])
-redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[6], '*', 'rv', 0, 'pb', ARGV[2])
-return 1
-`,
-  4,
-);
+const CREATE = luaScript('create-sandbox');
+const UPDATE = luaScript('update-sandbox');
+const REMOVE = luaScript('remove-sandbox');
 
-// Returns the new rv, -1 when the record is gone, -2 on a version conflict.
-const UPDATE = new LuaScript(
-  `
-local rv = redis.call('HGET', KEYS[1], 'rv')
-if not rv then return -1 end
-if tonumber(rv) ~= tonumber(ARGV[1]) then return -2 end
-local next = tonumber(rv) + 1
-redis.call('HSET', KEYS[1], 'pb', ARGV[2], 'rv', next)
-for i = 4, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
-if ARGV[3] == '1' then redis.call('XADD', KEYS[2], 'MAXLEN', '~', ${EVENTS_MAXLEN}, '*', 'rv', next, 'pb', ARGV[2]) end
-return next
-`,
-  2,
-);
-
-// KEYS: record, name index, id set, owner, fence, events, logs. Returns 1 if the record existed.
-// The event stream gets a final 'deleted' entry and then expires: watchers see the end, and
-// nothing of the sandbox is left in Redis for long.
-const REMOVE = new LuaScript(
-  `
-local existed = redis.call('EXISTS', KEYS[1])
-local id = ARGV[1]
-if redis.call('GET', KEYS[2]) == id then redis.call('DEL', KEYS[2]) end
-redis.call('DEL', KEYS[1], KEYS[4], KEYS[5], KEYS[7])
-redis.call('SREM', KEYS[3], id)
-if existed == 1 then
-  redis.call('XADD', KEYS[6], 'MAXLEN', '~', ${EVENTS_MAXLEN}, '*', 'deleted', 1)
-  redis.call('PEXPIRE', KEYS[6], ARGV[2])
-end
-return existed
-`,
-  7,
-);
+/** What create-sandbox-4 answers. */
+const CreateResult = { nameTaken: 0, created: 1 } as const;
+/** What update-sandbox-2 answers when it did not write (otherwise the new resource_version, >= 0). */
+const UpdateResult = { gone: -1, conflict: -2 } as const;
+/** What remove-sandbox-7 answers. */
+const RemoveResult = { absent: 0, removed: 1 } as const;
 
 export interface StoredSandbox {
   sandbox: Sandbox;
@@ -114,7 +79,7 @@ export class SandboxStore {
       [keys.sandbox(id!), keys.sandboxName(workspace!, name!), keys.sandboxIndex(), keys.events(id!)],
       [id!, sandboxCodec.encode(sandbox), workspace!, name!, credentialHash, EVENTS_MAXLEN],
     );
-    if (created !== 1) throw new GatewayError(Code.ALREADY_EXISTS, `sandbox '${name}' already exists`);
+    if (created !== CreateResult.created) throw new GatewayError(Code.ALREADY_EXISTS, `sandbox '${name}' already exists`);
   }
 
   async get(id: string): Promise<StoredSandbox | null> {
@@ -181,15 +146,21 @@ export class SandboxStore {
     for (let i = 0; i < attempts; i++) {
       const current = await this.get(id);
       if (!current) return null;
+      // Encoded before `change` runs: a mutator may edit `current.sandbox` in place and return it.
+      const before = sandboxCodec.encode(current.sandbox);
       const next = change(current);
       if (!next) return current;
       const extra = Object.entries(next.extra ?? {}).flat();
       // Only changes of the public resource are events; internal fields (handle, fence) are not.
       const encoded = sandboxCodec.encode(next.sandbox);
-      const changed = next.sandbox !== current.sandbox || !encoded.equals(sandboxCodec.encode(current.sandbox)) ? '1' : '0';
-      const rv = (await UPDATE.run(this.redis, [keys.sandbox(id), keys.events(id)], [current.resourceVersion, encoded, changed, ...extra])) as number;
-      if (rv === -1) return null;
-      if (rv >= 0) {
+      const changed = encoded.equals(before) ? '0' : '1';
+      const rv = (await UPDATE.run(
+        this.redis,
+        [keys.sandbox(id), keys.events(id)],
+        [current.resourceVersion, encoded, changed, EVENTS_MAXLEN, ...extra],
+      )) as number;
+      if (rv === UpdateResult.gone) return null;
+      if (rv !== UpdateResult.conflict) {
         next.sandbox.metadata = { ...next.sandbox.metadata!, resource_version: rv };
         return withExtraFields({ ...current, sandbox: next.sandbox, resourceVersion: rv }, next.extra ?? {});
       }
@@ -206,8 +177,8 @@ export class SandboxStore {
     const existed = await REMOVE.run(
       this.redis,
       [keys.sandbox(id), keys.sandboxName(workspace, name), keys.sandboxIndex(), keys.owner(id), keys.fence(id), keys.events(id), keys.logs(id)],
-      [id, EVENTS_TTL_AFTER_DELETE_MS],
+      [id, EVENTS_TTL_AFTER_DELETE_MS, EVENTS_MAXLEN],
     );
-    return existed === 1;
+    return existed === RemoveResult.removed;
   }
 }

@@ -3,26 +3,12 @@
 // are counted in Redis too, so they hold across replicas, and crash-safely: each live forward is a
 // member of two sorted sets scored by its last heartbeat, and members whose replica stopped
 // refreshing them (it crashed) are ignored and pruned once they are older than `staleMs`.
-import { createHash } from 'node:crypto';
 import type { Redis } from 'ioredis';
-import { LuaScript } from './lua.ts';
+import { keys, tokenDigest } from './keys.ts';
+import { luaScript } from './lua.ts';
 
-/**
- * Key names. The token itself is a bearer secret: keys carry its SHA-256, so listing keys (or a
- * debugging dump) never reveals a usable token.
- */
-export const sshKeys = {
-  /** Hash, expiring: one SSH session (`sbx`, `run`, `exp`, `rev`, `created`). */
-  session: (token: string) => `sg:ssh:${tokenDigest(token)}`,
-  /** Sorted set, expiring: live forwards on one token (member = forward id, score = heartbeat ms). */
-  forwardsByToken: (token: string) => `sg:sshfwd:tok:${tokenDigest(token)}`,
-  /** Sorted set, expiring: live forwards to one sandbox (member = forward id, score = heartbeat ms). */
-  forwardsBySandbox: (sandboxId: string) => `sg:sshfwd:sbx:${sandboxId}`,
-} as const;
-
-export function tokenDigest(token: string): string {
-  return createHash('sha256').update(token).digest('hex');
-}
+const sessionKey = (token: string) => keys.sshSession(tokenDigest(token));
+const forwardsByToken = (token: string) => keys.forwardsByToken(tokenDigest(token));
 
 export interface SshSessionRecord {
   sandboxId: string;
@@ -37,33 +23,15 @@ export interface SshSessionRecord {
 /** How long a session's key outlives its expiry, so a late use says "expired" rather than "not found". */
 const EXPIRED_GRACE_MS = 3_600_000;
 
-// KEYS: the session. Returns 1 if it existed (and is now revoked), 0 otherwise.
-const REVOKE = new LuaScript(
-  `
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-redis.call('HSET', KEYS[1], 'rev', '1')
-return 1
-`,
-  1,
-);
+const REVOKE = luaScript('revoke-ssh-session');
+const ACQUIRE = luaScript('acquire-forward');
+const HEARTBEAT = luaScript('heartbeat-forwards');
+const LIVE = luaScript('live-forwards');
 
-// KEYS: forwards by token, forwards by sandbox.
-// ARGV: now, stale-before, forward id, per-token cap, per-sandbox cap, key ttl ms.
-// Returns 0 (admitted), 1 (token at its cap), 2 (sandbox at its cap).
-const ACQUIRE = new LuaScript(
-  `
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[2])
-redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[2])
-if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[4]) then return 1 end
-if redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[5]) then return 2 end
-redis.call('ZADD', KEYS[1], ARGV[1], ARGV[3])
-redis.call('ZADD', KEYS[2], ARGV[1], ARGV[3])
-redis.call('PEXPIRE', KEYS[1], ARGV[6])
-redis.call('PEXPIRE', KEYS[2], ARGV[6])
-return 0
-`,
-  2,
-);
+/** What revoke-ssh-session-1 answers. */
+const RevokeResult = { absent: 0, revoked: 1 } as const;
+/** What acquire-forward-2 answers. */
+const AcquireCode = { admitted: 0, tokenAtCap: 1, sandboxAtCap: 2 } as const;
 
 export interface ForwardLimits {
   perToken: number;
@@ -83,14 +51,17 @@ export class SshSessionStore {
   private readonly redis: Redis;
   /** A forward not refreshed for this long belongs to a dead replica and no longer counts. */
   readonly staleMs: number;
+  /** The forward sets expire this long after their last write (a cluster that stopped entirely). */
+  private readonly keyTtlMs: number;
 
   constructor(redis: Redis, opts: { staleMs?: number } = {}) {
     this.redis = redis;
     this.staleMs = opts.staleMs ?? 15_000;
+    this.keyTtlMs = this.staleMs * 4;
   }
 
   async create(token: string, rec: SshSessionRecord): Promise<void> {
-    const key = sshKeys.session(token);
+    const key = sessionKey(token);
     const multi = this.redis
       .multi()
       .hset(key, {
@@ -106,7 +77,7 @@ export class SshSessionStore {
   }
 
   async get(token: string): Promise<SshSessionRecord | null> {
-    const h = await this.redis.hgetall(sshKeys.session(token));
+    const h = await this.redis.hgetall(sessionKey(token));
     if (!h.sbx) return null;
     return {
       sandboxId: h.sbx,
@@ -119,43 +90,44 @@ export class SshSessionStore {
 
   /** true if the token existed (it is revoked now, also if it already was). */
   async revoke(token: string): Promise<boolean> {
-    return (await REVOKE.run(this.redis, [sshKeys.session(token)], [])) === 1;
+    return (await REVOKE.run(this.redis, [sessionKey(token)], [])) === RevokeResult.revoked;
   }
 
-  /** Admits one more forward on the token and the sandbox, unless either is at its cap. */
-  async acquireForward(slot: ForwardSlot, limits: ForwardLimits, nowMs = Date.now()): Promise<AcquireResult> {
+  /**
+   * Admits one more forward on the token and the sandbox, unless either is at its cap. Heartbeat
+   * times are Redis' clock, not this replica's: skewed replicas still agree on what is stale.
+   */
+  async acquireForward(slot: ForwardSlot, limits: ForwardLimits): Promise<AcquireResult> {
     const result = await ACQUIRE.run(
       this.redis,
-      [sshKeys.forwardsByToken(slot.token), sshKeys.forwardsBySandbox(slot.sandboxId)],
-      [nowMs, nowMs - this.staleMs, slot.forwardId, limits.perToken, limits.perSandbox, this.staleMs * 4],
+      [forwardsByToken(slot.token), keys.forwardsBySandbox(slot.sandboxId)],
+      [slot.forwardId, limits.perToken, limits.perSandbox, this.staleMs, this.keyTtlMs],
     );
-    return result === 0 ? 'ok' : result === 1 ? 'token-limit' : 'sandbox-limit';
+    if (result === AcquireCode.admitted) return 'ok';
+    return result === AcquireCode.tokenAtCap ? 'token-limit' : 'sandbox-limit';
   }
 
   /** Refreshes the heartbeat of this replica's live forwards (only members still present). */
-  async heartbeatForwards(slots: Iterable<ForwardSlot>, nowMs = Date.now()): Promise<void> {
-    const multi = this.redis.multi();
-    let n = 0;
+  async heartbeatForwards(slots: Iterable<ForwardSlot>): Promise<void> {
+    const keyList: string[] = [];
+    const forwardIds: string[] = [];
     for (const s of slots) {
-      for (const key of [sshKeys.forwardsByToken(s.token), sshKeys.forwardsBySandbox(s.sandboxId)]) {
-        multi.zadd(key, 'XX', nowMs, s.forwardId);
-        multi.pexpire(key, this.staleMs * 4);
-      }
-      n++;
+      keyList.push(forwardsByToken(s.token), keys.forwardsBySandbox(s.sandboxId));
+      forwardIds.push(s.forwardId);
     }
-    if (n > 0) await multi.exec();
+    if (forwardIds.length > 0) await HEARTBEAT.run(this.redis, keyList, [this.keyTtlMs, ...forwardIds]);
   }
 
   async releaseForward(slot: ForwardSlot): Promise<void> {
     await this.redis
       .multi()
-      .zrem(sshKeys.forwardsByToken(slot.token), slot.forwardId)
-      .zrem(sshKeys.forwardsBySandbox(slot.sandboxId), slot.forwardId)
+      .zrem(forwardsByToken(slot.token), slot.forwardId)
+      .zrem(keys.forwardsBySandbox(slot.sandboxId), slot.forwardId)
       .exec();
   }
 
   /** Live (non-stale) forwards to a sandbox, across replicas. */
-  async liveForwards(sandboxId: string, nowMs = Date.now()): Promise<number> {
-    return this.redis.zcount(sshKeys.forwardsBySandbox(sandboxId), nowMs - this.staleMs, '+inf');
+  async liveForwards(sandboxId: string): Promise<number> {
+    return (await LIVE.run(this.redis, [keys.forwardsBySandbox(sandboxId)], [this.staleMs])) as number;
   }
 }

@@ -1,8 +1,9 @@
 // Against a real redis-server: SSH session tokens and the cross-replica connection caps.
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import type { Redis } from 'ioredis';
-import { SshSessionStore, sshKeys, tokenDigest } from '@sandgate/store';
+import { SshSessionStore, keys, tokenDigest } from '@sandgate/store';
 import { startRedis, type TestRedis } from '@sandgate/test-harness/redis';
+import { sleep } from '@sandgate/test-harness/wait';
 
 let redis: TestRedis;
 let client: Redis;
@@ -12,16 +13,17 @@ beforeAll(async () => {
   client = redis.client();
 });
 afterAll(async () => redis.stop());
+afterEach(() => vi.restoreAllMocks());
 
 describe('SshSessionStore', () => {
   it('stores a session under the token digest, reads it back, and revokes it', async () => {
     const store = new SshSessionStore(client);
     const expiresAtMs = Date.now() + 60_000;
     await store.create('tok-1', { sandboxId: 'sbx', runStartedAtMs: 42, expiresAtMs, revoked: false, createdAtMs: 1 });
-    expect(sshKeys.session('tok-1')).toBe(`sg:ssh:${tokenDigest('tok-1')}`);
+    expect(keys.sshSession(tokenDigest('tok-1'))).toBe(`sg:ssh:${tokenDigest('tok-1')}`);
     expect(await client.exists('sg:ssh:tok-1')).toBe(0); // the token itself never names a key
     expect(await store.get('tok-1')).toEqual({ sandboxId: 'sbx', runStartedAtMs: 42, expiresAtMs, revoked: false, createdAtMs: 1 });
-    expect(await client.pttl(sshKeys.session('tok-1'))).toBeGreaterThan(60_000);
+    expect(await client.pttl(keys.sshSession(tokenDigest('tok-1')))).toBeGreaterThan(60_000);
     expect(await store.revoke('tok-1')).toBe(true);
     expect((await store.get('tok-1'))?.revoked).toBe(true);
     expect(await store.revoke('unknown')).toBe(false);
@@ -31,7 +33,7 @@ describe('SshSessionStore', () => {
   it('a session that never expires has no key TTL', async () => {
     const store = new SshSessionStore(client);
     await store.create('tok-forever', { sandboxId: 'sbx', runStartedAtMs: 1, expiresAtMs: 0, revoked: false, createdAtMs: 1 });
-    expect(await client.pttl(sshKeys.session('tok-forever'))).toBe(-1);
+    expect(await client.pttl(keys.sshSession(tokenDigest('tok-forever')))).toBe(-1);
   });
 
   it('caps forwards per token and per sandbox, counting across stores (replicas)', async () => {
@@ -54,15 +56,35 @@ describe('SshSessionStore', () => {
     const store = new SshSessionStore(client, { staleMs: 1000 });
     const limits = { perToken: 1, perSandbox: 1 };
     const old = { token: 'crashed', sandboxId: 'stale', forwardId: 'f-old' };
-    const t0 = Date.now();
-    expect(await store.acquireForward(old, limits, t0)).toBe('ok');
+    const other = { token: 'other', sandboxId: 'stale', forwardId: 'f-new' };
+    expect(await store.acquireForward(old, limits)).toBe('ok');
+    await sleep(600);
     // Refreshed: still counted.
-    await store.heartbeatForwards([old], t0 + 900);
-    expect(await store.acquireForward({ token: 'other', sandboxId: 'stale', forwardId: 'f-new' }, limits, t0 + 1500)).toBe('sandbox-limit');
+    await store.heartbeatForwards([old]);
+    await sleep(600);
+    expect(await store.acquireForward(other, limits)).toBe('sandbox-limit');
+    expect(await store.liveForwards('stale')).toBe(1);
     // Not refreshed for longer than staleMs: pruned and no longer counted.
-    expect(await store.acquireForward({ token: 'other', sandboxId: 'stale', forwardId: 'f-new' }, limits, t0 + 2000)).toBe('ok');
+    await sleep(1100);
+    expect(await store.liveForwards('stale')).toBe(0);
+    expect(await store.acquireForward(other, limits)).toBe('ok');
     // A heartbeat never resurrects a released (or pruned) forward.
-    await store.heartbeatForwards([old], t0 + 2100);
-    expect(await client.zscore(sshKeys.forwardsBySandbox('stale'), 'f-old')).toBeNull();
+    await store.heartbeatForwards([old]);
+    expect(await client.zscore(keys.forwardsBySandbox('stale'), 'f-old')).toBeNull();
+  });
+
+  it("scores heartbeats on Redis' clock: a replica whose clock is behind still counts", async () => {
+    const behind = new SshSessionStore(client, { staleMs: 5000 });
+    const onTime = new SshSessionStore(client, { staleMs: 5000 });
+    const limits = { perToken: 1, perSandbox: 10 };
+    const realNow = Date.now();
+    // The first replica's clock is a minute behind: its forwards must not look stale to the others.
+    vi.spyOn(Date, 'now').mockReturnValue(realNow - 60_000);
+    const slot = { token: 'skew', sandboxId: 'skewed', forwardId: 'f-behind' };
+    expect(await behind.acquireForward(slot, limits)).toBe('ok');
+    await behind.heartbeatForwards([slot]);
+    vi.restoreAllMocks();
+    expect(await onTime.acquireForward({ token: 'skew', sandboxId: 'skewed', forwardId: 'f-on-time' }, limits)).toBe('token-limit');
+    expect(await onTime.liveForwards('skewed')).toBe(1);
   });
 });

@@ -1,7 +1,20 @@
-// Against a real redis-server: the CAS record store and the fenced ownership scripts.
+// Against a real redis-server: the CAS record store, the fenced ownership scripts, watching a
+// sandbox (start + follow), and the cluster-wide facts.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Redis } from 'ioredis';
-import { OwnershipStore, ReplicaRegistry, SandboxStore, keys } from '@sandgate/store';
+import {
+  ClusterCounter,
+  ClusterCounters,
+  OwnershipStore,
+  ReplicaRegistry,
+  SandboxFeed,
+  SandboxLogStore,
+  SandboxStore,
+  keys,
+  sharedPeerSecret,
+  type FollowedEntry,
+  type StreamFollower,
+} from '@sandgate/store';
 import { Code, GatewayError } from '@sandgate/core';
 import type { Sandbox } from '@sandgate/protocols';
 import { startRedis, type TestRedis } from '@sandgate/test-harness/redis';
@@ -89,6 +102,18 @@ describe('SandboxStore', () => {
     expect(await client.pttl(keys.events('ev'))).toBeGreaterThan(0);
   });
 
+  it('publishes an in-place edit by the mutator as an event', async () => {
+    const store = new SandboxStore(client);
+    await store.create(sandbox('inplace', 'inplace'), 'h');
+    const rec = await store.mutate('inplace', (cur) => {
+      cur.sandbox.status!.phase = 2;
+      return { sandbox: cur.sandbox };
+    });
+    expect(rec?.resourceVersion).toBe(1);
+    const entries = (await client.xrange(keys.events('inplace'), '-', '+')) as [string, string[]][];
+    expect(entries.map(([, f]) => f[1])).toEqual(['0', '1']);
+  });
+
   it('removes the record, its name and its owner keys', async () => {
     const store = new SandboxStore(client);
     await store.create(sandbox('gone', 'gone'), 'h');
@@ -173,6 +198,88 @@ describe('OwnershipStore', () => {
     await client.script('FLUSH');
     const own = new OwnershipStore(client, 5000);
     expect(await own.claim('flushed', 'r', 's', 'i')).toBeGreaterThan(0);
+  });
+});
+
+const line = (message: string) => ({ timestamp_ms: 1, level: 'INFO', target: 't', source: 'sandbox', message });
+const describeEntry = (e: FollowedEntry) => (e.kind === 'log' ? `log:${e.line.message}` : e.event.kind === 'deleted' ? 'deleted' : `rv${e.event.rv}`);
+
+/** Reads until `n` entries came (a blocking read may return them in more than one batch). */
+async function take(follower: StreamFollower, n: number): Promise<string[]> {
+  const out: string[] = [];
+  while (out.length < n) {
+    const batch = await follower.next(2000);
+    if (batch.length === 0) throw new Error(`only ${out.length} of ${n} entries came: ${out.join(', ')}`);
+    out.push(...batch.map(describeEntry));
+  }
+  return out;
+}
+
+describe('SandboxFeed', () => {
+  it('starts with the snapshot and log tail, then follows what comes after, to the end', async () => {
+    const store = new SandboxStore(client);
+    const logs = new SandboxLogStore(client);
+    const feed = new SandboxFeed(client);
+    expect(await feed.start('nope', 10)).toBeNull();
+    await store.create(sandbox('fd', 'fd'), 'h');
+    for (const m of ['a', 'b', 'c']) await logs.append('fd', line(m));
+    const start = (await feed.start('fd', 2))!;
+    expect(start.record.resourceVersion).toBe(0);
+    expect(start.logTail.map((l) => l.message)).toEqual(['b', 'c']);
+
+    const follower = feed.follow('fd', start.from, { logs: true });
+    const statusOnly = feed.follow('fd', start.from, { logs: false });
+    try {
+      await store.mutate('fd', (cur) => ({ sandbox: { ...cur.sandbox, status: { conditions: [], phase: 2 } } }));
+      await logs.append('fd', line('d'));
+      expect((await take(follower, 2)).sort()).toEqual(['log:d', 'rv1']);
+      await store.remove('fd', 'default', 'fd');
+      expect(await take(follower, 1)).toEqual(['deleted']);
+      expect(await take(statusOnly, 2)).toEqual(['rv1', 'deleted']);
+    } finally {
+      follower.close();
+      statusOnly.close();
+    }
+  });
+
+  it('follows an empty log from its start', async () => {
+    const feed = new SandboxFeed(client);
+    await new SandboxStore(client).create(sandbox('quiet', 'quiet'), 'h');
+    const start = (await feed.start('quiet', 10))!;
+    expect(start.logTail).toEqual([]);
+    const follower = feed.follow('quiet', start.from, { logs: true });
+    try {
+      await new SandboxLogStore(client).append('quiet', line('first'));
+      expect(await take(follower, 1)).toEqual(['log:first']);
+    } finally {
+      follower.close();
+    }
+  });
+
+  it('close() ends a pending blocking read', async () => {
+    const feed = new SandboxFeed(client);
+    const follower = feed.follow('idle', { events: '0-0', logs: '0-0' }, { logs: true });
+    const pending = follower.next(30_000);
+    setTimeout(() => follower.close(), 100);
+    await expect(pending).rejects.toThrow();
+  });
+});
+
+describe('cluster-wide facts', () => {
+  it('counts across callers', async () => {
+    const counters = new ClusterCounters(client);
+    expect(await counters.get(ClusterCounter.execBackstopKills)).toBe(0);
+    await counters.incr(ClusterCounter.execBackstopKills, 3);
+    await new ClusterCounters(client).incr(ClusterCounter.execBackstopKills);
+    expect(await counters.get(ClusterCounter.execBackstopKills)).toBe(4);
+    expect(await client.get('sg:metrics:exec_backstop_kills')).toBe('4');
+  });
+
+  it('the first replica sets the peer secret, every later one reads the same', async () => {
+    const [a, b] = await Promise.all([sharedPeerSecret(client), sharedPeerSecret(client)]);
+    expect(a).toBe(b);
+    expect(a.length).toBeGreaterThan(20);
+    expect(await sharedPeerSecret(client)).toBe(a);
   });
 });
 

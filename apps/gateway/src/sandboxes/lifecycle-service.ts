@@ -25,18 +25,15 @@ import {
   shouldRestart,
   type LifecycleStatus,
 } from '@sandgate/core';
-import type { SandboxLogStore, SandboxStore, StoredSandbox } from '@sandgate/store';
+import { ClusterCounter, type ClusterCounterName, type SandboxLogStore, type SandboxStore, type StoredSandbox } from '@sandgate/store';
 import type { ComputeDriver, LaunchSpec } from '@sandgate/compute';
 import type { JobScheduler, DeleteSandboxData, ProvisionDeadlineData, RestartData } from '@sandgate/worker';
 import type { Logger, Metrics } from '@sandgate/telemetry';
 import { newCredential } from '../sessions/credentials.ts';
 
-/** Cluster-wide counters in Redis (read by tests and operators). */
-export const EPHEMERAL_DELETED_CONNECTED_KEY = 'sg:metrics:ephemeral_deleted_while_connected';
-
 export interface LifecycleDeps {
-  /** For cluster-wide counters only. */
-  incrementCounter: (key: string) => Promise<void>;
+  /** Bumps a cluster-wide counter (read by tests and operators). */
+  incrementCounter: (name: ClusterCounterName) => Promise<void>;
   store: SandboxStore;
   logs: SandboxLogStore;
   driver: ComputeDriver;
@@ -274,7 +271,7 @@ export class LifecycleService {
   async jobDelete(data: DeleteSandboxData): Promise<unknown> {
     // Ephemeral cleanup does not wait for the supervisor to go away: count that it did not.
     if (data.reason === 'ephemeral' && (await this.deps.sessionLive(data.sandboxId))) {
-      await this.deps.incrementCounter(EPHEMERAL_DELETED_CONNECTED_KEY);
+      await this.deps.incrementCounter(ClusterCounter.ephemeralDeletedWhileConnected);
     }
     const removed = await this.finishDelete(data.sandboxId);
     return { removed, reason: data.reason };

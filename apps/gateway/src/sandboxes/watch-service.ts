@@ -1,9 +1,8 @@
 // WatchSandbox and GetSandboxLogs across replicas. Snapshots come from the sandbox's event
 // stream (appended atomically by every record write, so every change arrives once, in order,
 // whichever replica made it); log lines from its log stream. One blocking Redis connection per
-// watcher, closed with the call.
+// watcher (the store's follower), closed with the call.
 import type { ServerUnaryCall, ServerWritableStream, sendUnaryData } from '@grpc/grpc-js';
-import type { Redis } from 'ioredis';
 import type {
   GetSandboxLogsRequest,
   GetSandboxLogsResponse,
@@ -12,7 +11,7 @@ import type {
   WatchSandboxRequest,
 } from '@sandgate/protocols';
 import { invalid, isWatchTerminal, notFound } from '@sandgate/core';
-import { keys, lastEventId, toEvent, toLogLine, type LogLine, type SandboxLogStore, type SandboxStore } from '@sandgate/store';
+import type { LogLine, SandboxFeed, SandboxLogStore, SandboxStore } from '@sandgate/store';
 import type { Logger } from '@sandgate/telemetry';
 import { toServiceError } from '../api/grpc-errors.ts';
 import { endWithError } from '../sessions/sessions.ts';
@@ -42,7 +41,7 @@ function toWire(sandboxId: string, l: LogLine): SandboxLogLine {
 }
 
 export interface WatchDeps {
-  redis: Redis;
+  feed: SandboxFeed;
   store: SandboxStore;
   logs: SandboxLogStore;
   log: Logger;
@@ -70,77 +69,81 @@ export class WatchService {
     );
   }
 
-  handleWatch(call: ServerWritableStream<WatchSandboxRequest, SandboxStreamEvent>): void {
-    this.watch(call).catch((err: unknown) => endWithError(call, toServiceError(err, this.deps.log)));
+  /** Resolves when the watch has ended (for tests: a watch must end when its client goes away). */
+  handleWatch(call: WatchCall): Promise<void> {
+    return this.watch(call).catch((err: unknown) => endWithError(call, toServiceError(err, this.deps.log)));
   }
 
-  private async watch(call: ServerWritableStream<WatchSandboxRequest, SandboxStreamEvent>): Promise<void> {
+  private async watch(call: WatchCall): Promise<void> {
     const req = call.request;
     const id = req.id;
     if (!id) throw invalid('id is required');
-    const { redis, store, logs } = this.deps;
-    // Positions first, snapshot second: nothing written in between can be missed.
-    let eventsFrom = await lastEventId(redis, id);
-    const logTail = await logs.tail(id, req.log_tail_lines || 200);
-    let logsFrom = logTail.lines.at(-1)?.id ?? (await lastLogId(redis, id));
-    const rec = await store.get(id);
-    if (!rec) throw notFound();
+    const start = await this.deps.feed.start(id, req.log_tail_lines || 200);
+    if (!start) throw notFound();
 
-    const send = async (ev: SandboxStreamEvent) => {
-      if (!call.write(ev)) await new Promise((r) => call.once('drain', r));
-    };
-    await send({ sandbox: rec.sandbox });
-    let sentRv = rec.resourceVersion;
-    if (req.stop_on_terminal && isWatchTerminal(rec.sandbox.status?.phase)) return void call.end();
+    if (!(await send(call, { sandbox: start.record.sandbox }))) return;
+    let sentRv = start.record.resourceVersion;
+    if (req.stop_on_terminal && isWatchTerminal(start.record.sandbox.status?.phase)) return void call.end();
     const filter = { sinceMs: req.log_since_ms ?? 0, sources: req.log_sources, minLevel: req.log_min_level ?? '' };
     if (req.follow_logs) {
-      for (const l of logTail.lines) if (logMatches(l, filter)) await send({ log: toWire(id, l) });
+      for (const l of start.logTail) if (logMatches(l, filter) && !(await send(call, { log: toWire(id, l) }))) return;
     }
     const followStatus = req.follow_status || req.stop_on_terminal;
     if (!followStatus && !req.follow_logs) return void call.end();
 
-    const conn = redis.duplicate();
-    conn.on('error', () => undefined);
-    const closeConn = () => conn.disconnect();
-    call.on('cancelled', closeConn);
-    call.on('close', closeConn);
+    const follower = this.deps.feed.follow(id, start.from, { logs: !!req.follow_logs });
+    // Ends a pending blocking read at once when the client goes away.
+    const stop = () => follower.close();
+    call.on('cancelled', stop);
+    call.on('close', stop);
     try {
-      while (!call.cancelled && !call.destroyed) {
-        const streams = [keys.events(id), ...(req.follow_logs ? [keys.logs(id)] : [])];
-        const from = [eventsFrom, ...(req.follow_logs ? [logsFrom] : [])];
-        const res = (await conn.xreadBuffer('COUNT', 200, 'BLOCK', BLOCK_MS, 'STREAMS', ...streams, ...from)) as
-          | [Buffer, [Buffer, Buffer[]][]][]
-          | null;
-        if (!res) continue;
-        for (const [streamKey, entries] of res) {
-          const isEvents = streamKey.toString() === keys.events(id);
-          for (const [entryId, raw] of entries) {
-            if (isEvents) {
-              const ev = toEvent(id, [entryId.toString(), raw]);
-              eventsFrom = ev.id;
-              if (ev.kind === 'deleted') return void call.end();
-              if (ev.rv <= sentRv || !followStatus) continue;
-              sentRv = ev.rv;
-              await send({ sandbox: ev.sandbox });
-              if (req.stop_on_terminal && isWatchTerminal(ev.sandbox.status?.phase)) return void call.end();
-            } else {
-              const line = toLogLine([entryId.toString(), raw]);
-              logsFrom = line.id;
-              if (logMatches(line, filter)) await send({ log: toWire(id, line) });
-            }
+      while (!callEnded(call)) {
+        for (const entry of await follower.next(BLOCK_MS)) {
+          if (entry.kind === 'log') {
+            if (logMatches(entry.line, filter) && !(await send(call, { log: toWire(id, entry.line) }))) return;
+            continue;
           }
+          const ev = entry.event;
+          if (ev.kind === 'deleted') return void call.end();
+          if (ev.rv <= sentRv || !followStatus) continue;
+          sentRv = ev.rv;
+          if (!(await send(call, { sandbox: ev.sandbox }))) return;
+          if (req.stop_on_terminal && isWatchTerminal(ev.sandbox.status?.phase)) return void call.end();
         }
       }
     } catch (err) {
-      if (call.cancelled || call.destroyed) return;
+      if (callEnded(call)) return;
       throw err;
     } finally {
-      closeConn();
+      call.off('cancelled', stop);
+      call.off('close', stop);
+      follower.close();
     }
   }
 }
 
-async function lastLogId(redis: Redis, id: string): Promise<string> {
-  const last = (await redis.xrevrange(keys.logs(id), '+', '-', 'COUNT', 1)) as [string, string[]][];
-  return last[0]?.[0] ?? '0-0';
+type WatchCall = ServerWritableStream<WatchSandboxRequest, SandboxStreamEvent>;
+
+const callEnded = (call: WatchCall) => call.cancelled || call.destroyed || call.writableEnded;
+
+/**
+ * Writes one message; if the client is slow, waits until it drains, or until the call ends (the
+ * client went away: no drain ever comes then). false: the call has ended, stop sending.
+ */
+async function send(call: WatchCall, ev: SandboxStreamEvent): Promise<boolean> {
+  if (callEnded(call)) return false;
+  if (!call.write(ev)) {
+    await new Promise<void>((resolve) => {
+      const done = () => {
+        for (const name of CALL_ENDS) call.off(name, done);
+        resolve();
+      };
+      for (const name of CALL_ENDS) call.on(name, done);
+      if (callEnded(call)) done();
+    });
+  }
+  return !callEnded(call);
 }
+
+/** What ends a wait for 'drain': the drain itself, or the call going away. */
+const CALL_ENDS = ['drain', 'cancelled', 'close', 'error'] as const;
