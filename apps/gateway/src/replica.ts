@@ -9,8 +9,8 @@ import { Redis } from 'ioredis';
 import { serviceDefinition } from '@sandgate/protocols';
 import { OwnershipStore, ReplicaRegistry, SandboxLogStore, SandboxStore, SshSessionStore } from '@sandgate/store';
 import { DockerDriver, LocalDriver, type ComputeDriver } from '@sandgate/compute';
-import { createLogger, Metrics, type Logger } from '@sandgate/telemetry';
-import { JobScheduler, startJobWorker, type JobProcessors, type RunningWorker } from '@sandgate/worker';
+import { createLogger, Metrics } from '@sandgate/telemetry';
+import { JobScheduler, jobConnectionNames, type RunningWorker } from '@sandgate/jobs';
 import type { ReplicaConfig, RunningReplica } from './config.ts';
 import { SessionRegistry, type ControlCall, type ExecChannelCall, type TcpChannelCall } from './sessions/sessions.ts';
 import { ExecRouter } from './relay/exec-router.ts';
@@ -23,6 +23,7 @@ import { LifecycleService } from './sandboxes/lifecycle-service.ts';
 import { WatchService } from './sandboxes/watch-service.ts';
 import { gatewayHostForResponse, SshService, sshSessionTtlFromEnv, DEFAULT_SSH_MAX_PER_SANDBOX, DEFAULT_SSH_MAX_PER_TOKEN } from './ssh/ssh-service.ts';
 import { TcpForwardService } from './ssh/tcp-forward.ts';
+import { runJobWorker } from './job-runtime.ts';
 
 const supervisorEntry = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../supervisor/src/main.ts');
 
@@ -48,7 +49,7 @@ function bindGrpc(server: Server, host: string, port: number): Promise<number> {
   });
 }
 
-export function createDriver(config: ReplicaConfig): ComputeDriver {
+export function createDriver(config: Pick<ReplicaConfig, 'driver' | 'stateDir'>): ComputeDriver {
   if (config.driver === 'local') return new LocalDriver({ stateDir: config.stateDir, supervisorEntry });
   if (config.driver === 'docker') {
     return new DockerDriver({
@@ -81,8 +82,8 @@ export async function startReplica(config: ReplicaConfig): Promise<RunningReplic
   const peerSecret = process.env.SANDGATE_PEER_SECRET || (await sharedPeerSecret(redis));
 
   const logs = new SandboxLogStore(redis);
-  // BullMQ gets its own connections: workers block on Redis, and must retry forever.
-  const scheduler = new JobScheduler(new Redis(config.redisUrl, { maxRetriesPerRequest: 2 }), { enabled: !debugNoJobs });
+  // BullMQ gets its own connections (workers block on Redis), named after the replica.
+  const scheduler = new JobScheduler(config.redisUrl, { connectionName: jobConnectionNames(config.replicaId).scheduler, enabled: !debugNoJobs });
   // Sessions report to the lifecycle, which asks the router about sessions: bound late.
   let lifecycle: LifecycleService | undefined;
   const sessions = new SessionRegistry({
@@ -110,7 +111,6 @@ export async function startReplica(config: ReplicaConfig): Promise<RunningReplic
   const supervisorEndpoint = config.supervisorEndpoint || grpcAddress;
 
   lifecycle = new LifecycleService({
-    incrementCounter: async (key) => void (await redis.incr(key)),
     store,
     logs,
     driver,
@@ -170,11 +170,19 @@ export async function startReplica(config: ReplicaConfig): Promise<RunningReplic
 
   let worker: RunningWorker | null = null;
   if (config.workers) {
-    const processors = jobProcessors({ store, router, redis, lifecycle, log, metrics });
-    await scheduler.ensureReconcile();
-    worker = startJobWorker(new Redis(config.redisUrl, { maxRetriesPerRequest: null }), processors, (err) =>
-      log.warn('job worker error', { err: err.message }),
-    );
+    worker = await runJobWorker({
+      processId: config.replicaId,
+      redisUrl: config.redisUrl,
+      redis,
+      store,
+      driver,
+      scheduler,
+      lifecycle,
+      execs: router,
+      sessionLive: (id) => router.sessionLive(id),
+      log,
+      metrics,
+    });
   }
 
   const info = { replicaId: config.replicaId, peerAddress, grpcAddress, pid: process.pid, startedAtMs: Date.now() };
@@ -227,36 +235,6 @@ export async function startReplica(config: ReplicaConfig): Promise<RunningReplic
   return { replicaId: config.replicaId, grpcAddress, httpUrl, peerAddress, close };
 }
 
-/** Cluster-wide count of processes the exec backstop had to kill (zero in a healthy system). */
-export const BACKSTOP_KILLS_KEY = 'sg:metrics:exec_backstop_kills';
-
-function jobProcessors(deps: {
-  store: SandboxStore;
-  router: ExecRouter;
-  redis: Redis;
-  lifecycle: LifecycleService;
-  log: Logger;
-  metrics: Metrics;
-}): JobProcessors {
-  return {
-    deleteSandbox: (data) => deps.lifecycle.jobDelete(data),
-    provisionDeadline: (data) => deps.lifecycle.jobProvisionDeadline(data),
-    restart: (data) => deps.lifecycle.jobRestart(data),
-    reconcile: () => deps.lifecycle.jobReconcile(),
-    async execDeadline(data) {
-      if (!(await deps.store.get(data.sandboxId))) return { skipped: 'sandbox gone' };
-      // Throws UNAVAILABLE while no replica holds the session: BullMQ retries with backoff.
-      const killed = await deps.router.killExec(data.sandboxId, data.execId);
-      if (killed > 0) {
-        deps.metrics.inc('sandgate_exec_backstop_kills_total', killed);
-        await deps.redis.incrby(BACKSTOP_KILLS_KEY, killed);
-        deps.log.warn('exec backstop killed processes past the deadline', { ...data, killed });
-      }
-      return { killed };
-    },
-  };
-}
-
 /** Waits briefly for calls to finish, then forces the rest closed. */
 function shutdownGrpc(server: Server): Promise<void> {
   return new Promise((resolve) => {
@@ -271,7 +249,8 @@ function shutdownGrpc(server: Server): Promise<void> {
   });
 }
 
-async function sharedPeerSecret(redis: Redis): Promise<string> {
+/** The peer secret, shared through Redis by whichever process asks first. */
+export async function sharedPeerSecret(redis: Redis): Promise<string> {
   const candidate = (await import('node:crypto')).randomBytes(24).toString('base64url');
   await redis.set('sg:peer-secret', candidate, 'NX');
   return (await redis.get('sg:peer-secret')) ?? candidate;

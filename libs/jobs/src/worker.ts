@@ -1,8 +1,10 @@
-// Runs the durable job processors. A replica runs one of these unless started with --no-workers;
-// any number may run at once (BullMQ hands each job to one worker; a crashed worker's jobs are
-// picked up again once their lock expires).
-import { Worker, type ConnectionOptions, type Job } from 'bullmq';
+// Runs the durable job processors. A replica runs one of these unless started with --no-workers,
+// and `sandgate worker` runs one alone; any number may run at once (BullMQ hands each job to one
+// worker; a crashed worker's jobs are picked up again once their lock expires).
+import { Worker, type Job } from 'bullmq';
+import { Redis } from 'ioredis';
 import { JobName, QUEUE_NAME, type DeleteSandboxData, type ExecDeadlineData, type ProvisionDeadlineData, type RestartData } from './jobs.ts';
+import { closeConnection } from './scheduler.ts';
 
 export interface JobProcessors {
   execDeadline(data: ExecDeadlineData): Promise<unknown>;
@@ -13,10 +15,19 @@ export interface JobProcessors {
 }
 
 export interface RunningWorker {
+  /** Stops taking jobs, waits for the running ones, then closes its Redis connections. */
   close(): Promise<void>;
 }
 
-export function startJobWorker(connection: ConnectionOptions, processors: JobProcessors, onError: (err: Error) => void): RunningWorker {
+export interface JobWorkerOptions {
+  /** CLIENT SETNAME of the worker's connections (BullMQ's blocking one is a duplicate and keeps it). */
+  connectionName: string;
+  onError: (err: Error) => void;
+}
+
+export function startJobWorker(redisUrl: string, processors: JobProcessors, opts: JobWorkerOptions): RunningWorker {
+  // Workers block on Redis and must retry forever (BullMQ requires maxRetriesPerRequest: null).
+  const connection = new Redis(redisUrl, { maxRetriesPerRequest: null, connectionName: opts.connectionName });
   const worker = new Worker(
     QUEUE_NAME,
     async (job: Job) => {
@@ -38,6 +49,14 @@ export function startJobWorker(connection: ConnectionOptions, processors: JobPro
     // A short lock: a worker killed mid-job has its job taken over within seconds.
     { connection, concurrency: 16, lockDuration: 10_000, stalledInterval: 5_000, maxStalledCount: 100 },
   );
-  worker.on('error', onError);
-  return { close: () => worker.close() };
+  worker.on('error', opts.onError);
+  let closing: Promise<void> | undefined;
+  return {
+    // BullMQ closes the blocking connection it made, never the one it was handed: that is ours.
+    close: () =>
+      (closing ??= (async () => {
+        await worker.close().catch(opts.onError);
+        await closeConnection(connection);
+      })()),
+  };
 }
