@@ -9,6 +9,7 @@ import { USAGE } from './usage.ts';
 const COMMANDS: Record<string, () => Promise<{ run: CommandRun }>> = {
   gateway: () => import('./commands/gateway.ts'),
   up: () => import('./commands/up.ts'),
+  worker: () => import('./commands/worker.ts'),
   'sandbox create': () => import('./commands/sandbox-create.ts'),
   'sandbox get': () => import('./commands/sandbox-get.ts'),
   'sandbox list': () => import('./commands/sandbox-list.ts'),

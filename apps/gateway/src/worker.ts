@@ -1,0 +1,108 @@
+// `sandgate worker`: the durable job workers alone, without listeners. It holds no supervisor
+// session, so everything it does to a session goes through Redis (ownership revoke) or the owner
+// replica's peer port (Peer.KillExec, with the shared peer secret).
+import { Redis } from 'ioredis';
+import { OwnershipStore, ReplicaRegistry, SandboxLogStore, SandboxStore } from '@sandgate/store';
+import { createLogger, Metrics } from '@sandgate/telemetry';
+import { JobScheduler, jobConnectionNames } from '@sandgate/jobs';
+import { CONFIG_DEFAULTS, type ReplicaConfig } from './config.ts';
+import { createDriver, sharedPeerSecret } from './replica.ts';
+import { runJobWorker } from './job-runtime.ts';
+import { SessionRegistry } from './sessions/sessions.ts';
+import { ExecRouter } from './relay/exec-router.ts';
+import { LifecycleService } from './sandboxes/lifecycle-service.ts';
+
+/** `sandgate worker`: what a worker needs of a replica's configuration, and nothing that listens. */
+export interface WorkerConfig {
+  workerId: string;
+  redisUrl: string;
+  /** The driver that deletes, stops and restarts compute (the replicas' driver and state dir). */
+  driver: ReplicaConfig['driver'];
+  stateDir: string;
+  /** What restarted supervisors dial (the load balancer): a worker has no gRPC address of its own. */
+  supervisorEndpoint: string;
+  ownerTtlMs: number;
+  provisionTimeoutMs: number;
+  /** Overrides the secret shared through Redis (SANDGATE_PEER_SECRET), as on the replicas. */
+  peerSecret?: string;
+  /** DEBUG ONLY (the `jobs` debug fault): enqueue nothing. */
+  jobsEnabled: boolean;
+}
+
+export interface RunningStandaloneWorker {
+  readonly workerId: string;
+  /** Drains: stops taking jobs, lets the running ones finish, closes every connection. */
+  close(): Promise<void>;
+}
+
+export async function startWorker(config: WorkerConfig): Promise<RunningStandaloneWorker> {
+  const log = createLogger({ component: 'worker', worker: config.workerId });
+  const metrics = new Metrics();
+  const redis = new Redis(config.redisUrl, { maxRetriesPerRequest: 2, lazyConnect: true, connectionName: `sandgate:${config.workerId}` });
+  redis.on('error', (err: Error) => log.warn('redis error', { err: err.message }));
+  await redis.connect();
+
+  const store = new SandboxStore(redis);
+  const ownership = new OwnershipStore(redis, config.ownerTtlMs);
+  const replicas = new ReplicaRegistry(redis, config.ownerTtlMs);
+  const driver = createDriver(config);
+  const peerSecret = config.peerSecret || (await sharedPeerSecret(redis));
+  const scheduler = new JobScheduler(config.redisUrl, { connectionName: jobConnectionNames(config.workerId).scheduler, enabled: config.jobsEnabled });
+  let lifecycle: LifecycleService | undefined;
+  // Never handed a Control stream, so it stays empty: the router then always finds the owner
+  // replica in Redis and kills execs there (Peer.KillExec).
+  const sessions = new SessionRegistry({
+    replicaId: config.workerId,
+    store,
+    ownership,
+    heartbeatIntervalMs: CONFIG_DEFAULTS.heartbeatIntervalMs,
+    heartbeatMisses: CONFIG_DEFAULTS.heartbeatMisses,
+    maxExecsPerSandbox: CONFIG_DEFAULTS.maxExecsPerSandbox,
+    disconnectGraceMs: 5_000,
+    reports: {
+      mainExit: (id, instance, code) => lifecycle!.mainProcessExited(id, instance, code),
+      terminalFinal: (id, instance) => lifecycle!.terminalFinal(id, instance),
+    },
+    log,
+    metrics,
+  });
+  const router = new ExecRouter({ replicaId: config.workerId, sessions, ownership, replicas, peerSecret, log });
+  lifecycle = new LifecycleService({
+    store,
+    logs: new SandboxLogStore(redis),
+    driver,
+    scheduler,
+    supervisorEndpoint: () => config.supervisorEndpoint,
+    sessionLive: (id) => router.sessionLive(id),
+    // The session is on some replica: moving the fence makes its next renewal fail there.
+    revokeSessions: (id) => ownership.revoke(id),
+    provisionTimeoutMs: config.provisionTimeoutMs,
+    log,
+    metrics,
+  });
+  const worker = await runJobWorker({
+    processId: config.workerId,
+    redisUrl: config.redisUrl,
+    redis,
+    store,
+    driver,
+    scheduler,
+    lifecycle,
+    execs: router,
+    sessionLive: (id) => router.sessionLive(id),
+    log,
+    metrics,
+  });
+  log.info('worker running', { driver: config.driver, supervisorEndpoint: config.supervisorEndpoint });
+
+  let closing: Promise<void> | undefined;
+  const close = () =>
+    (closing ??= (async () => {
+      await worker.close();
+      await scheduler.close();
+      router.close();
+      await redis.quit().catch(() => redis.disconnect());
+      log.info('worker stopped');
+    })());
+  return { workerId: config.workerId, close };
+}
