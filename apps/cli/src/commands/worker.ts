@@ -63,8 +63,8 @@ export async function run(argv: string[], ctx: CommandContext): Promise<number> 
     throw new ExitError(1);
   }
   process.stdout.write(`sandgate worker ${worker.workerId} driver=${config.driver}\n`);
-  await shutdown;
-  // Drains: BullMQ stops taking jobs and waits for the running ones; their locks are released.
+  const signal = await shutdown;
+  process.stderr.write(`received ${signal}: draining (running jobs finish first)\n`);
   await worker.close();
   return 0;
 }
