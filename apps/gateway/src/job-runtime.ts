@@ -17,8 +17,8 @@ export interface JobRuntimeDeps {
   driver: ComputeDriver;
   scheduler: JobScheduler;
   lifecycle: LifecycleService;
-  execs: ExecKiller;
-  sessionLive(sandboxId: string): Promise<boolean>;
+  /** Kills execs on the owner and knows whether a session is live (the ExecRouter). */
+  router: ExecKiller & { sessionLive(sandboxId: string): Promise<boolean> };
   log: Logger;
   metrics: Metrics;
 }
@@ -31,8 +31,8 @@ export async function runJobWorker(deps: JobRuntimeDeps): Promise<RunningWorker>
     driver: deps.driver,
     scheduler: deps.scheduler,
     lifecycle: deps.lifecycle,
-    execs: deps.execs,
-    sessionLive: deps.sessionLive,
+    execs: deps.router,
+    sessionLive: (id) => deps.router.sessionLive(id),
     incrementCounter: async (key, by) => void (await deps.redis.incrby(key, by)),
     log: deps.log,
     metrics: deps.metrics,

@@ -178,8 +178,7 @@ export async function startReplica(config: ReplicaConfig): Promise<RunningReplic
       driver,
       scheduler,
       lifecycle,
-      execs: router,
-      sessionLive: (id) => router.sessionLive(id),
+      router,
       log,
       metrics,
     });

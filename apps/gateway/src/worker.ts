@@ -48,9 +48,8 @@ export async function startWorker(config: WorkerConfig): Promise<RunningStandalo
   const driver = createDriver(config);
   const peerSecret = config.peerSecret || (await sharedPeerSecret(redis));
   const scheduler = new JobScheduler(config.redisUrl, { connectionName: jobConnectionNames(config.workerId).scheduler, enabled: config.jobsEnabled });
-  let lifecycle: LifecycleService | undefined;
-  // Never handed a Control stream, so it stays empty: the router then always finds the owner
-  // replica in Redis and kills execs there (Peer.KillExec).
+  // Never handed a Control stream, so it stays empty (and reports nothing): the router then
+  // always finds the owner replica in Redis and kills execs there (Peer.KillExec).
   const sessions = new SessionRegistry({
     replicaId: config.workerId,
     store,
@@ -59,15 +58,12 @@ export async function startWorker(config: WorkerConfig): Promise<RunningStandalo
     heartbeatMisses: CONFIG_DEFAULTS.heartbeatMisses,
     maxExecsPerSandbox: CONFIG_DEFAULTS.maxExecsPerSandbox,
     disconnectGraceMs: 5_000,
-    reports: {
-      mainExit: (id, instance, code) => lifecycle!.mainProcessExited(id, instance, code),
-      terminalFinal: (id, instance) => lifecycle!.terminalFinal(id, instance),
-    },
+    reports: { mainExit: async () => undefined, terminalFinal: async () => undefined },
     log,
     metrics,
   });
   const router = new ExecRouter({ replicaId: config.workerId, sessions, ownership, replicas, peerSecret, log });
-  lifecycle = new LifecycleService({
+  const lifecycle = new LifecycleService({
     store,
     logs: new SandboxLogStore(redis),
     driver,
@@ -88,8 +84,7 @@ export async function startWorker(config: WorkerConfig): Promise<RunningStandalo
     driver,
     scheduler,
     lifecycle,
-    execs: router,
-    sessionLive: (id) => router.sessionLive(id),
+    router,
     log,
     metrics,
   });
