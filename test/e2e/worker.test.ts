@@ -42,7 +42,7 @@ const gw = (i: number) => cluster.replicas[i]!.grpcAddress;
 
 interface SandboxJson {
   metadata: { id: string; name: string };
-  status: { phase: string };
+  status: { phase: string; restartCount?: number; mainProcessInstanceId?: string };
 }
 
 async function getJson(name: string): Promise<SandboxJson | null> {
@@ -61,9 +61,11 @@ async function finishedEphemeral(name: string): Promise<string> {
 
 const gone = async (name: string, id: string) => (await getJson(name)) === null && !existsSync(`${cluster.stateDir}/sandboxes/${id}`);
 
+const workerLogs = () => `workers:\n${workers.map((w) => `--- ${w.id}\n${w.logs.join('').slice(-3000)}`).join('\n')}`;
+
 async function waitGone(name: string, id: string, why: string): Promise<void> {
   await waitFor(why, () => gone(name, id), 20_000, 100).catch((err: unknown) => {
-    throw new Error(`${String(err)}\nworkers:\n${workers.map((w) => `--- ${w.id}\n${w.logs.join('').slice(-3000)}`).join('\n')}`);
+    throw new Error(`${String(err)}\n${workerLogs()}`);
   });
 }
 
@@ -110,6 +112,26 @@ describe('sandgate worker beside replicas without workers', () => {
     expect(Number(await r.get(JOB_COUNTERS.execBackstopKills))).toBeGreaterThan(before);
     expect(await exited).not.toBe(0);
     await runCli(['sandbox', 'delete', 'backstop'], { gateway: gw(0) });
+  });
+
+  it('restarts a failed main process (restart policy), launching a supervisor that dials --supervisor-endpoint', async () => {
+    const res = await runCli(['sandbox', 'create', '--name', 'restarts', '--restart-policy', 'on-failure', '--detach', '--', 'sh', '-c', 'sleep 1; exit 3'], {
+      gateway: gw(0),
+    });
+    expect(res.code, res.stderr).toBe(0);
+    const first = await waitFor('the first run to fail', async () => {
+      const s = await getJson('restarts');
+      return s?.status.phase === 'SANDBOX_PHASE_ERROR' && s.status.mainProcessInstanceId ? s.status.mainProcessInstanceId : undefined;
+    }, 30_000, 100);
+    // A new run that got as far as its supervisor's hello: a new instance id, counted. Generous:
+    // a new bwrap sandbox and a Node supervisor start, on a loaded 2-core machine.
+    await waitFor('a restarted run', async () => {
+      const s = await getJson('restarts');
+      return (s?.status.restartCount ?? 0) >= 1 && !!s?.status.mainProcessInstanceId && s.status.mainProcessInstanceId !== first;
+    }, 60_000, 200).catch(async (err: unknown) => {
+      throw new Error(`${String(err)}: ${JSON.stringify(await getJson('restarts'))}\n${workerLogs()}`);
+    });
+    await runCli(['sandbox', 'delete', 'restarts'], { gateway: gw(0) });
   });
 
   it('a worker killed with -9 is replaced by another that completes the pending job', async () => {
