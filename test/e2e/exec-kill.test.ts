@@ -7,7 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Redis } from 'ioredis';
 import { Queue } from 'bullmq';
 import { status as grpcStatus, type ClientReadableStream, type ServiceError } from '@grpc/grpc-js';
-import { QUEUE_NAME, jobIds } from '@sandgate/worker';
+import { QUEUE_NAME, jobIds } from '@sandgate/jobs';
 import { Cluster, cliBin, runCli } from '../harness/cluster.ts';
 import { startRedis, type TestRedis } from '../harness/redis.ts';
 import { openShellClient, type AnyClient } from '../harness/grpc-client.ts';

@@ -191,3 +191,52 @@ export function runCli(args: string[], opts: { gateway: string; input?: Buffer |
     else proc.stdin.end();
   });
 }
+
+export interface WorkerProcess {
+  id: string;
+  proc: ChildProcess;
+  logs: string[];
+  /** Sends a signal and resolves once the process exited. */
+  signal(sig: NodeJS.Signals): Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+}
+
+/**
+ * Starts `sandgate worker` (the durable job workers alone) on the cluster's Redis, driver and
+ * state dir; resolves once it is taking jobs. For clusters whose replicas run without workers
+ * (env SANDGATE_WORKERS=0).
+ */
+export async function startWorker(cluster: Cluster, id: string, env: Record<string, string> = {}): Promise<WorkerProcess> {
+  const args = [
+    cliBin,
+    'worker',
+    '--redis', cluster.redisUrl,
+    '--worker-id', id,
+    '--driver', cluster.driver,
+    '--state-dir', cluster.stateDir,
+    '--supervisor-endpoint', cluster.supervisorEndpoint,
+  ];
+  const proc = spawn(process.execPath, args, { env: { ...process.env, SANDGATE_LOG_LEVEL: 'info', ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  const logs: string[] = [];
+  const collect = (chunk: Buffer) => {
+    logs.push(chunk.toString());
+    if (logs.length > 20000) logs.splice(0, 10000);
+  };
+  proc.stdout!.on('data', collect);
+  proc.stderr!.on('data', collect);
+  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
+    proc.once('exit', (code, signal) => resolve({ code, signal })),
+  );
+  await waitFor(`worker ${id} running`, () => {
+    if (proc.exitCode !== null) throw new Error(`worker ${id} exited ${proc.exitCode}: ${logs.join('').slice(-2000)}`);
+    return logs.join('').includes(`sandgate worker ${id} `);
+  }, 20_000, 50);
+  return {
+    id,
+    proc,
+    logs,
+    signal: (sig) => {
+      if (proc.exitCode === null && proc.signalCode === null) proc.kill(sig);
+      return exited;
+    },
+  };
+}

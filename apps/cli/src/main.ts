@@ -16,6 +16,7 @@ export interface CommandModule {
 export const COMMANDS: Record<string, () => Promise<CommandModule>> = {
   gateway: () => import('./commands/gateway.ts'),
   up: () => import('./commands/up.ts'),
+  worker: () => import('./commands/worker.ts'),
   'sandbox create': () => import('./commands/sandbox-create.ts'),
   'sandbox get': () => import('./commands/sandbox-get.ts'),
   'sandbox list': () => import('./commands/sandbox-list.ts'),

@@ -5,7 +5,8 @@ import { randomBytes } from 'node:crypto';
 import os from 'node:os';
 // The config module imports only pure libraries: `@sandgate/gateway` (Redis, gRPC, drivers) stays
 // unloaded until a command actually starts a replica.
-import { ConfigError, parseReplicaConfig, readOption, REPLICA_OPTIONS, type HostFacts, type ReplicaConfig } from '@sandgate/gateway/config';
+import { ConfigError, parseReplicaConfig, readOption, resolveOption, REPLICA_OPTIONS, WORKER_ID_OPTION, type HostFacts, type ReplicaConfig } from '@sandgate/gateway/config';
+import type { WorkerConfig } from '@sandgate/gateway';
 import { UsageError, parseCommand, type Env } from './args.ts';
 
 export type { HostFacts };
@@ -17,20 +18,25 @@ export function hostFacts(): HostFacts {
 /** Single-valued flags only: every value is a string or, for a switch, a boolean. */
 type FlagOptions = Record<string, { type: 'string' | 'boolean'; short?: string }>;
 
-function flagOptions(command: 'gateway' | 'up'): FlagOptions {
+type Command = 'gateway' | 'up' | 'worker';
+
+function flagOptions(command: Command): FlagOptions {
   const options: FlagOptions = { help: { type: 'boolean', short: 'h' } };
   for (const spec of Object.values(REPLICA_OPTIONS)) {
-    if (spec.flag === undefined || (command === 'up' && !spec.up)) continue;
+    if (spec.flag === undefined || (command === 'up' && !spec.up) || (command === 'worker' && !spec.worker)) continue;
     options[spec.flag] = { type: spec.flagSets === undefined ? 'string' : 'boolean' };
   }
+  if (command === 'worker') options[WORKER_ID_OPTION.flag!] = { type: 'string' };
   return options;
 }
 
-function parseFlags(argv: string[], env: Env, facts: HostFacts, command: 'gateway' | 'up') {
+function parseFlags(argv: string[], env: Env, facts: HostFacts, command: Command) {
   const { values, positionals } = parseCommand(argv, flagOptions(command), command);
   if (positionals.length > 0) throw new UsageError(`unexpected argument '${positionals[0]}'`, command);
   try {
-    return { values, config: parseReplicaConfig(values, env, facts) };
+    const config = parseReplicaConfig(values, env, facts);
+    const workerId = command === 'worker' ? resolveOption(WORKER_ID_OPTION, values[WORKER_ID_OPTION.flag!], env, config, facts) : '';
+    return { values, config, workerId };
   } catch (err) {
     if (err instanceof ConfigError) throw new UsageError(err.message, command);
     throw err;
@@ -56,4 +62,16 @@ export function resolveUpConfig(argv: string[], env: Env, facts: HostFacts = hos
   const privateRedis = readOption(REPLICA_OPTIONS.redisUrl, values.redis, env) === undefined;
   const pickDriver = readOption(REPLICA_OPTIONS.driver, values.driver, env) === undefined;
   return { config: { ...config, workers: true }, privateRedis, pickDriver };
+}
+
+/** `sandgate worker`: the replica options it shares (same flags, variables and precedence) and its id. */
+export function resolveWorkerConfig(argv: string[], env: Env, facts: HostFacts = hostFacts()): WorkerConfig {
+  const { config, workerId } = parseFlags(argv, env, facts, 'worker');
+  if (config.supervisorEndpoint === '') {
+    throw new UsageError(
+      '--supervisor-endpoint (or SANDGATE_SUPERVISOR_ENDPOINT) is required: the supervisors of restarted sandboxes dial it (the load balancer)',
+      'worker',
+    );
+  }
+  return { ...config, workerId, jobsEnabled: !config.debugBreaks.has('jobs') };
 }

@@ -10,6 +10,7 @@ export const USAGE: Record<string, string> = {
 Usage:
   sandgate up [flags]                  run a gateway, its workers and a private Redis (one process)
   sandgate gateway [flags]             run one gateway replica
+  sandgate worker [flags]              run only the durable job workers (beside --no-workers replicas)
   sandgate sandbox create [flags] [-- CMD...]
   sandgate sandbox get NAME [-o json]
   sandgate sandbox list [-o json] [--selector k=v,...] [--limit N]
@@ -171,6 +172,21 @@ Flags:
                               default this replica's gRPC address)
   --advertise-host H          host peers use to reach this replica (SANDGATE_ADVERTISE_HOST, default --host)
   --no-workers                do not run the background workers here (SANDGATE_WORKERS=0)
+  -h, --help                  show help
+`,
+  worker: `Usage: sandgate worker [flags]
+
+Runs only the durable job workers (deadlines, deletes, restarts, reconcile) until SIGTERM or
+SIGINT, which lets running jobs finish first. For replicas started with --no-workers; any number
+of workers may run. Flags and variables are those of 'sandgate gateway'.
+
+Flags:
+  --redis URL                 Redis URL (SANDGATE_REDIS_URL, default redis://127.0.0.1:6379)
+  --worker-id ID              worker id (SANDGATE_WORKER_ID, default worker-HOSTNAME-PID-RANDOM)
+  --driver local              compute driver, as on the replicas (SANDGATE_DRIVER, default local)
+  --state-dir DIR             sandbox state directory, as on the replicas (SANDGATE_STATE_DIR)
+  --supervisor-endpoint LIST  host:port list restarted supervisors dial, normally the load
+                              balancer (SANDGATE_SUPERVISOR_ENDPOINT, required)
   -h, --help                  show help
 `,
   up: `Usage: sandgate up [flags]

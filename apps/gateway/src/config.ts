@@ -69,6 +69,8 @@ export interface OptionSpec<T> {
   flagSets?: string;
   /** `sandgate up` takes the flag too. */
   up?: boolean;
+  /** `sandgate worker` takes the flag too. */
+  worker?: boolean;
   env: string;
   /** Older variable names, still honoured when the canonical one is unset. */
   aliases?: readonly string[];
@@ -126,6 +128,19 @@ export const PROVISION_TIMEOUT_OPTION: OptionSpec<number> = {
   parse: (raw, what) => positiveInt(raw, what) * 1000,
 };
 
+/** `sandgate worker`'s own option; it takes the replica options marked `worker` besides. */
+export const WORKER_ID_OPTION: OptionSpec<string> = {
+  flag: 'worker-id',
+  env: 'SANDGATE_WORKER_ID',
+  default: { text: 'worker-hostname-pid-random', compute: (_r, f) => `worker-${f.hostname}-${f.pid}-${f.randomHex()}` },
+  description: 'stable id of a standalone worker (`sandgate worker`): names its Redis connections',
+  parse: (raw, what) => {
+    const id = raw.trim();
+    if (id === '' || /\s/.test(id)) throw new ConfigError(`${what}: worker id '${raw}' must be non-empty without whitespace`);
+    return id;
+  },
+};
+
 type Specs = { [K in keyof ReplicaConfig]: OptionSpec<ReplicaConfig[K]> };
 
 /** Every replica option, in the order they are resolved (advertiseHost follows host). */
@@ -144,6 +159,7 @@ export const REPLICA_OPTIONS: Specs = {
   redisUrl: {
     flag: 'redis',
     up: true,
+    worker: true,
     env: 'SANDGATE_REDIS_URL',
     default: 'redis://127.0.0.1:6379',
     description: 'the Redis every replica shares (`up` without it runs a private redis-server)',
@@ -163,6 +179,7 @@ export const REPLICA_OPTIONS: Specs = {
   driver: {
     flag: 'driver',
     up: true,
+    worker: true,
     env: 'SANDGATE_DRIVER',
     default: 'local',
     description: 'compute driver: local (bubblewrap) or docker (`up` picks what the machine has)',
@@ -171,6 +188,7 @@ export const REPLICA_OPTIONS: Specs = {
   stateDir: {
     flag: 'state-dir',
     up: true,
+    worker: true,
     env: 'SANDGATE_STATE_DIR',
     default: { text: '~/.local/state/sandgate', compute: (_r, f) => path.join(f.homedir, '.local', 'state', 'sandgate') },
     description: 'where the local driver keeps sandbox directories and logs',
@@ -178,6 +196,7 @@ export const REPLICA_OPTIONS: Specs = {
   },
   supervisorEndpoint: {
     flag: 'supervisor-endpoint',
+    worker: true,
     env: 'SANDGATE_SUPERVISOR_ENDPOINT',
     default: { text: "this replica's gRPC address", compute: () => '' },
     description: 'what supervisors dial (host:port list, normally the load balancer)',
@@ -288,7 +307,7 @@ export function readOption(spec: OptionSpec<unknown>, flagValue: string | boolea
 }
 
 /** One option's value: what the user gave, parsed, else its default. */
-function resolveOption<T>(
+export function resolveOption<T>(
   spec: OptionSpec<T>,
   flagValue: string | boolean | undefined,
   env: Readonly<Record<string, string | undefined>>,

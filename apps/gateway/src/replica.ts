@@ -5,12 +5,12 @@
 import { Server, ServerCredentials } from '@grpc/grpc-js';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { Redis } from 'ioredis';
+import type { Redis } from 'ioredis';
 import { serviceDefinition } from '@sandgate/protocols';
 import { ClusterCounter, ClusterCounters, createRedisConnection, OwnershipStore, ReplicaRegistry, SandboxFeed, SandboxLogStore, SandboxStore, sharedPeerSecret, SshSessionStore } from '@sandgate/store';
 import { DockerDriver, LocalDriver, type ComputeDriver } from '@sandgate/compute';
-import { createLogger, Metrics, type Logger } from '@sandgate/telemetry';
-import { JobScheduler, startJobWorker, type JobProcessors, type RunningWorker } from '@sandgate/worker';
+import { createLogger, Metrics } from '@sandgate/telemetry';
+import { JobScheduler, jobConnectionNames, type RunningWorker } from '@sandgate/jobs';
 import type { ReplicaConfig, RunningReplica } from './config.ts';
 import { SessionRegistry, type ControlCall, type ExecChannelCall, type TcpChannelCall } from './sessions/sessions.ts';
 import { ExecRouter } from './relay/exec-router.ts';
@@ -24,6 +24,7 @@ import { WatchService } from './sandboxes/watch-service.ts';
 import { gatewayHostForResponse, SshService } from './ssh/ssh-service.ts';
 import { TcpForwardService } from './ssh/tcp-forward.ts';
 import { announceDebugBreaks } from './debug-breaks.ts';
+import { runJobWorker } from './job-runtime.ts';
 
 const supervisorEntry = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../supervisor/src/main.ts');
 
@@ -49,7 +50,7 @@ function bindGrpc(server: Server, host: string, port: number): Promise<number> {
   });
 }
 
-export function createDriver(config: ReplicaConfig): ComputeDriver {
+export function createDriver(config: Pick<ReplicaConfig, 'driver' | 'stateDir' | 'dockerImage'>): ComputeDriver {
   if (config.driver === 'local') return new LocalDriver({ stateDir: config.stateDir, supervisorEntry });
   if (config.driver === 'docker') {
     return new DockerDriver({
@@ -79,8 +80,8 @@ export async function startReplica(config: ReplicaConfig): Promise<RunningReplic
   const peerSecret = config.peerSecret || (await sharedPeerSecret(redis));
 
   const logs = new SandboxLogStore(redis);
-  // BullMQ gets its own connections: workers block on Redis, and must retry forever.
-  const scheduler = new JobScheduler(new Redis(config.redisUrl, { maxRetriesPerRequest: 2 }), { enabled: !config.debugBreaks.has('jobs') });
+  // BullMQ gets its own connections (workers block on Redis), named after the replica.
+  const scheduler = new JobScheduler(config.redisUrl, { connectionName: jobConnectionNames(config.replicaId).scheduler, enabled: !config.debugBreaks.has('jobs') });
   // Sessions report to the lifecycle, which asks the router about sessions: bound late.
   let lifecycle: LifecycleService | undefined;
   const sessions = new SessionRegistry({
@@ -108,7 +109,6 @@ export async function startReplica(config: ReplicaConfig): Promise<RunningReplic
   const supervisorEndpoint = config.supervisorEndpoint || grpcAddress;
 
   lifecycle = new LifecycleService({
-    incrementCounter: (name) => new ClusterCounters(redis).incr(name),
     store,
     logs,
     driver,
@@ -168,11 +168,18 @@ export async function startReplica(config: ReplicaConfig): Promise<RunningReplic
 
   let worker: RunningWorker | null = null;
   if (config.workers) {
-    const processors = jobProcessors({ store, router, redis, lifecycle, log, metrics });
-    await scheduler.ensureReconcile();
-    worker = startJobWorker(new Redis(config.redisUrl, { maxRetriesPerRequest: null }), processors, (err) =>
-      log.warn('job worker error', { err: err.message }),
-    );
+    worker = await runJobWorker({
+      processId: config.replicaId,
+      redisUrl: config.redisUrl,
+      redis,
+      store,
+      driver,
+      scheduler,
+      lifecycle,
+      router,
+      log,
+      metrics,
+    });
   }
 
   const info = { replicaId: config.replicaId, peerAddress, grpcAddress, pid: process.pid, startedAtMs: Date.now() };
@@ -225,33 +232,6 @@ export async function startReplica(config: ReplicaConfig): Promise<RunningReplic
   };
 
   return { replicaId: config.replicaId, grpcAddress, httpUrl, peerAddress, close };
-}
-
-function jobProcessors(deps: {
-  store: SandboxStore;
-  router: ExecRouter;
-  redis: Redis;
-  lifecycle: LifecycleService;
-  log: Logger;
-  metrics: Metrics;
-}): JobProcessors {
-  return {
-    deleteSandbox: (data) => deps.lifecycle.jobDelete(data),
-    provisionDeadline: (data) => deps.lifecycle.jobProvisionDeadline(data),
-    restart: (data) => deps.lifecycle.jobRestart(data),
-    reconcile: () => deps.lifecycle.jobReconcile(),
-    async execDeadline(data) {
-      if (!(await deps.store.get(data.sandboxId))) return { skipped: 'sandbox gone' };
-      // Throws UNAVAILABLE while no replica holds the session: BullMQ retries with backoff.
-      const killed = await deps.router.killExec(data.sandboxId, data.execId);
-      if (killed > 0) {
-        deps.metrics.inc('sandgate_exec_backstop_kills_total', killed);
-        await new ClusterCounters(deps.redis).incr(ClusterCounter.execBackstopKills, killed);
-        deps.log.warn('exec backstop killed processes past the deadline', { ...data, killed });
-      }
-      return { killed };
-    },
-  };
 }
 
 /** Waits briefly for calls to finish, then forces the rest closed. */

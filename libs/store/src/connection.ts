@@ -9,6 +9,14 @@ import { Redis } from 'ioredis';
  */
 export type RedisPurpose = 'commands' | 'jobs-worker';
 
-export function createRedisConnection(url: string, purpose: RedisPurpose, opts: { lazyConnect?: boolean } = {}): Redis {
-  return new Redis(url, { maxRetriesPerRequest: purpose === 'jobs-worker' ? null : 2, lazyConnect: opts.lazyConnect ?? false });
+export function createRedisConnection(
+  url: string,
+  purpose: RedisPurpose,
+  opts: { lazyConnect?: boolean; /** Shown by CLIENT LIST, so an operator (or a test) can tell connections apart. */ connectionName?: string } = {},
+): Redis {
+  return new Redis(url, {
+    maxRetriesPerRequest: purpose === 'jobs-worker' ? null : 2,
+    lazyConnect: opts.lazyConnect ?? false,
+    ...(opts.connectionName ? { connectionName: opts.connectionName } : {}),
+  });
 }

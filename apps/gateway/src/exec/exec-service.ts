@@ -3,7 +3,7 @@
 // unchanged, with back-pressure, until the supervisor reports the exit.
 import { randomUUID } from 'node:crypto';
 import type { ServerDuplexStream, ServerUnaryCall, ServerWritableStream, sendUnaryData } from '@grpc/grpc-js';
-import type { JobScheduler } from '@sandgate/worker';
+import type { JobScheduler } from '@sandgate/jobs';
 import type { Writable } from 'node:stream';
 import { MetadataKey, type ExecFrame, type ExecSandboxEvent, type ExecSandboxInput, type ExecSandboxRequest, type ExecStart } from '@sandgate/protocols';
 import { GatewayError, Code, decideAccess, validateExec, notFound, EXIT_TIMEOUT, Phase } from '@sandgate/core';

@@ -1,7 +1,7 @@
 // The sandbox lifecycle at the gateway: main-process exit reports, terminal delivery and
-// ephemeral cleanup, stop/start, restarts, deletes, provisioning deadlines and reconciliation.
-// Decisions are the pure transitions of @sandgate/core; this module does the I/O around them,
-// and everything that must survive a crash goes through a durable, idempotent job.
+// ephemeral cleanup, stop/start, new runs, deletes. Decisions are the pure transitions of
+// @sandgate/core; this module does the I/O around them, and everything that must survive a crash
+// goes through a durable, idempotent job (@sandgate/jobs, whose processors call back in here).
 import type { Sandbox, StopSandboxRequest, SandboxResponse, StartSandboxRequest } from '@sandgate/protocols';
 import {
   Code,
@@ -12,10 +12,8 @@ import {
   normaliseWorkspace,
   notFound,
   onComputeFailed,
-  onComputeVanished,
   onDeleteRequested,
   onMainProcessExit,
-  onProvisioningTimeout,
   onStopped,
   phaseName,
   planStart,
@@ -25,15 +23,13 @@ import {
   shouldRestart,
   type LifecycleStatus,
 } from '@sandgate/core';
-import { ClusterCounter, type ClusterCounterName, type SandboxLogStore, type SandboxStore, type StoredSandbox } from '@sandgate/store';
+import { type SandboxLogStore, type SandboxStore, type StoredSandbox } from '@sandgate/store';
 import type { ComputeDriver, LaunchSpec } from '@sandgate/compute';
-import type { JobScheduler, DeleteSandboxData, ProvisionDeadlineData, RestartData } from '@sandgate/worker';
+import type { JobScheduler, LifecycleTransitions } from '@sandgate/jobs';
 import type { Logger, Metrics } from '@sandgate/telemetry';
 import { newCredential } from '../sessions/credentials.ts';
 
 export interface LifecycleDeps {
-  /** Bumps a cluster-wide counter (read by tests and operators). */
-  incrementCounter: (name: ClusterCounterName) => Promise<void>;
   store: SandboxStore;
   logs: SandboxLogStore;
   driver: ComputeDriver;
@@ -41,7 +37,7 @@ export interface LifecycleDeps {
   supervisorEndpoint: () => string;
   /** Is a supervisor session live anywhere for this sandbox? */
   sessionLive: (sandboxId: string) => Promise<boolean>;
-  /** Ends the sandbox's supervisor session wherever it is (stop/start revoke access). */
+  /** Ends the sandbox's supervisor session wherever it is (stop/start and new runs revoke access). */
   revokeSessions: (sandboxId: string, reason: string) => Promise<void>;
   provisionTimeoutMs: number;
   log: Logger;
@@ -49,9 +45,6 @@ export interface LifecycleDeps {
 }
 
 const now = () => new Date();
-
-/** A record still without compute this long after its creation belongs to an interrupted create. */
-const INTERRUPTED_CREATE_MS = 30_000;
 
 export function launchSpecFor(sandbox: Sandbox, credential: string, gatewayEndpoints: string): LaunchSpec {
   const spec = sandbox.spec!;
@@ -67,7 +60,7 @@ export function launchSpecFor(sandbox: Sandbox, credential: string, gatewayEndpo
   };
 }
 
-export class LifecycleService {
+export class LifecycleService implements LifecycleTransitions {
   private readonly deps: LifecycleDeps;
 
   constructor(deps: LifecycleDeps) {
@@ -82,7 +75,7 @@ export class LifecycleService {
   }
 
   /** Applies a pure transition with CAS; null from `change` leaves the record alone. */
-  private transition(
+  transition(
     sandboxId: string,
     change: (status: LifecycleStatus, rec: StoredSandbox) => LifecycleStatus | null,
     extra?: Record<string, string>,
@@ -123,7 +116,7 @@ export class LifecycleService {
     await this.maybeScheduleEphemeralCleanup(rec);
   }
 
-  private async maybeScheduleEphemeralCleanup(rec: StoredSandbox): Promise<boolean> {
+  async maybeScheduleEphemeralCleanup(rec: StoredSandbox): Promise<boolean> {
     const sb = rec.sandbox;
     const status = sb.status as LifecycleStatus;
     if (!isEphemeral(sb.metadata?.annotations) || !mainProcessFinished(status)) return false;
@@ -198,7 +191,7 @@ export class LifecycleService {
    * A new run on the kept filesystem: new credential (access granted for the old run ends), new
    * supervisor, and a fresh provisioning deadline. Ready comes with the new supervisor's hello.
    */
-  private async launchNewRun(rec: StoredSandbox, why: string, resetRestarts: boolean): Promise<StoredSandbox | null> {
+  async launchNewRun(rec: StoredSandbox, why: string, resetRestarts: boolean): Promise<StoredSandbox | null> {
     const id = rec.sandbox.metadata!.id!;
     const next = planStart(rec.sandbox.status as LifecycleStatus, now());
     if (!next) return rec;
@@ -244,7 +237,7 @@ export class LifecycleService {
     })().catch((err: unknown) => this.deps.log.warn('launch watch failed', { sandboxId, err }));
   }
 
-  private async failLaunch(rec: StoredSandbox): Promise<void> {
+  async failLaunch(rec: StoredSandbox): Promise<void> {
     const id = rec.sandbox.metadata!.id!;
     const reason =
       (await this.deps.driver.failureReason?.(id, rec.compute).catch(() => null)) ??
@@ -264,99 +257,5 @@ export class LifecycleService {
     const rec = await this.deps.store.getByName(normaliseWorkspace(workspace), requireName(name));
     if (!rec) throw notFound();
     return rec;
-  }
-
-  // ---- durable jobs -------------------------------------------------------------------------
-
-  async jobDelete(data: DeleteSandboxData): Promise<unknown> {
-    // Ephemeral cleanup does not wait for the supervisor to go away: count that it did not.
-    if (data.reason === 'ephemeral' && (await this.deps.sessionLive(data.sandboxId))) {
-      await this.deps.incrementCounter(ClusterCounter.ephemeralDeletedWhileConnected);
-    }
-    const removed = await this.finishDelete(data.sandboxId);
-    return { removed, reason: data.reason };
-  }
-
-  async jobProvisionDeadline(data: ProvisionDeadlineData): Promise<unknown> {
-    const rec = await this.deps.store.get(data.sandboxId);
-    if (!rec || rec.runStartedAtMs !== data.runStartedAtMs) return { skipped: 'run is gone or superseded' };
-    const failed = await this.transition(data.sandboxId, (s) => onProvisioningTimeout(s, data.timeoutMs, now()));
-    if (failed?.sandbox.status?.phase !== Phase.ERROR || rec.sandbox.status?.phase === Phase.ERROR) return { skipped: 'not provisioning' };
-    this.note(data.sandboxId, 'provisioning deadline passed; compute removed', 'ERROR');
-    await this.deps.driver.stop(data.sandboxId, rec.compute);
-    return { failed: true };
-  }
-
-  async jobRestart(data: RestartData): Promise<unknown> {
-    const rec = await this.deps.store.get(data.sandboxId);
-    const status = rec?.sandbox.status as LifecycleStatus | undefined;
-    if (!rec || !status || status.main_process_instance_id !== data.instanceId || !mainProcessFinished(status)) {
-      return { skipped: 'no longer the finished run' };
-    }
-    await this.transition(data.sandboxId, (s) => ({ ...s, restart_count: (s.restart_count ?? 0) + 1, next_restart_at_ms: 0 }));
-    const fresh = await this.deps.store.get(data.sandboxId);
-    if (fresh) await this.launchNewRun(fresh, `restart policy: run ${fresh.sandbox.status?.restart_count ?? 0}`, false);
-    return { restarted: true };
-  }
-
-  /**
-   * The repeatable sweep: compute without a record is removed; a record whose compute vanished is
-   * marked; deletes interrupted by a crash are finished; finalized ephemeral sandboxes whose
-   * cleanup job was lost get one.
-   */
-  async jobReconcile(): Promise<unknown> {
-    // Compute first, then records: a record is written before its compute, so every compute
-    // listed here has a record the scan below sees (unless it is being deleted anyway).
-    const compute = await this.deps.driver.list();
-    const computeById = new Map(compute.map((c) => [c.sandboxId, c]));
-    const recordIds = new Set<string>();
-    let orphans = 0;
-    let vanished = 0;
-    let resumed = 0;
-    let ephemeral = 0;
-    let interrupted = 0;
-    for await (const page of this.deps.store.pages()) {
-      for (const rec of page) {
-        const id = rec.sandbox.metadata!.id!;
-        if (recordIds.has(id)) continue; // SSCAN may repeat an id
-        recordIds.add(id);
-        const phase = rec.sandbox.status?.phase;
-        if (phase === Phase.DELETING) {
-          await this.deps.scheduler.deleteSandbox(id);
-          resumed++;
-          continue;
-        }
-        // A create interrupted between writing the record and launching the compute (its replica
-        // died; the client got UNAVAILABLE): creation is all-or-nothing, so the record goes.
-        const createdAt = rec.sandbox.metadata!.created_at_ms ?? 0;
-        if (phase === Phase.PROVISIONING && !rec.compute && !rec.runStartedAtMs && Date.now() - createdAt > INTERRUPTED_CREATE_MS) {
-          await this.deps.scheduler.deleteSandbox(id);
-          interrupted++;
-          continue;
-        }
-        if (await this.maybeScheduleEphemeralCleanup(rec)) ephemeral++;
-        if ((phase === Phase.PROVISIONING || phase === Phase.STARTING) && rec.compute && Date.now() - rec.runStartedAtMs > 10_000) {
-          if ((await this.deps.driver.inspect(id, rec.compute)) !== 'running') await this.failLaunch(rec);
-          continue;
-        }
-        const running = computeById.get(id)?.state === 'running';
-        const expectsCompute = phase === Phase.READY || phase === Phase.COMPLETED || (phase === Phase.ERROR && rec.compute !== null);
-        // Give a fresh launch time to show up before calling it vanished.
-        if (expectsCompute && !running && rec.compute && Date.now() - rec.runStartedAtMs > 5_000) {
-          const marked = await this.transition(id, (s) => onComputeVanished(s, now()));
-          if (marked?.sandbox.status?.phase === Phase.ERROR && phase !== Phase.ERROR) {
-            this.note(id, 'sandbox compute vanished', 'ERROR');
-            vanished++;
-          }
-        }
-      }
-    }
-    for (const c of compute) {
-      if (recordIds.has(c.sandboxId)) continue;
-      await this.deps.driver.delete(c.sandboxId, c.handle).catch(() => undefined);
-      orphans++;
-    }
-    if (orphans || vanished || interrupted) this.deps.log.warn('reconcile repaired state', { orphans, vanished, resumed, ephemeral, interrupted });
-    return { orphans, vanished, resumed, ephemeral, interrupted };
   }
 }

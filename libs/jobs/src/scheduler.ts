@@ -1,8 +1,14 @@
-// Enqueues durable jobs. Used by replicas on the request path; cheap and idempotent (job ids).
-import { Queue, type ConnectionOptions } from 'bullmq';
+// Enqueues durable jobs. Used by replicas on the request path, and by the jobs themselves (the
+// reconcile sweep re-enqueues); cheap and idempotent (job ids).
+import { Queue } from 'bullmq';
+import type { Redis } from 'ioredis';
+import { createRedisConnection } from '@sandgate/store';
 import {
+  EXEC_DEADLINE_GRACE_MS,
   JobName,
   QUEUE_NAME,
+  RECONCILE_EVERY_MS,
+  RECONCILE_SCHEDULER_ID,
   jobIds,
   type DeleteSandboxData,
   type ExecDeadlineData,
@@ -10,20 +16,24 @@ import {
   type RestartData,
 } from './jobs.ts';
 
-/** Grace after an exec deadline before the backstop looks: the supervisor's own kill comes first. */
-export const EXEC_DEADLINE_GRACE_MS = 2_000;
-/** How often the reconcile job runs. */
-export const RECONCILE_EVERY_MS = 10_000;
+export interface JobSchedulerOptions {
+  /** CLIENT SETNAME of the scheduler's connection, so an operator (and a test) can tell it apart. */
+  connectionName: string;
+  /** DEBUG ONLY (the `jobs` debug fault): when false nothing is enqueued, for the chaos suite's negative run. */
+  enabled?: boolean;
+}
 
 export class JobScheduler {
   private readonly queue: Queue;
-  /** DEBUG ONLY (SANDGATE_DEBUG_DISABLE_JOBS): when false nothing is enqueued, for the chaos suite's negative run. */
+  /** Ours, not BullMQ's: BullMQ never closes a connection it was handed, so close() does. */
+  private readonly connection: Redis;
   private readonly enabled: boolean;
 
-  constructor(connection: ConnectionOptions, opts: { enabled?: boolean } = {}) {
+  constructor(redisUrl: string, opts: JobSchedulerOptions) {
     this.enabled = opts.enabled ?? true;
+    this.connection = createRedisConnection(redisUrl, 'commands', { connectionName: opts.connectionName });
     this.queue = new Queue(QUEUE_NAME, {
-      connection,
+      connection: this.connection,
       defaultJobOptions: {
         removeOnComplete: { count: 1000 },
         removeOnFail: { count: 1000 },
@@ -75,10 +85,20 @@ export class JobScheduler {
   /** Installs the repeatable reconcile job (idempotent: one scheduler id for the whole cluster). */
   async ensureReconcile(): Promise<void> {
     if (!this.enabled) return;
-    await this.queue.upsertJobScheduler('reconcile', { every: RECONCILE_EVERY_MS }, { name: JobName.Reconcile, data: {} });
+    await this.queue.upsertJobScheduler(RECONCILE_SCHEDULER_ID, { every: RECONCILE_EVERY_MS }, { name: JobName.Reconcile, data: {} });
   }
 
   async close(): Promise<void> {
-    await this.queue.close();
+    await this.queue.close().catch(() => undefined);
+    await closeConnection(this.connection);
+  }
+}
+
+/** QUIT (pending replies first); a connection that cannot say goodbye (Redis down) is dropped. */
+export async function closeConnection(connection: Redis): Promise<void> {
+  try {
+    await connection.quit();
+  } catch {
+    connection.disconnect();
   }
 }

@@ -1,6 +1,17 @@
-// Durable job types. Every job is idempotent and carries the id of the thing it fences on, so
-// BullMQ running it twice (a stalled worker, a retry) changes nothing the second time.
-export const QUEUE_NAME = 'sandgate';
+// Durable job definitions: names, ids, data, delays. Every job is idempotent and carries the id
+// of the thing it fences on, so BullMQ running it twice (a stalled worker, a retry) changes
+// nothing the second time.
+import { jobQueue } from '@sandgate/store';
+
+/** The BullMQ queue every job rides on (named with the rest of the key schema in libs/store). */
+export const QUEUE_NAME = jobQueue.name;
+
+/** Grace after an exec deadline before the backstop looks: the supervisor's own kill comes first. */
+export const EXEC_DEADLINE_GRACE_MS = 2_000;
+/** How often the reconcile job runs. */
+export const RECONCILE_EVERY_MS = 10_000;
+/** The reconcile job's scheduler id: one for the whole cluster, so every worker's upsert is the same. */
+export const RECONCILE_SCHEDULER_ID = 'reconcile';
 
 export const JobName = {
   /** After an exec's deadline plus a grace: kill anything of the exec still running. */
@@ -48,3 +59,7 @@ export const jobIds = {
   provisionDeadline: (sandboxId: string, runStartedAtMs: number) => `provision_${sandboxId}_${runStartedAtMs}`,
   restart: (sandboxId: string, instanceId: string) => `restart_${sandboxId}_${instanceId}`,
 } as const;
+
+/** CLIENT SETNAME of the job connections of one process (a replica id or a worker id). */
+export const jobConnectionNames = (processId: string) =>
+  ({ scheduler: `sandgate:${processId}:jobs-scheduler`, worker: `sandgate:${processId}:jobs-worker` }) as const;

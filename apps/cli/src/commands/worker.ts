@@ -1,0 +1,28 @@
+// sandgate worker [flags]: runs only the durable job workers until SIGTERM/SIGINT, next to
+// replicas started with --no-workers. It listens on nothing.
+import type { RunningStandaloneWorker } from '@sandgate/gateway';
+import type { CommandContext } from '../context.ts';
+import { ExitError } from '../errors.ts';
+import { resolveWorkerConfig } from '../replica-config.ts';
+import { waitForShutdownSignal } from '../signals.ts';
+
+export { resolveWorkerConfig } from '../replica-config.ts';
+
+export async function run(argv: string[], ctx: CommandContext): Promise<number> {
+  const config = resolveWorkerConfig(argv, ctx.env);
+  // Listen for signals from the start: one arriving during startup stops the worker once it is up.
+  const shutdown = waitForShutdownSignal();
+  let worker: RunningStandaloneWorker;
+  try {
+    const { startWorker } = await import('@sandgate/gateway');
+    worker = await startWorker(config);
+  } catch (err) {
+    process.stderr.write(`error: ${err instanceof Error ? err.message : String(err)}\n`);
+    throw new ExitError(1);
+  }
+  process.stdout.write(`sandgate worker ${worker.workerId} driver=${config.driver}\n`);
+  const signal = await shutdown;
+  process.stderr.write(`received ${signal}: draining (running jobs finish first)\n`);
+  await worker.close();
+  return 0;
+}

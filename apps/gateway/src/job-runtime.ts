@@ -1,0 +1,45 @@
+// The durable job workers wired to this package's services: the same code inside a replica
+// (unless --no-workers) and in a standalone `sandgate worker` (worker.ts).
+import type { Redis } from 'ioredis';
+import { ClusterCounters, type SandboxStore } from '@sandgate/store';
+import type { ComputeDriver } from '@sandgate/compute';
+import type { Logger, Metrics } from '@sandgate/telemetry';
+import { jobConnectionNames, jobProcessors, startJobWorker, type ExecKiller, type JobScheduler, type RunningWorker } from '@sandgate/jobs';
+import type { LifecycleService } from './sandboxes/lifecycle-service.ts';
+
+export interface JobRuntimeDeps {
+  /** The replica id or worker id: names the job connections in CLIENT LIST. */
+  processId: string;
+  redisUrl: string;
+  /** The process's general connection (cluster-wide counters). */
+  redis: Redis;
+  store: SandboxStore;
+  driver: ComputeDriver;
+  scheduler: JobScheduler;
+  lifecycle: LifecycleService;
+  /** Kills execs on the owner and knows whether a session is live (the ExecRouter). */
+  router: ExecKiller & { sessionLive(sandboxId: string): Promise<boolean> };
+  log: Logger;
+  metrics: Metrics;
+}
+
+/** Installs the reconcile schedule and starts taking jobs. */
+export async function runJobWorker(deps: JobRuntimeDeps): Promise<RunningWorker> {
+  await deps.scheduler.ensureReconcile();
+  const processors = jobProcessors({
+    store: deps.store,
+    driver: deps.driver,
+    scheduler: deps.scheduler,
+    lifecycle: deps.lifecycle,
+    execs: deps.router,
+    sessionLive: (id) => deps.router.sessionLive(id),
+    incrementCounter: (name, by) => new ClusterCounters(deps.redis).incr(name, by),
+    log: deps.log,
+    metrics: deps.metrics,
+  });
+  return startJobWorker(deps.redisUrl, processors, {
+    connectionName: jobConnectionNames(deps.processId).worker,
+    onError: (err) => deps.log.warn('job worker error', { err: err.message }),
+  });
+}
+

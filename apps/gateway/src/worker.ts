@@ -1,0 +1,96 @@
+// `sandgate worker`: the durable job workers alone, without listeners. It holds no supervisor
+// session, so everything it does to a session goes through Redis (ownership revoke) or the owner
+// replica's peer port (Peer.KillExec, with the shared peer secret).
+import type { Redis } from 'ioredis';
+import { OwnershipStore, ReplicaRegistry, SandboxLogStore, SandboxStore, createRedisConnection, sharedPeerSecret } from '@sandgate/store';
+import { createLogger, Metrics } from '@sandgate/telemetry';
+import { JobScheduler, jobConnectionNames } from '@sandgate/jobs';
+import type { ReplicaConfig } from './config.ts';
+import { createDriver } from './replica.ts';
+import { runJobWorker } from './job-runtime.ts';
+import { SessionRegistry } from './sessions/sessions.ts';
+import { ExecRouter } from './relay/exec-router.ts';
+import { LifecycleService } from './sandboxes/lifecycle-service.ts';
+
+/** `sandgate worker`: what a worker needs of a replica's configuration, and nothing that listens. */
+export interface WorkerConfig
+  extends Pick<ReplicaConfig, 'redisUrl' | 'driver' | 'stateDir' | 'dockerImage' | 'ownerTtlMs' | 'provisionTimeoutMs' | 'peerSecret' | 'logLevel' | 'heartbeatIntervalMs' | 'heartbeatMisses' | 'maxExecsPerSandbox'> {
+  workerId: string;
+  /** What restarted supervisors dial (the load balancer): a worker has no gRPC address of its own. */
+  supervisorEndpoint: string;
+  /** DEBUG ONLY (the `jobs` debug fault): enqueue nothing. */
+  jobsEnabled: boolean;
+}
+
+export interface RunningStandaloneWorker {
+  readonly workerId: string;
+  /** Drains: stops taking jobs, lets the running ones finish, closes every connection. */
+  close(): Promise<void>;
+}
+
+export async function startWorker(config: WorkerConfig): Promise<RunningStandaloneWorker> {
+  const log = createLogger({ component: 'worker', worker: config.workerId }, config.logLevel);
+  const metrics = new Metrics();
+  const redis = createRedisConnection(config.redisUrl, 'commands', { lazyConnect: true, connectionName: `sandgate:${config.workerId}` });
+  redis.on('error', (err: Error) => log.warn('redis error', { err: err.message }));
+  await redis.connect();
+
+  const store = new SandboxStore(redis);
+  const ownership = new OwnershipStore(redis, config.ownerTtlMs);
+  const replicas = new ReplicaRegistry(redis, config.ownerTtlMs);
+  const driver = createDriver(config);
+  const peerSecret = config.peerSecret || (await sharedPeerSecret(redis));
+  const scheduler = new JobScheduler(config.redisUrl, { connectionName: jobConnectionNames(config.workerId).scheduler, enabled: config.jobsEnabled });
+  // Never handed a Control stream, so it stays empty (and reports nothing): the router then
+  // always finds the owner replica in Redis and kills execs there (Peer.KillExec).
+  const sessions = new SessionRegistry({
+    replicaId: config.workerId,
+    store,
+    ownership,
+    heartbeatIntervalMs: config.heartbeatIntervalMs,
+    heartbeatMisses: config.heartbeatMisses,
+    maxExecsPerSandbox: config.maxExecsPerSandbox,
+    disconnectGraceMs: 5_000,
+    reports: { mainExit: async () => undefined, terminalFinal: async () => undefined },
+    log,
+    metrics,
+  });
+  const router = new ExecRouter({ replicaId: config.workerId, sessions, ownership, replicas, peerSecret, log });
+  const lifecycle = new LifecycleService({
+    store,
+    logs: new SandboxLogStore(redis),
+    driver,
+    scheduler,
+    supervisorEndpoint: () => config.supervisorEndpoint,
+    sessionLive: (id) => router.sessionLive(id),
+    // The session is on some replica: moving the fence makes its next renewal fail there.
+    revokeSessions: (id) => ownership.revoke(id),
+    provisionTimeoutMs: config.provisionTimeoutMs,
+    log,
+    metrics,
+  });
+  const worker = await runJobWorker({
+    processId: config.workerId,
+    redisUrl: config.redisUrl,
+    redis,
+    store,
+    driver,
+    scheduler,
+    lifecycle,
+    router,
+    log,
+    metrics,
+  });
+  log.info('worker running', { driver: config.driver, supervisorEndpoint: config.supervisorEndpoint });
+
+  let closing: Promise<void> | undefined;
+  const close = () =>
+    (closing ??= (async () => {
+      await worker.close();
+      await scheduler.close();
+      router.close();
+      await redis.quit().catch(() => redis.disconnect());
+      log.info('worker stopped');
+    })());
+  return { workerId: config.workerId, close };
+}

@@ -1,0 +1,166 @@
+// What each durable job does. The processors take their dependencies as narrow interfaces, so a
+// replica (which may hold the sandbox's session itself) and a standalone `sandgate worker`
+// (which holds none) run the same code. Decisions are the pure transitions of @sandgate/core;
+// every processor is idempotent: it re-reads the record and does nothing for a run, phase or
+// instance that has moved on.
+import { Phase, mainProcessFinished, onComputeVanished, onProvisioningTimeout, type LifecycleStatus } from '@sandgate/core';
+import type { ComputeDriver } from '@sandgate/compute';
+import { ClusterCounter, type ClusterCounterName, type SandboxStore, type StoredSandbox } from '@sandgate/store';
+import type { Logger, Metrics } from '@sandgate/telemetry';
+import type { JobScheduler } from './scheduler.ts';
+import type { JobProcessors } from './worker.ts';
+
+/** Reaches an exec's processes wherever the sandbox's session is (locally, or Peer.KillExec on the owner). */
+export interface ExecKiller {
+  /** The number of processes killed; throws UNAVAILABLE while no replica holds the session (the job retries). */
+  killExec(sandboxId: string, execId: string): Promise<number>;
+}
+
+/** The lifecycle steps the jobs share with the API (implemented by the gateway's LifecycleService). */
+export interface LifecycleTransitions {
+  /** Applies a pure transition with compare-and-swap; null from `change` leaves the record alone. */
+  transition(
+    sandboxId: string,
+    change: (status: LifecycleStatus, rec: StoredSandbox) => LifecycleStatus | null,
+    extra?: Record<string, string>,
+  ): Promise<StoredSandbox | null>;
+  /** A line in the sandbox's log (source "gateway"), best effort. */
+  note(sandboxId: string, message: string, level?: string): void;
+  /** Deleting → compute deleted → record and keys removed. Idempotent. */
+  finishDelete(sandboxId: string): Promise<boolean>;
+  /** A new run on the kept filesystem (new credential, supervisor, provisioning deadline). */
+  launchNewRun(rec: StoredSandbox, why: string, resetRestarts: boolean): Promise<StoredSandbox | null>;
+  /** Compute that died before its supervisor connected: Error (ComputeFailed) with the driver's reason. */
+  failLaunch(rec: StoredSandbox): Promise<void>;
+  /** Enqueues the cleanup of a finished ephemeral sandbox if it is due; true if it did. */
+  maybeScheduleEphemeralCleanup(rec: StoredSandbox): Promise<boolean>;
+}
+
+export interface JobDeps {
+  store: Pick<SandboxStore, 'get' | 'pages'>;
+  driver: Pick<ComputeDriver, 'list' | 'inspect' | 'stop' | 'delete'>;
+  scheduler: Pick<JobScheduler, 'deleteSandbox'>;
+  lifecycle: LifecycleTransitions;
+  execs: ExecKiller;
+  /** Is a supervisor session live anywhere for this sandbox? */
+  sessionLive(sandboxId: string): Promise<boolean>;
+  /** Adds to a cluster-wide counter (libs/store's ClusterCounters). */
+  incrementCounter(name: ClusterCounterName, by: number): Promise<void>;
+  log: Logger;
+  metrics: Metrics;
+}
+
+/** A record still without compute this long after its creation belongs to an interrupted create. */
+const INTERRUPTED_CREATE_MS = 30_000;
+
+const now = () => new Date();
+
+export function jobProcessors(deps: JobDeps): JobProcessors {
+  return {
+    async execDeadline(data) {
+      if (!(await deps.store.get(data.sandboxId))) return { skipped: 'sandbox gone' };
+      // Throws UNAVAILABLE while no replica holds the session: BullMQ retries with backoff.
+      const killed = await deps.execs.killExec(data.sandboxId, data.execId);
+      if (killed > 0) {
+        deps.metrics.inc('sandgate_exec_backstop_kills_total', killed);
+        await deps.incrementCounter(ClusterCounter.execBackstopKills, killed);
+        deps.log.warn('exec backstop killed processes past the deadline', { ...data, killed });
+      }
+      return { killed };
+    },
+
+    async deleteSandbox(data) {
+      // Ephemeral cleanup does not wait for the supervisor to go away: count that it did not.
+      if (data.reason === 'ephemeral' && (await deps.sessionLive(data.sandboxId))) {
+        await deps.incrementCounter(ClusterCounter.ephemeralDeletedWhileConnected, 1);
+      }
+      const removed = await deps.lifecycle.finishDelete(data.sandboxId);
+      return { removed, reason: data.reason };
+    },
+
+    async provisionDeadline(data) {
+      const rec = await deps.store.get(data.sandboxId);
+      if (!rec || rec.runStartedAtMs !== data.runStartedAtMs) return { skipped: 'run is gone or superseded' };
+      const failed = await deps.lifecycle.transition(data.sandboxId, (s) => onProvisioningTimeout(s, data.timeoutMs, now()));
+      if (failed?.sandbox.status?.phase !== Phase.ERROR || rec.sandbox.status?.phase === Phase.ERROR) return { skipped: 'not provisioning' };
+      deps.lifecycle.note(data.sandboxId, 'provisioning deadline passed; compute removed', 'ERROR');
+      await deps.driver.stop(data.sandboxId, rec.compute);
+      return { failed: true };
+    },
+
+    async restart(data) {
+      const rec = await deps.store.get(data.sandboxId);
+      const status = rec?.sandbox.status as LifecycleStatus | undefined;
+      if (!rec || !status || status.main_process_instance_id !== data.instanceId || !mainProcessFinished(status)) {
+        return { skipped: 'no longer the finished run' };
+      }
+      await deps.lifecycle.transition(data.sandboxId, (s) => ({ ...s, restart_count: (s.restart_count ?? 0) + 1, next_restart_at_ms: 0 }));
+      const fresh = await deps.store.get(data.sandboxId);
+      if (fresh) await deps.lifecycle.launchNewRun(fresh, `restart policy: run ${fresh.sandbox.status?.restart_count ?? 0}`, false);
+      return { restarted: true };
+    },
+
+    reconcile: () => reconcile(deps),
+  };
+}
+
+/**
+ * The repeatable sweep: compute without a record is removed; a record whose compute vanished is
+ * marked; deletes interrupted by a crash are finished; finalized ephemeral sandboxes whose
+ * cleanup job was lost get one.
+ */
+async function reconcile(deps: JobDeps): Promise<unknown> {
+  // Compute first, then records: a record is written before its compute, so every compute
+  // listed here has a record the scan below sees (unless it is being deleted anyway).
+  const compute = await deps.driver.list();
+  const computeById = new Map(compute.map((c) => [c.sandboxId, c]));
+  const recordIds = new Set<string>();
+  let orphans = 0;
+  let vanished = 0;
+  let resumed = 0;
+  let ephemeral = 0;
+  let interrupted = 0;
+  for await (const page of deps.store.pages()) {
+    for (const rec of page) {
+      const id = rec.sandbox.metadata!.id!;
+      if (recordIds.has(id)) continue; // SSCAN may repeat an id
+      recordIds.add(id);
+      const phase = rec.sandbox.status?.phase;
+      if (phase === Phase.DELETING) {
+        await deps.scheduler.deleteSandbox(id);
+        resumed++;
+        continue;
+      }
+      // A create interrupted between writing the record and launching the compute (its replica
+      // died; the client got UNAVAILABLE): creation is all-or-nothing, so the record goes.
+      const createdAt = rec.sandbox.metadata!.created_at_ms ?? 0;
+      if (phase === Phase.PROVISIONING && !rec.compute && !rec.runStartedAtMs && Date.now() - createdAt > INTERRUPTED_CREATE_MS) {
+        await deps.scheduler.deleteSandbox(id);
+        interrupted++;
+        continue;
+      }
+      if (await deps.lifecycle.maybeScheduleEphemeralCleanup(rec)) ephemeral++;
+      if ((phase === Phase.PROVISIONING || phase === Phase.STARTING) && rec.compute && Date.now() - rec.runStartedAtMs > 10_000) {
+        if ((await deps.driver.inspect(id, rec.compute)) !== 'running') await deps.lifecycle.failLaunch(rec);
+        continue;
+      }
+      const running = computeById.get(id)?.state === 'running';
+      const expectsCompute = phase === Phase.READY || phase === Phase.COMPLETED || (phase === Phase.ERROR && rec.compute !== null);
+      // Give a fresh launch time to show up before calling it vanished.
+      if (expectsCompute && !running && rec.compute && Date.now() - rec.runStartedAtMs > 5_000) {
+        const marked = await deps.lifecycle.transition(id, (s) => onComputeVanished(s, now()));
+        if (marked?.sandbox.status?.phase === Phase.ERROR && phase !== Phase.ERROR) {
+          deps.lifecycle.note(id, 'sandbox compute vanished', 'ERROR');
+          vanished++;
+        }
+      }
+    }
+  }
+  for (const c of compute) {
+    if (recordIds.has(c.sandboxId)) continue;
+    await deps.driver.delete(c.sandboxId, c.handle).catch(() => undefined);
+    orphans++;
+  }
+  if (orphans || vanished || interrupted) deps.log.warn('reconcile repaired state', { orphans, vanished, resumed, ephemeral, interrupted });
+  return { orphans, vanished, resumed, ephemeral, interrupted };
+}

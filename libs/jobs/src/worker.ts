@@ -1,0 +1,63 @@
+// Runs the durable job processors. A replica runs one of these unless started with --no-workers,
+// and `sandgate worker` runs one alone; any number may run at once (BullMQ hands each job to one
+// worker; a crashed worker's jobs are picked up again once their lock expires).
+import { Worker, type Job } from 'bullmq';
+import type { Redis } from 'ioredis';
+import { createRedisConnection } from '@sandgate/store';
+import { JobName, QUEUE_NAME, type DeleteSandboxData, type ExecDeadlineData, type ProvisionDeadlineData, type RestartData } from './jobs.ts';
+import { closeConnection } from './scheduler.ts';
+
+export interface JobProcessors {
+  execDeadline(data: ExecDeadlineData): Promise<unknown>;
+  deleteSandbox(data: DeleteSandboxData): Promise<unknown>;
+  provisionDeadline(data: ProvisionDeadlineData): Promise<unknown>;
+  restart(data: RestartData): Promise<unknown>;
+  reconcile(): Promise<unknown>;
+}
+
+export interface RunningWorker {
+  /** Stops taking jobs, waits for the running ones, then closes its Redis connections. */
+  close(): Promise<void>;
+}
+
+export interface JobWorkerOptions {
+  /** CLIENT SETNAME of the worker's connections (BullMQ's blocking one is a duplicate and keeps it). */
+  connectionName: string;
+  onError: (err: Error) => void;
+}
+
+export function startJobWorker(redisUrl: string, processors: JobProcessors, opts: JobWorkerOptions): RunningWorker {
+  // Workers block on Redis and must retry forever (BullMQ requires maxRetriesPerRequest: null).
+  const connection = createRedisConnection(redisUrl, 'jobs-worker', { connectionName: opts.connectionName });
+  const worker = new Worker(
+    QUEUE_NAME,
+    async (job: Job) => {
+      switch (job.name) {
+        case JobName.ExecDeadline:
+          return processors.execDeadline(job.data as ExecDeadlineData);
+        case JobName.DeleteSandbox:
+          return processors.deleteSandbox(job.data as DeleteSandboxData);
+        case JobName.ProvisionDeadline:
+          return processors.provisionDeadline(job.data as ProvisionDeadlineData);
+        case JobName.Restart:
+          return processors.restart(job.data as RestartData);
+        case JobName.Reconcile:
+          return processors.reconcile();
+        default:
+          throw new Error(`unknown job type '${job.name}'`);
+      }
+    },
+    // A short lock: a worker killed mid-job has its job taken over within seconds.
+    { connection, concurrency: 16, lockDuration: 10_000, stalledInterval: 5_000, maxStalledCount: 100 },
+  );
+  worker.on('error', opts.onError);
+  let closing: Promise<void> | undefined;
+  return {
+    // BullMQ closes the blocking connection it made, never the one it was handed: that is ours.
+    close: () =>
+      (closing ??= (async () => {
+        await worker.close().catch(opts.onError);
+        await closeConnection(connection);
+      })()),
+  };
+}
