@@ -6,6 +6,7 @@ import path from 'node:path';
 // The gateway's config module has no imports, so this keeps `@sandgate/gateway` (and its Redis,
 // gRPC and driver modules) unloaded until a command actually starts a replica.
 import { CONFIG_DEFAULTS, type ReplicaConfig } from '@sandgate/gateway/config';
+import { DebugBreakError, parseDebugBreaks, type DebugBreak } from '@sandgate/core';
 import { UsageError, parseCommand, parsePort, type Env } from './args.ts';
 
 export interface HostFacts {
@@ -137,7 +138,18 @@ export function mergeReplicaConfig(flags: ReplicaFlags, env: Env, facts: HostFac
     maxExecsPerSandbox: positiveIntEnv(env, 'SANDGATE_MAX_EXECS_PER_SANDBOX', CONFIG_DEFAULTS.maxExecsPerSandbox),
     provisionTimeoutMs: positiveIntEnv(env, 'SANDGATE_PROVISION_DEADLINE_SECONDS', CONFIG_DEFAULTS.provisionTimeoutMs / 1000) * 1000,
     workers,
+    debugBreaks: debugBreaksFrom(env),
   };
+}
+
+// PLUMBING (chaos branch; the config engineer owns the final form): debug faults parsed once, here.
+function debugBreaksFrom(env: Env): ReadonlySet<DebugBreak> {
+  try {
+    return parseDebugBreaks(env);
+  } catch (err) {
+    if (err instanceof DebugBreakError) throw new UsageError(err.message);
+    throw err;
+  }
 }
 
 function positiveIntEnv(env: Env, variable: string, fallback: number): number {

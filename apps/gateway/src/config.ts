@@ -1,5 +1,7 @@
 // A replica's configuration. Every field has a CLI flag and a SANDGATE_* environment variable
 // (see apps/cli): the flag names are a public contract.
+import type { DebugBreak } from '@sandgate/core';
+
 export interface ReplicaConfig {
   /** Address the gRPC, HTTP and peer listeners bind to. */
   host: string;
@@ -39,6 +41,8 @@ export interface ReplicaConfig {
   sshMaxConnectionsPerToken?: number;
   /** Concurrent ForwardTcp connections per sandbox, across replicas (default 20). */
   sshMaxConnectionsPerSandbox?: number;
+  /** Debug faults (SANDGATE_DEBUG_BREAK + SANDGATE_DEBUG_UNSAFE=1): negative chaos runs only. */
+  debugBreaks?: ReadonlySet<DebugBreak>;
 }
 
 export const CONFIG_DEFAULTS = {

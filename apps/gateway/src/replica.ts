@@ -8,7 +8,8 @@ import { fileURLToPath } from 'node:url';
 import { Redis } from 'ioredis';
 import { serviceDefinition } from '@sandgate/protocols';
 import { OwnershipStore, ReplicaRegistry, SandboxLogStore, SandboxStore, SshSessionStore } from '@sandgate/store';
-import { DockerDriver, LocalDriver, type ComputeDriver } from '@sandgate/compute';
+import { DockerDriver, LocalDriver, type ComputeDriver, type ComputeHandle, type LaunchSpec } from '@sandgate/compute';
+import { supervisorDebugBreaks, type DebugBreak } from '@sandgate/core';
 import { createLogger, Metrics, type Logger } from '@sandgate/telemetry';
 import { JobScheduler, startJobWorker, type JobProcessors, type RunningWorker } from '@sandgate/worker';
 import type { ReplicaConfig, RunningReplica } from './config.ts';
@@ -62,6 +63,20 @@ export function createDriver(config: ReplicaConfig): ComputeDriver {
   throw new Error(`unknown driver '${config.driver}': use local or docker`);
 }
 
+// PLUMBING (chaos branch; the wire engineer owns the supervisor environment builder): hands the
+// supervisor-side debug faults to every supervisor this replica launches.
+function withSupervisorDebugBreaks(driver: ComputeDriver, breaks: string): ComputeDriver {
+  if (!breaks) return driver;
+  return new Proxy(driver, {
+    get(target, prop) {
+      if (prop === 'create') return (spec: LaunchSpec) => target.create({ ...spec, debugBreaks: breaks });
+      if (prop === 'start') return (spec: LaunchSpec, handle: ComputeHandle | null) => target.start({ ...spec, debugBreaks: breaks }, handle);
+      const value: unknown = Reflect.get(target, prop);
+      return typeof value === 'function' ? value.bind(target) : value;
+    },
+  });
+}
+
 export async function startReplica(config: ReplicaConfig): Promise<RunningReplica> {
   const log = createLogger({ component: 'gateway', replica: config.replicaId });
   const metrics = new Metrics();
@@ -70,19 +85,18 @@ export async function startReplica(config: ReplicaConfig): Promise<RunningReplic
   await redis.connect();
 
   const store = new SandboxStore(redis);
-  const debugNoFencing = process.env.SANDGATE_DEBUG_DISABLE_FENCING === '1';
-  const debugNoJobs = process.env.SANDGATE_DEBUG_DISABLE_JOBS === '1';
-  if (debugNoFencing) log.warn('DEBUG: ownership fencing is DISABLED (SANDGATE_DEBUG_DISABLE_FENCING=1)');
-  if (debugNoJobs) log.warn('DEBUG: durable jobs are DISABLED (SANDGATE_DEBUG_DISABLE_JOBS=1)');
-  const ownership = new OwnershipStore(redis, config.ownerTtlMs, { fencing: !debugNoFencing });
+  // PLUMBING (chaos branch; the config engineer owns refusal, /readyz, the metric and the log).
+  const debugBreaks = config.debugBreaks ?? new Set<DebugBreak>();
+  if (debugBreaks.size > 0) log.error('DEBUG FAULTS ACTIVE: safety mechanisms are switched off', { breaks: [...debugBreaks] });
+  const ownership = new OwnershipStore(redis, config.ownerTtlMs, { fencing: !debugBreaks.has('fencing') });
   const replicas = new ReplicaRegistry(redis, config.ownerTtlMs);
-  const driver = createDriver(config);
+  const driver = withSupervisorDebugBreaks(createDriver(config), supervisorDebugBreaks(debugBreaks));
   // The peer secret is shared through Redis on first start (replicas trust the same Redis).
   const peerSecret = process.env.SANDGATE_PEER_SECRET || (await sharedPeerSecret(redis));
 
   const logs = new SandboxLogStore(redis);
   // BullMQ gets its own connections: workers block on Redis, and must retry forever.
-  const scheduler = new JobScheduler(new Redis(config.redisUrl, { maxRetriesPerRequest: 2 }), { enabled: !debugNoJobs });
+  const scheduler = new JobScheduler(new Redis(config.redisUrl, { maxRetriesPerRequest: 2 }), { enabled: !debugBreaks.has('jobs') });
   // Sessions report to the lifecycle, which asks the router about sessions: bound late.
   let lifecycle: LifecycleService | undefined;
   const sessions = new SessionRegistry({
@@ -122,6 +136,7 @@ export async function startReplica(config: ReplicaConfig): Promise<RunningReplic
       await sessions.drop(id, reason);
     },
     provisionTimeoutMs: config.provisionTimeoutMs ?? 300_000,
+    debugBreaks,
     log,
     metrics,
   });

@@ -2,6 +2,7 @@
 // environment (SANDGATE_* variables) and its own argv (the main process after `--`). Every other
 // environment variable is the sandbox's environment and is handed to the main process and execs.
 import fs from 'node:fs';
+import { parseDebugBreaks, type DebugBreak } from '@sandgate/core';
 import { parseLogLevel, type LogLevel } from './log.ts';
 
 export const ENV_PREFIX = 'SANDGATE_';
@@ -19,6 +20,8 @@ export interface SupervisorConfig {
   mainArgv: string[];
   /** The process environment minus every SANDGATE_* variable. */
   sandboxEnv: Record<string, string>;
+  /** Debug faults (SANDGATE_DEBUG_BREAK + SANDGATE_DEBUG_UNSAFE=1): negative chaos runs only. */
+  debugBreaks?: ReadonlySet<DebugBreak>;
 }
 
 export class ConfigError extends Error {}
@@ -51,6 +54,14 @@ export function readCredential(file: string): string {
   return fs.readFileSync(file, 'utf8').replace(/[\r\n]+$/, '');
 }
 
+function supervisorBreaksFrom(env: Record<string, string | undefined>): ReadonlySet<DebugBreak> {
+  try {
+    return parseDebugBreaks(env);
+  } catch (err) {
+    throw new ConfigError((err as Error).message);
+  }
+}
+
 /** `args` is process.argv.slice(2). Throws ConfigError on anything the driver got wrong. */
 export function loadConfig(env: Record<string, string | undefined>, args: string[]): SupervisorConfig {
   const endpoints = parseEndpoints(env.SANDGATE_GATEWAY);
@@ -76,5 +87,7 @@ export function loadConfig(env: Record<string, string | undefined>, args: string
     logLevel: parseLogLevel(env.SANDGATE_LOG_LEVEL),
     mainArgv,
     sandboxEnv: stripSupervisorEnv(env),
+    // PLUMBING (chaos branch; the wire engineer owns the final form).
+    debugBreaks: supervisorBreaksFrom(env),
   };
 }

@@ -120,5 +120,6 @@ export function buildSandboxEnv(spec: LaunchSpec): Record<string, string> {
   env.SANDGATE_CREDENTIAL_FILE = CREDENTIAL_MOUNT;
   if (spec.tty) env.SANDGATE_MAIN_TTY = '1';
   if (spec.logLevel) env.SANDGATE_LOG_LEVEL = spec.logLevel;
+  if (spec.debugBreaks) Object.assign(env, { SANDGATE_DEBUG_BREAK: spec.debugBreaks, SANDGATE_DEBUG_UNSAFE: '1' });
   return env;
 }

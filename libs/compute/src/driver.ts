@@ -19,6 +19,8 @@ export interface LaunchSpec {
   /** Secret the supervisor presents; drivers hand it over as a file, never as an environment variable. */
   credential: string;
   logLevel: string;
+  /** Supervisor-side debug faults (comma-separated), negative chaos runs only; empty normally. */
+  debugBreaks?: string;
 }
 
 export type ComputeState = 'running' | 'stopped' | 'gone';

@@ -23,6 +23,7 @@ import {
   requireName,
   restartDelayMs,
   shouldRestart,
+  type DebugBreak,
   type LifecycleStatus,
 } from '@sandgate/core';
 import type { SandboxLogStore, SandboxStore, StoredSandbox } from '@sandgate/store';
@@ -47,6 +48,8 @@ export interface LifecycleDeps {
   /** Ends the sandbox's supervisor session wherever it is (stop/start revoke access). */
   revokeSessions: (sandboxId: string, reason: string) => Promise<void>;
   provisionTimeoutMs: number;
+  /** Debug faults (negative chaos runs only). */
+  debugBreaks?: ReadonlySet<DebugBreak>;
   log: Logger;
   metrics: Metrics;
 }
@@ -130,6 +133,7 @@ export class LifecycleService {
     const sb = rec.sandbox;
     const status = sb.status as LifecycleStatus;
     if (!isEphemeral(sb.metadata?.annotations) || !mainProcessFinished(status)) return false;
+    if (this.deps.debugBreaks?.has('ephemeral-cleanup')) return false;
     const instance = status.main_process_instance_id ?? '';
     if (rec.terminalFinal !== instance) {
       // Not final yet: only a supervisor that is gone for good can no longer finalize it.
@@ -308,6 +312,7 @@ export class LifecycleService {
    * cleanup job was lost get one.
    */
   async jobReconcile(): Promise<unknown> {
+    if (this.deps.debugBreaks?.has('reconcile')) return { skipped: 'debug fault: reconcile' };
     // Compute first, then records: a record is written before its compute, so every compute
     // listed here has a record the scan below sees (unless it is being deleted anyway).
     const compute = await this.deps.driver.list();

@@ -79,6 +79,7 @@ export function buildContainerEnv(spec: LaunchSpec): string[] {
   env.SANDGATE_CREDENTIAL_FILE = CREDENTIAL_IN_CONTAINER;
   env.SANDGATE_MAIN_TTY = spec.tty ? '1' : '0';
   env.SANDGATE_LOG_LEVEL = spec.logLevel || 'info';
+  if (spec.debugBreaks) Object.assign(env, { SANDGATE_DEBUG_BREAK: spec.debugBreaks, SANDGATE_DEBUG_UNSAFE: '1' });
   return Object.entries(env).map(([k, v]) => `${k}=${v}`);
 }
 
