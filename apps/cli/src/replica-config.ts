@@ -138,14 +138,15 @@ export function mergeReplicaConfig(flags: ReplicaFlags, env: Env, facts: HostFac
     maxExecsPerSandbox: positiveIntEnv(env, 'SANDGATE_MAX_EXECS_PER_SANDBOX', CONFIG_DEFAULTS.maxExecsPerSandbox),
     provisionTimeoutMs: positiveIntEnv(env, 'SANDGATE_PROVISION_DEADLINE_SECONDS', CONFIG_DEFAULTS.provisionTimeoutMs / 1000) * 1000,
     workers,
-    debugBreaks: debugBreaksFrom(env),
+    ...debugBreaksFrom(env),
   };
 }
 
 // PLUMBING (chaos branch; the config engineer owns the final form): debug faults parsed once, here.
-function debugBreaksFrom(env: Env): ReadonlySet<DebugBreak> {
+function debugBreaksFrom(env: Env): { debugBreaks?: ReadonlySet<DebugBreak> } {
   try {
-    return parseDebugBreaks(env);
+    const breaks = parseDebugBreaks(env);
+    return breaks.size > 0 ? { debugBreaks: breaks } : {};
   } catch (err) {
     if (err instanceof DebugBreakError) throw new UsageError(err.message);
     throw err;
