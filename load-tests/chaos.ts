@@ -256,10 +256,7 @@ async function main(): Promise<void> {
     // A pool of long-lived sandboxes the execs go to.
     const pool: { id: string; name: string }[] = [];
     for (let i = 0; i < POOL_SIZE; i++) {
-      const res = await unaryCall<{ sandbox: { metadata: { id: string; name: string } } }>(clients[0]!, 'CreateSandbox', {
-        name: `pool-${i}`,
-        spec: { command: ['sleep', 'infinity'] },
-      });
+      const res = await setupCreate(clients[0]!, { name: `pool-${i}`, spec: { command: ['sleep', 'infinity'] } });
       pool.push({ id: res.sandbox.metadata.id, name: res.sandbox.metadata.name });
     }
     for (const p of pool) {
@@ -288,10 +285,7 @@ async function main(): Promise<void> {
     // ---- a record lost behind its compute's back (Redis failed over to a replica that lagged) --
     // The compute keeps running without a record: the reconcile sweep must remove it.
     {
-      const res = await unaryCall<{ sandbox: { metadata: { id: string; name: string; workspace: string } } }>(clients[0]!, 'CreateSandbox', {
-        name: 'lost-record',
-        spec: { command: ['sleep', 'infinity'] },
-      });
+      const res = await setupCreate(clients[0]!, { name: 'lost-record', spec: { command: ['sleep', 'infinity'] } });
       const lost = res.sandbox.metadata;
       const rec = await waitFor('lost-record sandbox ready', async () => {
         const got = await store.get(lost.id);
@@ -679,6 +673,24 @@ async function ownedBy(r: import('ioredis').Redis, pool: { id: string; name: str
   const out: { id: string; name: string }[] = [];
   for (const sb of pool) if ((await r.hget(keys.owner(sb.id), 'replica')) === replicaId) out.push(sb);
   return out;
+}
+
+/**
+ * A create of the run's setup (before any chaos): retried while the balancer answers UNAVAILABLE
+ * (an overloaded machine drops connections), and idempotent by name.
+ */
+async function setupCreate(client: AnyClient, req: { name: string; spec: object }): Promise<{ sandbox: { metadata: { id: string; name: string } } }> {
+  type Res = { sandbox: { metadata: { id: string; name: string } } };
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await unaryCall<Res>(client, 'CreateSandbox', req);
+    } catch (err) {
+      const code = (err as { code?: number }).code;
+      if (code === 6) return unaryCall<Res>(client, 'GetSandbox', { name: req.name }); // ALREADY_EXISTS: an earlier attempt won
+      if (code !== 14 || attempt >= 5) throw err;
+      await sleep(1_000 * attempt);
+    }
+  }
 }
 
 /**
