@@ -133,7 +133,7 @@ export class Cluster {
       const res = await fetch(`${r.httpUrl}/readyz`).catch(() => null);
       if (res) lastReady = await res.text();
       return res?.status === 200;
-    }, 45_000).catch((err: unknown) => {
+    }, 90_000).catch((err: unknown) => {
       // generous timeout: CI machines with 2 cores run replicas, sandboxes and the workload at once.
       // A replica that did not come up is killed, so a caller may start it again.
       proc.kill('SIGKILL');
