@@ -566,7 +566,8 @@ async function main(): Promise<void> {
       const live = await liveSupervisors(lb.address);
       const orphans = [...live.keys()].filter((id) => !recordIds.has(id));
       const stuck = records.filter((x) => [1, 4, 6, 8].includes(x.sandbox.status?.phase ?? 0));
-      const leftovers = await countMatching(/sleep 60[0-4]\.\d{7}/);
+      // Only this run's markers (other processes on the machine may run sleeps of their own).
+      const leftovers = await countMatching(new RegExp(`sleep 60[0-4]\\.${RUN_TAG}\\d{7}`));
       return { ephemeralLeft, neverRan, records, live, orphans, stuck, leftovers };
     };
     const quiesceStart = Date.now();
@@ -578,8 +579,7 @@ async function main(): Promise<void> {
     console.log(`[${secs(t0)}] end state read after ${((Date.now() - quiesceStart) / 1000).toFixed(0)} s of quiescing`);
 
     const results: [InvariantId, boolean, string][] = [];
-    // Only this run's markers (other processes on the machine may run sleeps of their own).
-    const outlived = ledger.violations.filter((v) => v.kind === 'process outlived its exec').length;
+        const outlived = ledger.violations.filter((v) => v.kind === 'process outlived its exec').length;
     results.push(['exec-processes', outlived === 0 && end.leftovers === 0, `${outlived} late (checked live at each deadline), ${end.leftovers} left at the end`]);
     // An ephemeral sandbox whose main process never ran (its launch failed) stays, in Error, for
     // the user to see why; every one whose main process finished must be gone, record and compute.
@@ -682,8 +682,11 @@ async function countMatching(re: RegExp): Promise<number> {
 }
 
 /** Fixed-width, so no marker is a prefix of another when matching command lines. */
+/** Distinguishes this run's markers from another chaos run's on the same machine. */
+const RUN_TAG = String(process.pid % 1000).padStart(3, '0');
+
 function marker(n: number): string {
-  return String(n).padStart(7, '0');
+  return RUN_TAG + String(n).padStart(7, '0');
 }
 
 function tuple(x: { outcome: 'ok' | 'retriable' | 'wrong' | 'hang'; detail: string }): ['ok' | 'retriable' | 'wrong' | 'hang', string] {
