@@ -813,10 +813,39 @@ class OwnerSampler {
       await this.sample().catch(() => undefined); // Redis restarting: no evidence either way
       await sleep(250);
     }
+    await Promise.all(this.pending);
     // A gap still open at the end counts with its length so far.
     const now = Date.now();
     for (const [id, since] of this.missingSince) this.noteGap(id, now - since);
   }
+
+  private readonly last = new Map<string, { replica: string; fence: string; ttl: number } | undefined>();
+
+  /**
+   * A record vanished well before its TTL ran out: somebody deleted it. With fencing only its
+   * holder can (releasing a session it closed), so the holder can no longer serve the sandbox;
+   * and a holder whose record merely got lost (a Redis restart) re-creates it at its next renewal
+   * (every TTL/3). If the holder still serves it 5 s later while no record exists, another replica
+   * deleted the live owner's record: exactly what an unfenced stale release does.
+   */
+  private checkDeleted(sb: { id: string; name: string }, holder: string, fence: string): void {
+    const rep = this.cluster.replicas.find((x) => x.id === holder);
+    if (!rep) return;
+    this.pending.push(
+      (async () => {
+        await sleep(5_000);
+        if (Object.keys(await this.r.hgetall(keys.owner(sb.id))).length > 0) return; // claimed anew or renewed
+        const c = openShellClient(rep.grpcAddress);
+        const res = await exec(c, { sandbox_id: sb.id, command: ['true'] });
+        c.close();
+        if (res.error || res.exit !== 0) return;
+        if (Object.keys(await this.r.hgetall(keys.owner(sb.id))).length > 0) return;
+        this.violate(`deleted:${sb.id}|${holder}|${fence}`, `${sb.id}: owner record (${holder}, fence ${fence}) deleted while ${holder} still serves the session`);
+      })().catch(() => undefined),
+    );
+  }
+
+  private readonly pending: Promise<void>[] = [];
 
   /** Pool sandboxes without an owner record at the last sample. */
   openGaps(): number {
@@ -846,11 +875,17 @@ class OwnerSampler {
       const cur = this.incarnation.get(rep.id);
       if (!cur || cur.pid !== pid) this.incarnation.set(rep.id, { pid, since: now });
     }
-    const records = await Promise.all(this.pool.map((sb) => this.r.hgetall(keys.owner(sb.id))));
+    const [records, ttls] = await Promise.all([
+      Promise.all(this.pool.map((sb) => this.r.hgetall(keys.owner(sb.id)))),
+      Promise.all(this.pool.map((sb) => this.r.pttl(keys.owner(sb.id)))),
+    ]);
     this.samples++;
     const late = OWNER_TTL_MS + 3_000;
     this.pool.forEach((sb, k) => {
       const rec = records[k]!;
+      const before = this.last.get(sb.id);
+      this.last.set(sb.id, rec.replica ? { replica: rec.replica, fence: rec.fence ?? '', ttl: ttls[k]! } : undefined);
+      if (!rec.replica && before && before.ttl > 1_500) this.checkDeleted(sb, before.replica, before.fence);
       if (!rec.replica) {
         if (!this.missingSince.has(sb.id)) this.missingSince.set(sb.id, now);
         this.noteGap(sb.id, now - this.missingSince.get(sb.id)!);
