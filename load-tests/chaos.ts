@@ -497,7 +497,11 @@ async function main(): Promise<void> {
         if (!redisRestarted && elapsed >= 0.4) {
           redisRestarted = true;
           console.log(`[${secs(t0)}] restart redis`);
+          // Records lost in the restart are Redis's doing, not a stale owner's: only the gap
+          // limit judges them.
+          owners.ignoreDeletionsUntil = Number.POSITIVE_INFINITY;
           await redis.restart();
+          owners.ignoreDeletionsUntil = Date.now() + OWNER_TTL_MS + 5_000;
           scenario('redis restart', true);
           continue;
         }
@@ -829,6 +833,7 @@ class OwnerSampler {
    * deleted the live owner's record: exactly what an unfenced stale release does.
    */
   private checkDeleted(sb: { id: string; name: string }, holder: string, fence: string): void {
+    if (Date.now() < this.ignoreDeletionsUntil) return;
     const rep = this.cluster.replicas.find((x) => x.id === holder);
     if (!rep) return;
     this.pending.push(
@@ -846,6 +851,8 @@ class OwnerSampler {
   }
 
   private readonly pending: Promise<void>[] = [];
+  /** Set around a Redis restart, which may lose records without anyone deleting them. */
+  ignoreDeletionsUntil = 0;
 
   /** Pool sandboxes without an owner record at the last sample. */
   openGaps(): number {
