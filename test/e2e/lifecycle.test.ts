@@ -283,22 +283,33 @@ describe('provisioning deadline', () => {
       env: { SANDGATE_PROVISION_TIMEOUT: '1' },
     });
     expect(res.code).toBe(1); // the CLI gave up waiting; the sandbox exists
+    // The compute exists (its handle names a live process) before the deadline: otherwise
+    // "removed" below would pass for compute that never was.
+    const { readFileSync } = await import('node:fs');
+    const id = (await waitFor('record of never', () => getJson('never', 0)))!.metadata.id;
+    const handle = await waitFor('compute handle', () => {
+      try {
+        return JSON.parse(readFileSync(`${cluster.stateDir}/sandboxes/${id}/handle.json`, 'utf8')) as { pid: number };
+      } catch {
+        return undefined;
+      }
+    });
+    const alive = (pid: number) => {
+      try {
+        process.kill(pid, 0);
+        return true;
+      } catch {
+        return false;
+      }
+    };
+    expect(alive(handle.pid)).toBe(true);
     await cluster.signal(bogus, 'SIGKILL');
     const sb = await waitFor('Error at the deadline', async () => {
       const s = await getJson('never', 0);
       return s?.status.phase === 'SANDBOX_PHASE_ERROR' ? s : undefined;
     }, 20_000, 250);
     expect(sb.status.conditions?.[0]?.reason).toBe('ProvisioningTimeout');
-    await waitFor('compute removed', async () => {
-      const { readFileSync } = await import('node:fs');
-      try {
-        const h = JSON.parse(readFileSync(`${cluster.stateDir}/sandboxes/${sb.metadata.id}/handle.json`, 'utf8')) as { pid: number };
-        process.kill(h.pid, 0);
-        return false;
-      } catch {
-        return true;
-      }
-    }, 10_000);
+    await waitFor('compute removed: the process its handle names is gone', () => !alive(handle.pid), 10_000);
   });
 });
 
