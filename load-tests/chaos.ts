@@ -1,19 +1,30 @@
 // The chaos suite: three replicas behind haproxy, a mixed workload through the load balancer,
 // and replicas killed (SIGKILL), frozen (SIGSTOP) and drained (SIGTERM) at random, plus one Redis
-// restart and one long freeze of the busiest owner (its supervisors move away meanwhile). At the end it checks sandgate's promises and prints them with counts; exit 1 if any
+// restart, one long freeze of a replica that owns sessions (its supervisors move away meanwhile),
+// one sandbox record lost behind its compute's back and one create interrupted after its record
+// was written. Every invariant is judged from evidence gathered while the chaos happens (owner
+// records sampled per replica incarnation, live processes), printed with counts; exit 1 if any
 // invariant fails. Bounded in time, loopback only, seeded for reproducibility.
 //
-//   npm run chaos -- [--duration 300] [--seed 42] [--workers 6]
-//   SANDGATE_DEBUG_DISABLE_FENCING=1 / SANDGATE_DEBUG_DISABLE_JOBS=1 (or --no-fencing / --no-jobs)
-//   make the replicas drop a safety mechanism, so the run must fail: proof the checks can fail.
-import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+//   npm run chaos -- [--duration 300] [--seed 42] [--workers 6] [--break NAME ...]
+//
+// `--break NAME` (repeatable; `--no-fencing`/`--no-jobs` are aliases) starts the replicas with a
+// debug fault that removes one safety mechanism (SANDGATE_DEBUG_BREAK=NAME SANDGATE_DEBUG_UNSAFE=1):
+// a negative run. It must fail, and it must fail the invariant that mechanism guards
+// (BREAK_TARGETS): proof that each check can fail. The output says which invariants failed
+// (`failed invariant: ID`) and whether the expected one did.
+import { cpSync, existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { readdir, readFile } from 'node:fs/promises';
 import { spawn } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
 import os from 'node:os';
 import { parseArgs } from 'node:util';
 import type { ServiceError } from '@grpc/grpc-js';
+import { DEBUG_BREAKS, isDebugBreak, type DebugBreak } from '@sandgate/core';
 import { SandboxPhase } from '@sandgate/protocols';
 import { keys, SandboxStore } from '@sandgate/store';
-import { Cluster, runCli } from '../test/harness/cluster.ts';
+import { LocalDriver } from '@sandgate/compute';
+import { Cluster, repoRoot, runCli } from '../test/harness/cluster.ts';
 import { startHaproxy } from '../test/harness/haproxy.ts';
 import { freePort } from '../test/harness/ports.ts';
 import { startRedis } from '../test/harness/redis.ts';
@@ -24,11 +35,39 @@ import { Ledger, classifyError } from './chaos/ledger.ts';
 import { between, pick, seeded } from './chaos/rng.ts';
 import { summarise, table } from './stats.ts';
 
+/** The invariants, by id (what `failed invariant:` names and BREAK_TARGETS refers to). */
+const INVARIANTS = {
+  'exec-processes': 'no process of an exec or SSH channel outlives its deadline, cancel or connection',
+  'ephemeral-deleted': 'every finished ephemeral sandbox is deleted',
+  'no-orphan-compute': 'no live compute (supervisor process) without a record',
+  'no-stuck-record': 'no record stuck in a transitional phase',
+  'owner-records': 'every live session has one owner record naming a live incarnation of the replica that claimed it',
+  reachable: 'every live sandbox is reachable through every replica',
+  calls: 'every call succeeded or failed with UNAVAILABLE; no wrong result, no hang',
+  failover: 'sandboxes of a dead replica are reachable again',
+  scenarios: 'every chaos scenario really happened (preconditions held)',
+} as const;
+type InvariantId = keyof typeof INVARIANTS;
+
+/**
+ * The invariant each debug fault must break in a negative run. `exec-timeout` has none here: it
+ * only removes the supervisor's own timer, which the exec-deadline backstop covers (tested in
+ * test/e2e/exec-backstop.test.ts).
+ */
+const BREAK_TARGETS: Partial<Record<DebugBreak, InvariantId>> = {
+  fencing: 'owner-records',
+  jobs: 'no-stuck-record',
+  'ephemeral-cleanup': 'ephemeral-deleted',
+  reconcile: 'no-orphan-compute',
+  'exec-kill': 'exec-processes',
+};
+
 const { values } = parseArgs({
   options: {
     duration: { type: 'string', default: '300' },
     seed: { type: 'string', default: String(Date.now() % 100000) },
     workers: { type: 'string', default: '6' },
+    break: { type: 'string', multiple: true, default: [] },
     'no-fencing': { type: 'boolean', default: false },
     'no-jobs': { type: 'boolean', default: false },
   },
@@ -36,8 +75,21 @@ const { values } = parseArgs({
 const durationMs = Number(values.duration) * 1000;
 const seed = Number(values.seed);
 const workers = Number(values.workers);
-const noFencing = values['no-fencing'] || process.env.SANDGATE_DEBUG_DISABLE_FENCING === '1';
-const noJobs = values['no-jobs'] || process.env.SANDGATE_DEBUG_DISABLE_JOBS === '1';
+if (!(durationMs >= 30_000) || !Number.isFinite(seed) || !(workers >= 1)) {
+  console.error('chaos: --duration must be at least 30 (seconds), --seed a number, --workers at least 1');
+  process.exit(2);
+}
+const breakNames = [...values.break.flatMap((b) => b.split(',')), ...(values['no-fencing'] ? ['fencing'] : []), ...(values['no-jobs'] ? ['jobs'] : [])]
+  .map((b) => b.trim())
+  .filter(Boolean);
+for (const b of breakNames) {
+  if (!isDebugBreak(b) || !BREAK_TARGETS[b]) {
+    const usable = Object.keys(BREAK_TARGETS).join(', ');
+    console.error(`chaos: --break ${b}: ${isDebugBreak(b) ? 'no chaos invariant targets this fault' : 'unknown debug fault'}; use one of ${usable}`);
+    process.exit(2);
+  }
+}
+const breaks = [...new Set(breakNames)] as DebugBreak[];
 const rng = seeded(seed);
 
 /** Client-side deadline of every call: no answer by then is a hang. */
@@ -56,39 +108,63 @@ const LONG_FREEZE_MS = 9_000;
  * link's silence limit instead.
  */
 const SSH_KILL_SLACK_MS = 10_000;
+/** Owner keys and replica liveness keys live this long without renewal (the replicas' default). */
+const OWNER_TTL_MS = 6_000;
+/**
+ * How long a pool sandbox (its supervisor always running) may have no owner record: a frozen
+ * owner's key expires (6 s), its supervisors notice the silence (3 × 2 s) and reconnect with
+ * backoff (well over 10 s on an overloaded 2-core machine); a Redis restart adds its own downtime.
+ * Fencing keeps a stale owner from deleting the
+ * new owner's record, so a longer gap is a lost record.
+ */
+const OWNER_GAP_LIMIT_MS = 20_000;
+/** After the last check-relevant event, how long cleanup (jobs, reconcile every 10 s) may take. */
+const QUIESCE_LIMIT_MS = 45_000;
 
 interface SshResult {
   code: number | null;
   stdout: string;
   stderr: string;
-  /** We killed the client on purpose (kill -9 after `killAfterMs`). */
+  /** We killed the client on purpose (kill -9 once its session was established). */
   killed: boolean;
   /** The client was still running at the call deadline. */
   hung: boolean;
 }
 
-/** Runs one command over real OpenSSH; optionally kill -9s the client after `killAfterMs`. */
-function runSsh(config: string, host: string, command: string, killAfterMs?: number): Promise<SshResult> {
+/**
+ * Runs one command over real OpenSSH. With `killWhen`, the client is kill -9ed as soon as the
+ * probe says the session is established (its remote processes exist); `killed` is true only then,
+ * so a client that never got a session is never counted as "killed mid-session".
+ */
+function runSsh(config: string, host: string, command: string, killWhen?: () => Promise<boolean>): Promise<SshResult> {
   return new Promise((resolve) => {
     const proc = spawn('ssh', ['-F', config, '-o', 'ConnectTimeout=20', host, command], { stdio: ['ignore', 'pipe', 'pipe'] });
     let stdout = '';
     let stderr = '';
     let killed = false;
     let hung = false;
+    let closed = false;
     proc.stdout.on('data', (c: Buffer) => (stdout += c.toString()));
     proc.stderr.on('data', (c: Buffer) => (stderr += c.toString()));
-    const killer = killAfterMs
-      ? setTimeout(() => {
-          killed = proc.exitCode === null;
-          proc.kill('SIGKILL');
-        }, killAfterMs)
-      : undefined;
+    if (killWhen) {
+      void (async () => {
+        while (!closed && proc.exitCode === null) {
+          if (await killWhen()) {
+            if (closed || proc.exitCode !== null) return;
+            killed = true;
+            proc.kill('SIGKILL');
+            return;
+          }
+          await sleep(250);
+        }
+      })();
+    }
     const deadline = setTimeout(() => {
       hung = true;
       proc.kill('SIGKILL');
     }, CALL_DEADLINE_MS);
     proc.on('close', (code) => {
-      clearTimeout(killer);
+      closed = true;
       clearTimeout(deadline);
       resolve({ code, stdout, stderr, killed, hung });
     });
@@ -144,7 +220,7 @@ function exec(client: AnyClient, req: object, cancelAfterMs?: number): Promise<E
 async function main(): Promise<void> {
   const t0 = Date.now();
   const ledger = new Ledger(t0);
-  console.log(`chaos: seed=${seed} duration=${durationMs / 1000}s workers=${workers}${noFencing ? ' FENCING DISABLED' : ''}${noJobs ? ' JOBS DISABLED' : ''}`);
+  console.log(`chaos: seed=${seed} duration=${durationMs / 1000}s workers=${workers}${breaks.length ? ` NEGATIVE RUN --break ${breaks.join(',')} (${breaks.map((b) => DEBUG_BREAKS[b].removes).join('; ')})` : ''}`);
   const redis = await startRedis({ persistent: true });
   const r = redis.client();
   const lbPort = await freePort();
@@ -154,8 +230,7 @@ async function main(): Promise<void> {
     supervisorEndpoint: `127.0.0.1:${lbPort}`,
     env: {
       SANDGATE_LOG_LEVEL: 'info',
-      ...(noFencing ? { SANDGATE_DEBUG_DISABLE_FENCING: '1' } : {}),
-      ...(noJobs ? { SANDGATE_DEBUG_DISABLE_JOBS: '1' } : {}),
+      ...(breaks.length ? { SANDGATE_DEBUG_BREAK: breaks.join(','), SANDGATE_DEBUG_UNSAFE: '1' } : {}),
     },
   });
   const lb = await startHaproxy(lbPort, cluster.replicas.map((x) => ({ name: x.id, grpcPort: x.grpcPort, httpPort: x.httpPort })));
@@ -164,7 +239,15 @@ async function main(): Promise<void> {
   const client = () => pick(rng, clients);
   const store = new SandboxStore(r);
 
-  const stopAt = t0 + durationMs;
+  let stopAt = t0 + durationMs;
+  const scenarios = new Map<string, { happened: number; skipped: number; notes: string[] }>();
+  const scenario = (name: string, happened: boolean, note?: string) => {
+    const c = scenarios.get(name) ?? { happened: 0, skipped: 0, notes: [] };
+    if (happened) c.happened++;
+    else c.skipped++;
+    if (note && c.notes.length < 4) c.notes.push(note);
+    scenarios.set(name, c);
+  };
   let seq = 0;
   const ephemeralIds: string[] = [];
   const pendingChecks: Promise<void>[] = [];
@@ -175,10 +258,7 @@ async function main(): Promise<void> {
     // A pool of long-lived sandboxes the execs go to.
     const pool: { id: string; name: string }[] = [];
     for (let i = 0; i < POOL_SIZE; i++) {
-      const res = await unaryCall<{ sandbox: { metadata: { id: string; name: string } } }>(clients[0]!, 'CreateSandbox', {
-        name: `pool-${i}`,
-        spec: { command: ['sleep', 'infinity'] },
-      });
+      const res = await setupCreate(clients[0]!, { name: `pool-${i}`, spec: { command: ['sleep', 'infinity'] } });
       pool.push({ id: res.sandbox.metadata.id, name: res.sandbox.metadata.name });
     }
     for (const p of pool) {
@@ -194,6 +274,50 @@ async function main(): Promise<void> {
       const file = `${sshDir}/${p.name}.ssh_config`;
       writeFileSync(file, res.stdout);
       sshConfigs.set(p.name, file);
+    }
+
+    // The chaos phase lasts `--duration` from here on, however long the setup took.
+    stopAt = Date.now() + durationMs;
+
+    // ---- live evidence: owner records, sampled per replica incarnation ------------------------
+    let samplingDone = false;
+    const owners = new OwnerSampler(r, cluster, pool, ledger);
+    const sampling = owners.run(() => samplingDone);
+
+    // ---- a record lost behind its compute's back (Redis failed over to a replica that lagged) --
+    // The compute keeps running without a record: the reconcile sweep must remove it.
+    {
+      const res = await setupCreate(clients[0]!, { name: 'lost-record', spec: { command: ['sleep', 'infinity'] } });
+      const lost = res.sandbox.metadata;
+      const rec = await waitFor('lost-record sandbox ready', async () => {
+        const got = await store.get(lost.id);
+        return got?.sandbox.status?.phase === SandboxPhase.READY ? got : undefined;
+      }, 30_000);
+      const removed = await store.remove(lost.id, rec.sandbox.metadata!.workspace!, lost.name);
+      const running = (await liveSupervisors(lb.address)).has(lost.id);
+      scenario('record lost under live compute', removed && running, removed && running ? undefined : `removed=${removed} compute running=${running}`);
+      console.log(`[${secs(t0)}] record of ${lost.id} removed behind its running compute`);
+    }
+    // ---- an ephemeral sandbox that finishes at once: the workload's own may all be refused on a
+    // loaded machine, and `ephemeral-deleted` needs at least one to judge.
+    {
+      const res = await setupCreate(clients[0]!, {
+        name: 'eph-setup',
+        annotations: { 'openshell.nvidia.com/retention': 'ephemeral' },
+        spec: { command: ['sh', '-c', 'exit 0'] },
+      });
+      ephemeralIds.push(res.sandbox.metadata.id);
+    }
+    // ---- a create interrupted after its record was written (its replica died before launching)
+    {
+      const template = (await store.get(pool[0]!.id))!.sandbox;
+      const id = randomUUID();
+      await store.create(
+        { ...template, metadata: { ...template.metadata, id, name: 'interrupted-create', created_at_ms: Date.now() }, status: { phase: SandboxPhase.PROVISIONING } } as typeof template,
+        'not-a-credential',
+      );
+      scenario('create interrupted before launch', true);
+      console.log(`[${secs(t0)}] record ${id} written without compute (interrupted create)`);
     }
 
     /** After `atMs`, nothing matching `marker` may be alive. */
@@ -266,13 +390,21 @@ async function main(): Promise<void> {
       },
       async 'ssh-drop'() {
         // A session whose client dies (kill -9) while its shell runs two sleeps: the connection's
-        // end must take every process of the channel with it.
+        // end must take every process of the channel with it. Killed only once both sleeps run.
         const n = marker(++seq);
         const sb = pick(rng, pool);
-        const res = await runSsh(sshConfigs.get(sb.name)!, `sandgate-${sb.name}`, `sleep 603.${n} & sleep 604.${n}; echo late`, 2_500);
-        expectGone(`603.${n}`, Date.now() + SSH_KILL_SLACK_MS, `dropped ssh ${n}`);
-        expectGone(`604.${n}`, Date.now() + SSH_KILL_SLACK_MS, `dropped ssh ${n}`);
-        if (res.killed) return ledger.record('ssh-drop', 'ok');
+        const res = await runSsh(sshConfigs.get(sb.name)!, `sandgate-${sb.name}`, `sleep 603.${n} & sleep 604.${n}; echo late`, async () =>
+          (await countMatching(new RegExp(`sleep 60[34]\\.${n}`))) >= 2,
+        );
+        if (res.killed) {
+          expectGone(`603.${n}`, Date.now() + SSH_KILL_SLACK_MS, `dropped ssh ${n}`);
+          expectGone(`604.${n}`, Date.now() + SSH_KILL_SLACK_MS, `dropped ssh ${n}`);
+          return ledger.record('ssh-drop', 'ok');
+        }
+        // Never established, or it finished before the kill: still nothing of it may stay.
+        expectGone(`603.${n}`, Date.now() + SSH_KILL_SLACK_MS, `ssh ${n} that was not killed`);
+        expectGone(`604.${n}`, Date.now() + SSH_KILL_SLACK_MS, `ssh ${n} that was not killed`);
+        if (res.code === 0) return ledger.record('ssh-drop', 'wrong', 'the session finished before it could be killed');
         ledger.record('ssh-drop', ...tuple(classifySsh(res)));
       },
       async ephemeral() {
@@ -314,44 +446,82 @@ async function main(): Promise<void> {
     });
 
     // The chaos: something bad every few seconds, replicas brought back, Redis restarted once.
+    // A negative run of `fencing` freezes first: the freeze is what fencing is there for.
+    let restarting: Promise<void> | undefined;
     const chaos = (async () => {
       let redisRestarted = false;
       let longFreezeDone = false;
       let terminated = false;
+      // Short runs (CI's negative runs) freeze early, so the freeze fits before the quiet end.
+      const freezeAt = breaks.includes('fencing') ? 0 : durationMs < 60_000 ? 0.15 : 0.6;
       while (Date.now() < stopAt - 15_000) {
         await sleep(between(rng, 4_000, 7_000));
         if (Date.now() >= stopAt - 15_000) break;
-        if (!redisRestarted && Date.now() - t0 > durationMs * 0.4) {
-          redisRestarted = true;
-          console.log(`[${secs(t0)}] restart redis`);
-          await redis.restart();
+        const elapsed = 1 - (stopAt - Date.now()) / durationMs;
+        if (!longFreezeDone && elapsed >= freezeAt) {
+          // A replica holding sessions stalls (a GC pause, a VM migration) long enough for its
+          // supervisors to give up on it and claim anew elsewhere; then it wakes up still
+          // believing it owns them. Only fencing keeps its stale renewals and releases from
+          // clobbering the new owners' records. Precondition: the replica is running and owns
+          // sessions; otherwise the freeze waits for the next round.
+          const running = cluster.replicas.map((rep, i) => ({ rep, i })).filter(({ rep }) => rep.proc && rep.proc.exitCode === null);
+          const counts = await Promise.all(running.map(({ rep }) => ownedBy(r, pool, rep.id)));
+          const best = counts.reduce((b, c, k) => (c.length > counts[b]!.length ? k : b), 0);
+          if (running.length === 0 || counts[best]!.length === 0) {
+            scenario('long freeze of an owner', false, 'no running replica owned a session');
+            continue;
+          }
+          longFreezeDone = true;
+          const victim = running[best]!.rep;
+          const owned = counts[best]!;
+          console.log(`[${secs(t0)}] SIGSTOP ${victim.id} for at least ${LONG_FREEZE_MS / 1000} s (owns ${owned.length} pool sandboxes)`);
+          victim.proc!.kill('SIGSTOP');
+          const frozenAt = Date.now();
+          await sleep(LONG_FREEZE_MS);
+          // It stays frozen until its sessions were claimed elsewhere (at most 30 s): waking up
+          // after they moved is the case fencing exists for, so the run makes sure it happens.
+          const movedCount = async () =>
+            (await Promise.all(owned.map((sb) => r.hget(keys.owner(sb.id), 'replica').catch(() => null)))).filter((o) => o && o !== victim.id).length;
+          let moved = await movedCount();
+          while (moved < owned.length && Date.now() - frozenAt < 30_000) {
+            await sleep(250);
+            moved = await movedCount();
+          }
+          victim.proc!.kill('SIGCONT');
+          console.log(`[${secs(t0)}] SIGCONT ${victim.id} after ${((Date.now() - frozenAt) / 1000).toFixed(1)} s: ${moved}/${owned.length} of its sessions had moved`);
+          scenario('long freeze of an owner', moved > 0, `${victim.id}: ${moved}/${owned.length} sessions moved`);
+          // A negative run of `fencing`: nothing more, so no later chaos repairs what the stale
+          // owner's unfenced release did before the owner records are judged.
+          if (breaks.includes('fencing')) break;
           continue;
         }
-        if (!longFreezeDone && Date.now() - t0 > durationMs * 0.6) {
-          // The replica holding the most sessions stalls (a GC pause, a VM migration) long enough
-          // for its supervisors to give up on it and claim anew elsewhere; then it wakes up still
-          // believing it owns them. Only fencing keeps its stale renewals and releases from
-          // clobbering the new owners' records.
-          longFreezeDone = true;
-          const counts = await Promise.all(cluster.replicas.map((rep) => ownedBy(r, pool, rep.id)));
-          const busiest = counts.reduce((best, c, i) => (c.length > counts[best]!.length ? i : best), 0);
-          const proc = cluster.replicas[busiest]!.proc;
-          if (proc && proc.exitCode === null) {
-            console.log(`[${secs(t0)}] SIGSTOP ${cluster.replicas[busiest]!.id} for ${LONG_FREEZE_MS / 1000} s (owns ${counts[busiest]!.length} pool sandboxes)`);
-            proc.kill('SIGSTOP');
-            await sleep(LONG_FREEZE_MS);
-            proc.kill('SIGCONT');
-          }
+        if (!redisRestarted && elapsed >= 0.4) {
+          redisRestarted = true;
+          console.log(`[${secs(t0)}] restart redis`);
+          // Records lost in the restart are Redis's doing, not a stale owner's: only the gap
+          // limit judges them.
+          owners.ignoreDeletionsUntil = Number.POSITIVE_INFINITY;
+          await redis.restart();
+          owners.ignoreDeletionsUntil = Date.now() + OWNER_TTL_MS + 5_000;
+          scenario('redis restart', true);
           continue;
         }
         const victim = Math.floor(rng() * cluster.replicas.length);
-        const owned = await ownedBy(r, pool, cluster.replicas[victim]!.id);
         const roll = rng();
+        // At most one replica down at a time; while one restarts (slow on a loaded machine) the
+        // chaos goes on with the others instead of waiting for it.
+        if (restarting !== undefined || !cluster.replicas[victim]!.proc) {
+          scenario('action skipped: a replica is still restarting', false);
+          continue;
+        }
+        const owned = await ownedBy(r, pool, cluster.replicas[victim]!.id);
         if (roll < 0.15 && !terminated) {
           terminated = true;
+          scenario('SIGTERM (drain)', true, `${owned.length} sessions`);
           console.log(`[${secs(t0)}] SIGTERM ${cluster.replicas[victim]!.id}`);
           await cluster.signal(victim, 'SIGTERM');
         } else if (roll < 0.35) {
+          scenario('short freeze (4 s)', true);
           console.log(`[${secs(t0)}] SIGSTOP ${cluster.replicas[victim]!.id} for 4 s`);
           const proc = cluster.replicas[victim]!.proc!;
           proc.kill('SIGSTOP');
@@ -359,6 +529,7 @@ async function main(): Promise<void> {
           proc.kill('SIGCONT');
           continue;
         } else {
+          scenario('SIGKILL', true, `${owned.length} sessions`);
           console.log(`[${secs(t0)}] SIGKILL ${cluster.replicas[victim]!.id} (owns ${owned.length} pool sandboxes)`);
           await cluster.signal(victim, 'SIGKILL');
         }
@@ -376,59 +547,78 @@ async function main(): Promise<void> {
             })(),
           );
         }
-        await sleep(between(rng, 1_000, 2_000));
-        await cluster.startReplica(victim);
+        const downFor = between(rng, 1_000, 2_000);
+        restarting = (async () => {
+          await sleep(downFor);
+          await restartReplica(cluster, victim, scenario).catch((err: unknown) =>
+            ledger.violate('failover', `${cluster.replicas[victim]!.id} could not be started again: ${String(err).split(';')[0]}`),
+          );
+          restarting = undefined;
+        })();
       }
+      await restarting;
     })();
 
     await Promise.all([...workload, chaos]);
-    // Everything back up; then give durable work time to finish.
-    for (let i = 0; i < cluster.replicas.length; i++) if (!cluster.replicas[i]!.proc) await cluster.startReplica(i);
+    // Everything back up; then wait, on conditions, for durable work to finish.
+    for (let i = 0; i < cluster.replicas.length; i++) if (!cluster.replicas[i]!.proc) await restartReplica(cluster, i, scenario);
     console.log(`[${secs(t0)}] workload done; quiescing`);
     await Promise.all(pendingChecks);
-    // Long enough for the reconcile sweep (every 10 s) to finish a create interrupted by a crash
-    // (it waits 30 s after the create) and for every cleanup job to run.
-    await sleep(45_000);
 
     // ---- invariants ----------------------------------------------------------------------------
-    const results: [string, boolean, string][] = [];
-    // Only this run's markers (other processes on the machine may run sleeps of their own).
-    const leftovers = await countMatching(/sleep 60[0-4]\.\d{7}/);
-    const outlived = ledger.violations.filter((v) => v.kind === 'process outlived its exec').length;
-    results.push(['no process of an exec or SSH channel outlives its deadline, cancel or connection', outlived === 0 && leftovers === 0, `${outlived} late, ${leftovers} left at the end`]);
+    // End state, re-read until it is clean or the quiesce limit passes: long enough for the
+    // reconcile sweep (every 10 s) to finish a create interrupted 30 s ago and remove orphaned
+    // compute, and for every cleanup job to run. A negative run waits the whole limit.
+    const endState = async () => {
+      let ephemeralLeft = 0;
+      let neverRan = 0;
+      for (const id of ephemeralIds) {
+        const rec = await store.get(id);
+        const reason = rec?.sandbox.status?.conditions?.[0]?.reason;
+        if (rec && (reason === 'ComputeFailed' || reason === 'ProvisioningTimeout')) neverRan++;
+        else if (rec || (await liveSupervisors(lb.address)).has(id)) ephemeralLeft++;
+      }
+      const records = await store.list();
+      const recordIds = new Set(records.map((x) => x.sandbox.metadata!.id!));
+      // Compute is judged by what runs, not by what the state directory says: a supervisor
+      // process of this cluster (it dials this run's balancer) whose sandbox has no record.
+      const live = await liveSupervisors(lb.address);
+      const orphans = [...live.keys()].filter((id) => !recordIds.has(id));
+      const stuck = records.filter((x) => [1, 4, 6, 8].includes(x.sandbox.status?.phase ?? 0));
+      // Only this run's markers (other processes on the machine may run sleeps of their own).
+      const leftovers = await countMatching(new RegExp(`sleep 60[0-4]\\.${RUN_TAG}\\d{7}`));
+      return { ephemeralLeft, neverRan, records, live, orphans, stuck, leftovers };
+    };
+    const quiesceStart = Date.now();
+    let end = await endState();
+    // A pool sandbox without an owner record counts too: with fencing the record is back within
+    // seconds; a record an unfenced stale owner deleted never comes back, so the gap outlasts the
+    // limit and the owner-records invariant sees it.
+    while (
+      Date.now() - quiesceStart < QUIESCE_LIMIT_MS &&
+      (end.ephemeralLeft || end.orphans.length || end.stuck.length || end.leftovers || owners.openGaps() > 0)
+    ) {
+      await sleep(1_000);
+      end = await endState();
+    }
+    console.log(`[${secs(t0)}] end state read after ${((Date.now() - quiesceStart) / 1000).toFixed(0)} s of quiescing`);
 
+    const results: [InvariantId, boolean, string][] = [];
+        const outlived = ledger.violations.filter((v) => v.kind === 'process outlived its exec').length;
+    results.push(['exec-processes', outlived === 0 && end.leftovers === 0, `${outlived} late (checked live at each deadline), ${end.leftovers} left at the end`]);
     // An ephemeral sandbox whose main process never ran (its launch failed) stays, in Error, for
-    // the user to see why; every one whose main process finished must be gone.
-    let ephemeralLeft = 0;
-    let neverRan = 0;
-    for (const id of ephemeralIds) {
-      const rec = await store.get(id);
-      const reason = rec?.sandbox.status?.conditions?.[0]?.reason;
-      if (rec && (reason === 'ComputeFailed' || reason === 'ProvisioningTimeout')) neverRan++;
-      else if (rec || existsSync(`${cluster.stateDir}/sandboxes/${id}`)) ephemeralLeft++;
-    }
+    // the user to see why; every one whose main process finished must be gone, record and compute.
     results.push([
-      'every finished ephemeral sandbox is deleted',
-      ephemeralLeft === 0,
-      `${ephemeralIds.length - ephemeralLeft - neverRan}/${ephemeralIds.length - neverRan} deleted${neverRan ? ` (${neverRan} never launched)` : ''}`,
+      'ephemeral-deleted',
+      end.ephemeralLeft === 0,
+      `${ephemeralIds.length - end.ephemeralLeft - end.neverRan}/${ephemeralIds.length - end.neverRan} deleted${end.neverRan ? ` (${end.neverRan} never launched)` : ''}`,
     ]);
+    results.push(['no-orphan-compute', end.orphans.length === 0, `${end.orphans.length} live supervisor(s) without a record of ${end.live.size} live`]);
+    results.push(['no-stuck-record', end.stuck.length === 0, `${end.stuck.length} of ${end.records.length} (${end.stuck.map((x) => x.sandbox.metadata?.name).join(',')})`]);
 
-    const records = await store.list();
-    const recordIds = new Set(records.map((x) => x.sandbox.metadata!.id!));
-    const dirs = existsSync(`${cluster.stateDir}/sandboxes`) ? readdirSync(`${cluster.stateDir}/sandboxes`) : [];
-    const orphans = dirs.filter((d) => !recordIds.has(d));
-    results.push(['no compute without a record', orphans.length === 0, `${orphans.length} orphaned of ${dirs.length}`]);
-
-    const stuck = records.filter((x) => [1, 4, 6, 8].includes(x.sandbox.status?.phase ?? 0));
-    results.push(['no record stuck in a transitional phase', stuck.length === 0, `${stuck.length} of ${records.length} (${stuck.map((s) => s.sandbox.metadata?.name).join(',')})`]);
-
-    let deadOwners = 0;
-    const ownerKeys = await r.keys('sg:own:*');
-    for (const k of ownerKeys) {
-      const replica = await r.hget(k, 'replica');
-      if (!replica || !(await r.exists(keys.replica(replica)))) deadOwners++;
-    }
-    results.push(['no owner key names a dead replica', deadOwners === 0, `${deadOwners} of ${ownerKeys.length}`]);
+    samplingDone = true;
+    await sampling;
+    results.push(['owner-records', owners.violations === 0, owners.summary()]);
 
     // Every pool sandbox answers through every replica at the end.
     let unreachable = 0;
@@ -440,13 +630,22 @@ async function main(): Promise<void> {
         if (res.error || res.exit !== 0) unreachable++;
       }
     }
-    results.push(['every live sandbox is reachable through every replica', unreachable === 0, `${unreachable} failures of ${pool.length * cluster.replicas.length}`]);
+    results.push(['reachable', unreachable === 0, `${unreachable} failures of ${pool.length * cluster.replicas.length}`]);
 
     const callViolations = ledger.violations.filter((v) => v.kind.endsWith(': wrong') || v.kind.endsWith(': hang') || v.kind.startsWith('op '));
-    results.push(['every call succeeded or failed with UNAVAILABLE; no wrong result, no hang', callViolations.length === 0, `${callViolations.length} violations`]);
+    results.push(['calls', callViolations.length === 0, `${callViolations.length} violations`]);
     const failoverViolations = ledger.violations.filter((v) => v.kind === 'failover').length;
     const fo = summarise(failovers);
-    results.push(['sandboxes of a dead replica are reachable again', failoverViolations === 0, `n=${fo.n} p50=${fo.p50.toFixed(0)} ms p99=${fo.p99.toFixed(0)} ms, ${failoverViolations} never`]);
+    results.push(['failover', failoverViolations === 0, `n=${fo.n} p50=${fo.p50.toFixed(0)} ms p99=${fo.p99.toFixed(0)} ms, ${failoverViolations} never`]);
+    // A check only means something if its scenario ran: the long freeze must have moved sessions,
+    // the special scenarios must have happened, and the workload must have killed SSH sessions
+    // mid-session and timed out execs.
+    const required = ['long freeze of an owner', 'record lost under live compute', 'create interrupted before launch', ...(durationMs >= 60_000 ? ['redis restart'] : [])];
+    const finishedEphemerals = ephemeralIds.length - end.neverRan;
+    scenario('ephemeral sandboxes that ran', finishedEphemerals > 0, `${finishedEphemerals}`);
+    required.push('ephemeral sandboxes that ran');
+    const missing = required.filter((name) => !scenarios.get(name)?.happened);
+    results.push(['scenarios', missing.length === 0, missing.length ? `did not happen: ${missing.join(', ')}` : `${required.length} special scenarios happened`]);
 
     console.log('\ncalls');
     console.log(table(['call', 'ok', 'UNAVAILABLE', 'wrong', 'hang'], [...ledger.counts].map(([k, c]) => [k, c.ok, c.retriable, c.wrong, c.hang])));
@@ -454,10 +653,21 @@ async function main(): Promise<void> {
       console.log('\nUNAVAILABLE messages');
       console.log(table(['message', 'count'], [...ledger.retriableMessages].sort((a, b) => b[1] - a[1]).slice(0, 10).map(([m, n]) => [m, n])));
     }
+    console.log('\nscenarios (how many of each really happened)');
+    console.log(table(['scenario', 'happened', 'skipped', 'notes'], [...scenarios].map(([k, c]) => [k, c.happened, c.skipped, c.notes.join('; ')])));
     console.log('\ninvariants');
-    console.log(table(['invariant', 'result', 'detail'], results.map(([name, ok, detail]) => [name, ok ? 'PASS' : 'FAIL', detail])));
+    console.log(table(['id', 'invariant', 'result', 'detail'], results.map(([id, ok, detail]) => [id, INVARIANTS[id], ok ? 'PASS' : 'FAIL', detail])));
     for (const v of ledger.violations.slice(0, 20)) console.log(`violation @${(v.atMs / 1000).toFixed(1)}s ${v.kind}: ${v.detail}`);
     const passed = results.every(([, ok]) => ok);
+    const failedIds = results.filter(([, ok]) => !ok).map(([id]) => id);
+    for (const id of failedIds) console.log(`failed invariant: ${id}`);
+    if (breaks.length) {
+      // A negative run: the invariant each fault targets must be among the failures.
+      for (const b of breaks) {
+        const target = BREAK_TARGETS[b]!;
+        console.log(`negative run --break ${b}: expected invariant '${target}' ${failedIds.includes(target) ? 'FAILED, as it must' : 'did NOT fail: this check cannot catch what it guards'}`);
+      }
+    }
     if (!passed) {
       // Keep what explains the failure: every replica's log and every supervisor's log.
       const dir = `${os.tmpdir()}/sandgate-chaos-${seed}-${Date.now()}`;
@@ -469,10 +679,12 @@ async function main(): Promise<void> {
     console.log(`\nchaos ${passed ? 'PASSED' : 'FAILED'} (seed ${seed}, ${((Date.now() - t0) / 1000).toFixed(0)} s)`);
     process.exitCode = passed ? 0 : 1;
 
-    // Clean up: delete what is left.
+    // Clean up: delete what is left, and any compute a negative run left without a record.
     for (const rec of await store.list()) {
       await unaryCall(clients[0]!, 'DeleteSandbox', { name: rec.sandbox.metadata!.name }).catch(() => undefined);
     }
+    const driver = new LocalDriver({ stateDir: cluster.stateDir, supervisorEntry: `${repoRoot}/apps/supervisor/src/main.ts` });
+    for (const c of await driver.list()) await driver.delete(c.sandboxId, c.handle).catch(() => undefined);
   } finally {
     if (sshDir) rmSync(sshDir, { recursive: true, force: true });
     for (const c of clients) c.close();
@@ -495,8 +707,11 @@ async function countMatching(re: RegExp): Promise<number> {
 }
 
 /** Fixed-width, so no marker is a prefix of another when matching command lines. */
+/** Distinguishes this run's markers from another chaos run's on the same machine. */
+const RUN_TAG = String(process.pid % 1000).padStart(3, '0');
+
 function marker(n: number): string {
-  return String(n).padStart(7, '0');
+  return RUN_TAG + String(n).padStart(7, '0');
 }
 
 function tuple(x: { outcome: 'ok' | 'retriable' | 'wrong' | 'hang'; detail: string }): ['ok' | 'retriable' | 'wrong' | 'hang', string] {
@@ -511,6 +726,196 @@ async function ownedBy(r: import('ioredis').Redis, pool: { id: string; name: str
   const out: { id: string; name: string }[] = [];
   for (const sb of pool) if ((await r.hget(keys.owner(sb.id), 'replica')) === replicaId) out.push(sb);
   return out;
+}
+
+/**
+ * A create of the run's setup (before any chaos): retried while the balancer answers UNAVAILABLE
+ * (an overloaded machine drops connections), and idempotent by name.
+ */
+async function setupCreate(client: AnyClient, req: { name: string; spec: object; annotations?: Record<string, string> }): Promise<{ sandbox: { metadata: { id: string; name: string } } }> {
+  type Res = { sandbox: { metadata: { id: string; name: string } } };
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await unaryCall<Res>(client, 'CreateSandbox', req);
+    } catch (err) {
+      const code = (err as { code?: number }).code;
+      if (code === 6) return unaryCall<Res>(client, 'GetSandbox', { name: req.name }); // ALREADY_EXISTS: an earlier attempt won
+      if (code !== 14 || attempt >= 5) throw err;
+      await sleep(1_000 * attempt);
+    }
+  }
+}
+
+/**
+ * Starts a killed replica again. On an overloaded machine a start can miss the harness's readiness
+ * deadline: it is then killed and started once more (counted), rather than ending the run.
+ */
+async function restartReplica(cluster: Cluster, i: number, scenario: (name: string, happened: boolean, note?: string) => void): Promise<void> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      await cluster.startReplica(i);
+      return;
+    } catch (err) {
+      scenario('replica restart retried (slow start)', true, `${cluster.replicas[i]!.id} attempt ${attempt}`);
+      if (attempt >= 3) throw err;
+      console.log(`replica ${cluster.replicas[i]!.id} did not become ready; starting it again (${String(err).split(';')[0]})`);
+    }
+  }
+}
+
+/**
+ * Supervisor processes of this run's cluster (they dial its balancer), by sandbox id: the live
+ * evidence of compute. Read from /proc, so a dead process never counts whatever its state
+ * directory says.
+ */
+async function liveSupervisors(balancer: string): Promise<Map<string, number>> {
+  const out = new Map<string, number>();
+  for (const pid of await pidsMatching('apps/supervisor/src/main.ts')) {
+    try {
+      const argv0 = (await readFile(`/proc/${pid}/cmdline`)).toString().split('\0')[0] ?? '';
+      if (!argv0.endsWith('node')) continue; // the bwrap processes around it share its argv tail
+      const env = (await readFile(`/proc/${pid}/environ`)).toString().split('\0');
+      if (!env.includes(`SANDGATE_GATEWAY=${balancer}`)) continue;
+      const id = env.find((e) => e.startsWith('SANDGATE_SANDBOX_ID='))?.slice('SANDGATE_SANDBOX_ID='.length);
+      if (id) out.set(id, pid);
+    } catch {
+      // gone while we looked
+    }
+  }
+  return out;
+}
+
+/**
+ * Samples every pool sandbox's owner record while the chaos happens, and judges each sample
+ * against the replica incarnations the harness started (a pid and the time it was first seen).
+ * A record may be missing only briefly (OWNER_GAP_LIMIT_MS); it may never name a replica that is
+ * dead, nor a replica's *earlier* incarnation (the pair replica+fence was first seen before that
+ * replica's current process started), once the TTL has had time to expire it.
+ */
+class OwnerSampler {
+  violations = 0;
+  private samples = 0;
+  private maxGapMs = 0;
+  private readonly missingSince = new Map<string, number>();
+  private readonly firstSeen = new Map<string, number>();
+  private readonly reported = new Set<string>();
+  /** Per replica id: current pid (null while dead), since when. */
+  private readonly incarnation = new Map<string, { pid: number | null; since: number }>();
+  private readonly r: import('ioredis').Redis;
+  private readonly cluster: Cluster;
+  private readonly pool: { id: string; name: string }[];
+  private readonly ledger: Ledger;
+
+  constructor(r: import('ioredis').Redis, cluster: Cluster, pool: { id: string; name: string }[], ledger: Ledger) {
+    this.r = r;
+    this.cluster = cluster;
+    this.pool = pool;
+    this.ledger = ledger;
+  }
+
+  async run(done: () => boolean): Promise<void> {
+    while (!done()) {
+      await this.sample().catch(() => undefined); // Redis restarting: no evidence either way
+      await sleep(250);
+    }
+    await Promise.all(this.pending);
+    // A gap still open at the end counts with its length so far.
+    const now = Date.now();
+    for (const [id, since] of this.missingSince) this.noteGap(id, now - since);
+  }
+
+  private readonly last = new Map<string, { replica: string; fence: string; ttl: number } | undefined>();
+
+  /**
+   * A record vanished well before its TTL ran out: somebody deleted it. With fencing only its
+   * holder can (releasing a session it closed), so the holder can no longer serve the sandbox;
+   * and a holder whose record merely got lost (a Redis restart) re-creates it at its next renewal
+   * (every TTL/3). If the holder still serves it 5 s later while no record exists, another replica
+   * deleted the live owner's record: exactly what an unfenced stale release does.
+   */
+  private checkDeleted(sb: { id: string; name: string }, holder: string, fence: string): void {
+    if (Date.now() < this.ignoreDeletionsUntil) return;
+    const rep = this.cluster.replicas.find((x) => x.id === holder);
+    if (!rep) return;
+    this.pending.push(
+      (async () => {
+        await sleep(5_000);
+        if (Object.keys(await this.r.hgetall(keys.owner(sb.id))).length > 0) return; // claimed anew or renewed
+        const c = openShellClient(rep.grpcAddress);
+        const res = await exec(c, { sandbox_id: sb.id, command: ['true'] });
+        c.close();
+        if (res.error || res.exit !== 0) return;
+        if (Object.keys(await this.r.hgetall(keys.owner(sb.id))).length > 0) return;
+        this.violate(`deleted:${sb.id}|${holder}|${fence}`, `${sb.id}: owner record (${holder}, fence ${fence}) deleted while ${holder} still serves the session`);
+      })().catch(() => undefined),
+    );
+  }
+
+  private readonly pending: Promise<void>[] = [];
+  /** Set around a Redis restart, which may lose records without anyone deleting them. */
+  ignoreDeletionsUntil = 0;
+
+  /** Pool sandboxes without an owner record at the last sample. */
+  openGaps(): number {
+    return this.missingSince.size;
+  }
+
+  summary(): string {
+    return `${this.violations} violation(s) in ${this.samples} samples; longest gap without a record ${(this.maxGapMs / 1000).toFixed(1)} s (limit ${OWNER_GAP_LIMIT_MS / 1000} s)`;
+  }
+
+  private violate(key: string, detail: string): void {
+    if (this.reported.has(key)) return;
+    this.reported.add(key);
+    this.violations++;
+    this.ledger.violate('owner record', detail);
+  }
+
+  private noteGap(id: string, gapMs: number): void {
+    this.maxGapMs = Math.max(this.maxGapMs, gapMs);
+    if (gapMs > OWNER_GAP_LIMIT_MS) this.violate(`gap:${id}:${this.missingSince.get(id)}`, `${id}: no owner record for ${(gapMs / 1000).toFixed(1)} s while its supervisor runs`);
+  }
+
+  private async sample(): Promise<void> {
+    const now = Date.now();
+    for (const rep of this.cluster.replicas) {
+      const pid = rep.proc && rep.proc.exitCode === null && rep.proc.signalCode === null ? (rep.proc.pid ?? null) : null;
+      const cur = this.incarnation.get(rep.id);
+      if (!cur || cur.pid !== pid) this.incarnation.set(rep.id, { pid, since: now });
+    }
+    const [records, ttls] = await Promise.all([
+      Promise.all(this.pool.map((sb) => this.r.hgetall(keys.owner(sb.id)))),
+      Promise.all(this.pool.map((sb) => this.r.pttl(keys.owner(sb.id)))),
+    ]);
+    this.samples++;
+    const late = OWNER_TTL_MS + 3_000;
+    this.pool.forEach((sb, k) => {
+      const rec = records[k]!;
+      const before = this.last.get(sb.id);
+      this.last.set(sb.id, rec.replica ? { replica: rec.replica, fence: rec.fence ?? '', ttl: ttls[k]! } : undefined);
+      if (!rec.replica && before && before.ttl > 1_500) this.checkDeleted(sb, before.replica, before.fence);
+      if (!rec.replica) {
+        if (!this.missingSince.has(sb.id)) this.missingSince.set(sb.id, now);
+        this.noteGap(sb.id, now - this.missingSince.get(sb.id)!);
+        return;
+      }
+      const since = this.missingSince.get(sb.id);
+      if (since !== undefined) {
+        this.noteGap(sb.id, now - since);
+        this.missingSince.delete(sb.id);
+      }
+      const claim = `${sb.id}|${rec.replica}|${rec.fence}`;
+      if (!this.firstSeen.has(claim)) this.firstSeen.set(claim, now);
+      const inc = this.incarnation.get(rec.replica);
+      if (!inc) return this.violate(`unknown:${claim}`, `${sb.id}: owner record names '${rec.replica}', which this cluster never ran`);
+      if (inc.pid === null && now - inc.since > late) {
+        return this.violate(`dead:${claim}`, `${sb.id}: owner record names ${rec.replica}, dead for ${((now - inc.since) / 1000).toFixed(1)} s`);
+      }
+      if (inc.pid !== null && this.firstSeen.get(claim)! < inc.since && now - inc.since > late) {
+        this.violate(`stale:${claim}`, `${sb.id}: owner record (fence ${rec.fence}) was claimed by an earlier incarnation of ${rec.replica}, not pid ${inc.pid}`);
+      }
+    });
+  }
 }
 
 await main();

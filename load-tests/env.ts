@@ -6,7 +6,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import path from 'node:path';
 import { readFile } from 'node:fs/promises';
 import { LocalDriver } from '@sandgate/compute';
-import { Cluster, cliBin, repoRoot, runCli, type ReplicaProcess } from '../test/harness/cluster.ts';
+import { Cluster, cliBin, replicaBaseEnv, repoRoot, runCli, type ReplicaProcess } from '../test/harness/cluster.ts';
 import { openShellClient, type AnyClient } from '../test/harness/grpc-client.ts';
 import { freePorts } from '../test/harness/ports.ts';
 import { createSandbox, ownerOf, pidsMatching } from '../test/harness/sandbox.ts';
@@ -148,7 +148,7 @@ export async function startGateway(opts: { redisUrl: string; driver: string; sta
     '--state-dir', opts.stateDir,
     '--supervisor-endpoint', grpcAddress,
   ];
-  const proc = spawn(process.execPath, args, { env: { ...process.env, SANDGATE_LOG_LEVEL: 'info', ...opts.env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  const proc = spawn(process.execPath, args, { env: { ...replicaBaseEnv(), SANDGATE_LOG_LEVEL: 'info', ...opts.env }, stdio: ['ignore', 'pipe', 'pipe'] });
   let log = '';
   const collect = (c: Buffer) => {
     log = (log + c.toString()).slice(-20_000);

@@ -23,14 +23,21 @@ export async function run(opts: ExecLatencyOptions): Promise<BenchReport> {
   }
   const d: number[] = [];
   const r: number[] = [];
+  // ABBA: pairs alternate direct-first and relayed-first, so whatever the second run of a pair
+  // inherits from the first (a warm cache, a GC the first one triggered) does not bias one path.
   for (let i = 0; i < opts.iterations; i++) {
-    d.push(await execOnce(direct, sbx.id));
-    r.push(await execOnce(relayed, sbx.id));
+    if (i % 2 === 0) {
+      d.push(await execOnce(direct, sbx.id));
+      r.push(await execOnce(relayed, sbx.id));
+    } else {
+      r.push(await execOnce(relayed, sbx.id));
+      d.push(await execOnce(direct, sbx.id));
+    }
   }
   const sd = summarise(d);
   const sr = summarise(r);
-  // Each relayed exec against the direct one run just before it: machine noise that spans a pair
-  // cancels out, which the difference of two percentiles does not do.
+  // Each relayed exec against the direct one of its pair: machine noise that spans a pair cancels
+  // out, which the difference of two percentiles does not do. These are the overhead figures.
   const paired = summarise(r.map((v, i) => v - d[i]!));
   // The relay hop alone, without process start-up: one line echoed by `cat` in an open
   // interactive exec, through each replica, interleaved.
@@ -39,9 +46,15 @@ export async function run(opts: ExecLatencyOptions): Promise<BenchReport> {
   const ed: number[] = [];
   const er: number[] = [];
   for (let i = 0; i < opts.iterations; i++) {
-    ed.push(await echoDirect.roundTrip());
-    er.push(await echoRelayed.roundTrip());
+    if (i % 2 === 0) {
+      ed.push(await echoDirect.roundTrip());
+      er.push(await echoRelayed.roundTrip());
+    } else {
+      er.push(await echoRelayed.roundTrip());
+      ed.push(await echoDirect.roundTrip());
+    }
   }
+  const echoPaired = summarise(er.map((v, i) => v - ed[i]!));
   echoDirect.close();
   echoRelayed.close();
   const sed = summarise(ed);
@@ -52,27 +65,27 @@ export async function run(opts: ExecLatencyOptions): Promise<BenchReport> {
     command: `node load-tests/exec-latency.ts --iterations ${opts.iterations} --warmup ${opts.warmup}`,
     tables: [
       {
-        caption: `exec latency of \`true\`, ${opts.iterations} iterations each after ${opts.warmup} warm-up pairs, interleaved; local driver`,
+        caption: `exec latency of \`true\`, ${opts.iterations} iterations each after ${opts.warmup} warm-up pairs, interleaved ABBA; local driver`,
         headers: ['path', 'p50', 'p90', 'p99', 'mean'],
         rows: [
           ['direct (owner replica)', ms(sd.p50), ms(sd.p90), ms(sd.p99), ms(sd.mean)],
           ['relayed (non-owner → owner)', ms(sr.p50), ms(sr.p90), ms(sr.p99), ms(sr.mean)],
-          ['relay overhead', ms(sr.p50 - sd.p50), ms(sr.p90 - sd.p90), ms(sr.p99 - sd.p99), ms(sr.mean - sd.mean)],
-          ['ratio relayed/direct', (sr.p50 / sd.p50).toFixed(3), (sr.p90 / sd.p90).toFixed(3), (sr.p99 / sd.p99).toFixed(3), (sr.mean / sd.mean).toFixed(3)],
-          ['paired difference (relayed − direct before it)', ms(paired.p50), ms(paired.p90), ms(paired.p99), ms(paired.mean)],
+          ['relay overhead: paired difference (relayed − direct of the same ABBA pair)', ms(paired.p50), ms(paired.p90), ms(paired.p99), ms(paired.mean)],
+          ['(difference of the percentiles above; not an overhead figure)', ms(sr.p50 - sd.p50), ms(sr.p90 - sd.p90), ms(sr.p99 - sd.p99), ms(sr.mean - sd.mean)],
         ],
       },
       {
-        caption: `stdin → stdout round trip of one line through an open interactive \`cat\` exec, ${opts.iterations} each, interleaved (the relay hop without process start-up)`,
+        caption: `stdin → stdout round trip of one line through an open interactive \`cat\` exec, ${opts.iterations} each, interleaved ABBA (the relay hop without process start-up)`,
         headers: ['path', 'p50', 'p90', 'p99', 'mean'],
         rows: [
           ['direct (owner replica)', ms(sed.p50), ms(sed.p90), ms(sed.p99), ms(sed.mean)],
           ['relayed (non-owner → owner)', ms(ser.p50), ms(ser.p90), ms(ser.p99), ms(ser.mean)],
-          ['relay overhead', ms(ser.p50 - sed.p50), ms(ser.p90 - sed.p90), ms(ser.p99 - sed.p99), ms(ser.mean - sed.mean)],
+          ['relay overhead: paired difference (same ABBA pair)', ms(echoPaired.p50), ms(echoPaired.p90), ms(echoPaired.p99), ms(echoPaired.mean)],
+          ['(difference of the percentiles above)', ms(ser.p50 - sed.p50), ms(ser.p90 - sed.p90), ms(ser.p99 - sed.p99), ms(ser.mean - sed.mean)],
         ],
       },
     ],
-    notes: [`targets (issue 7): p50 overhead < 1 ms, p99 overhead < 5 ms`],
+    notes: [`targets (issue 7): p50 overhead < 1 ms, p99 overhead < 5 ms, judged on the paired differences`],
     durationMs: now() - t0,
   };
 }

@@ -2,7 +2,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Redis } from 'ioredis';
 import { status as grpcStatus } from '@grpc/grpc-js';
-import { keys } from '@sandgate/store';
+import { keys, SandboxStore } from '@sandgate/store';
+import { Phase } from '@sandgate/core';
 import { Cluster, runCli } from '../harness/cluster.ts';
 import { startRedis, type TestRedis } from '../harness/redis.ts';
 import { openShellClient, unaryCall, type AnyClient } from '../harness/grpc-client.ts';
@@ -80,10 +81,15 @@ describe('ephemeral sandboxes', () => {
     const id = (JSON.parse(res.stdout.toString()) as SandboxJson).metadata.id;
     const owner = replicaIndex(await ownerOf(r, id));
     // The exit report is durable the moment the phase leaves Ready: kill the owner right then.
-    await waitFor('exit recorded', async () => {
-      const phase = (await getJson(name, (owner + 1) % 3))?.status.phase;
-      return phase !== undefined && phase !== 'SANDBOX_PHASE_READY' && phase !== 'SANDBOX_PHASE_PROVISIONING';
-    }, 15_000, 20).catch(() => undefined);
+    // The crash window is "exit recorded, record not deleted yet": the wait must see exactly that
+    // (a record in a post-exit phase), or the test proves nothing and fails.
+    // Polled straight from Redis: the window lasts milliseconds, a CLI call per poll would miss it.
+    const store = new SandboxStore(r);
+    const phaseAtCrash = await waitFor('exit recorded, record still there', async () => {
+      const phase = (await store.get(id))?.sandbox.status?.phase;
+      return phase !== undefined && phase !== Phase.READY && phase !== Phase.PROVISIONING ? phase : undefined;
+    }, 30_000, 2);
+    expect([Phase.COMPLETED, Phase.DELETING]).toContain(phaseAtCrash);
     await cluster.signal(owner, 'SIGKILL');
     await waitFor('ephemeral sandbox deleted after owner crash', async () => (await getJson(name, (owner + 1) % 3)) === null && (await computeGone(id)), 30_000, 250);
     await cluster.startReplica(owner);
@@ -152,12 +158,84 @@ describe('stop and start', () => {
     expect(sb.id).toBe(after.metadata.id);
   });
 
-  it('start on a Ready sandbox is a no-op', async () => {
+  it('start on a Ready sandbox changes nothing: same run, same instance, same compute, no error', async () => {
     const client = openShellClient(gw(0));
-    await runCli(['sandbox', 'create', '--name', 'prov', '--detach', '--', 'sleep', 'infinity'], { gateway: gw(0) });
-    const err = (await unaryCall(client, 'StartSandbox', { name: 'prov' }).then(() => null, (e: unknown) => e)) as { code: number; details: string } | null;
-    // Ready: start is a no-op.
+    const sb = await createSandbox(gw(0), 'startready');
+    await waitFor('Ready', async () => (await getJson('startready'))?.status.phase === 'SANDBOX_PHASE_READY', 30_000);
+    const before = (await getJson('startready'))!;
+    const [runBefore, computeBefore] = await r.hmget(keys.sandbox(sb.id), 'runstart', 'compute');
+    const err = (await unaryCall(client, 'StartSandbox', { name: 'startready' }).then(() => null, (e: unknown) => e)) as { code: number; details: string } | null;
+    client.close();
     expect(err).toBeNull();
+    const after = (await getJson('startready'))!;
+    const [runAfter, computeAfter] = await r.hmget(keys.sandbox(sb.id), 'runstart', 'compute');
+    expect(after.status.phase).toBe('SANDBOX_PHASE_READY');
+    expect(after.status.mainProcessInstanceId).toBeTruthy();
+    expect(after.status.mainProcessInstanceId).toBe(before.status.mainProcessInstanceId);
+    expect(runAfter).toBe(runBefore);
+    expect(computeAfter).toBe(computeBefore);
+    // The same supervisor session still serves it: exec works without a reconnect.
+    const echo = await runCli(['sandbox', 'exec', 'startready', '--', 'echo', 'same'], { gateway: gw(1) });
+    expect(echo.stdout.toString()).toBe('same\n');
+  });
+});
+
+describe('restart policies', () => {
+  interface Status {
+    phase?: number;
+    restart_count?: number;
+    exit_code?: number;
+  }
+  const status = async (client: AnyClient, name: string): Promise<Status> =>
+    ((await unaryCall<{ sandbox: { status?: Status } }>(client, 'GetSandbox', { name })).sandbox.status ?? {});
+  const COMPLETED = 9;
+
+  /** Creates `name` with `policy` (2 on-failure, 3 always) running `sh -c 'sleep 0.5; exit CODE'`. */
+  async function create(client: AnyClient, name: string, policy: number, code: number): Promise<number> {
+    await unaryCall(client, 'CreateSandbox', { name, spec: { command: ['sh', '-c', `sleep 0.5; exit ${code}`], restart_policy: policy } });
+    return Date.now();
+  }
+
+  /** Times (ms since create) at which restart_count first reached 1, 2, …, `n`. */
+  async function restartTimes(client: AnyClient, name: string, createdAt: number, n: number): Promise<number[]> {
+    const seen: number[] = [];
+    await waitFor(`${name}: ${n} restarts`, async () => {
+      const count = (await status(client, name)).restart_count ?? 0;
+      while (seen.length < Math.min(count, n)) seen.push(Date.now() - createdAt);
+      return seen.length >= n;
+    }, 60_000, 50);
+    return seen;
+  }
+
+  it('on-failure: a non-zero exit restarts with growing backoff (1 s, then 2 s)', async () => {
+    const client = openShellClient(gw(0));
+    const createdAt = await create(client, 'restart-onfail', 2, 3);
+    const [first, second] = await restartTimes(client, 'restart-onfail', createdAt, 2);
+    // Each run lives ≥ 0.5 s; the backoff after run k is 2^(k-1) s.
+    expect(first!).toBeGreaterThanOrEqual(500 + 1000);
+    expect(second! - first!).toBeGreaterThanOrEqual(500 + 2000);
+    client.close();
+  });
+
+  it('on-failure: exit 0 completes and is not restarted', async () => {
+    const client = openShellClient(gw(1));
+    await create(client, 'restart-onfail-ok', 2, 0);
+    await waitFor('Completed', async () => (await status(client, 'restart-onfail-ok')).phase === COMPLETED, 30_000);
+    // Longer than the first backoff (1 s): a restart would have happened by now.
+    const completedAt = Date.now();
+    await waitFor('first backoff passed', () => Date.now() - completedAt > 3_000, 5_000);
+    const s = await status(client, 'restart-onfail-ok');
+    expect(s.restart_count ?? 0).toBe(0);
+    expect(s.phase).toBe(COMPLETED);
+    client.close();
+  });
+
+  it('always: even exit 0 restarts, with backoff', async () => {
+    const client = openShellClient(gw(2));
+    const createdAt = await create(client, 'restart-always', 3, 0);
+    const [first, second] = await restartTimes(client, 'restart-always', createdAt, 2);
+    expect(first!).toBeGreaterThanOrEqual(500 + 1000);
+    expect(second! - first!).toBeGreaterThanOrEqual(500 + 2000);
     client.close();
   });
 });
@@ -205,22 +283,33 @@ describe('provisioning deadline', () => {
       env: { SANDGATE_PROVISION_TIMEOUT: '1' },
     });
     expect(res.code).toBe(1); // the CLI gave up waiting; the sandbox exists
+    // The compute exists (its handle names a live process) before the deadline: otherwise
+    // "removed" below would pass for compute that never was.
+    const { readFileSync } = await import('node:fs');
+    const id = (await waitFor('record of never', () => getJson('never', 0)))!.metadata.id;
+    const handle = await waitFor('compute handle', () => {
+      try {
+        return JSON.parse(readFileSync(`${cluster.stateDir}/sandboxes/${id}/handle.json`, 'utf8')) as { pid: number };
+      } catch {
+        return undefined;
+      }
+    });
+    const alive = (pid: number) => {
+      try {
+        process.kill(pid, 0);
+        return true;
+      } catch {
+        return false;
+      }
+    };
+    expect(alive(handle.pid)).toBe(true);
     await cluster.signal(bogus, 'SIGKILL');
     const sb = await waitFor('Error at the deadline', async () => {
       const s = await getJson('never', 0);
       return s?.status.phase === 'SANDBOX_PHASE_ERROR' ? s : undefined;
     }, 20_000, 250);
     expect(sb.status.conditions?.[0]?.reason).toBe('ProvisioningTimeout');
-    await waitFor('compute removed', async () => {
-      const { readFileSync } = await import('node:fs');
-      try {
-        const h = JSON.parse(readFileSync(`${cluster.stateDir}/sandboxes/${sb.metadata.id}/handle.json`, 'utf8')) as { pid: number };
-        process.kill(h.pid, 0);
-        return false;
-      } catch {
-        return true;
-      }
-    }, 10_000);
+    await waitFor('compute removed: the process its handle names is gone', () => !alive(handle.pid), 10_000);
   });
 });
 

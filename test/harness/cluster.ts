@@ -117,7 +117,7 @@ export class Cluster {
       '--supervisor-endpoint', r.supervisorEndpoint ?? this.supervisorEndpoint,
     ];
     const proc = spawn(process.execPath, args, {
-      env: { ...process.env, SANDGATE_LOG_LEVEL: 'info', ...this.env, ...r.env },
+      env: { ...replicaBaseEnv(), SANDGATE_LOG_LEVEL: 'info', ...this.env, ...r.env },
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     r.proc = proc;
@@ -127,11 +127,19 @@ export class Cluster {
     };
     proc.stdout!.on('data', collect);
     proc.stderr!.on('data', collect);
+    let lastReady = '';
     await waitFor(`replica ${r.id} ready`, async () => {
       if (proc.exitCode !== null) throw new Error(`replica ${r.id} exited ${proc.exitCode}: ${r.logs.join('').slice(-2000)}`);
       const res = await fetch(`${r.httpUrl}/readyz`).catch(() => null);
+      if (res) lastReady = await res.text();
       return res?.status === 200;
-    }, 20_000);
+    }, 90_000).catch((err: unknown) => {
+      // generous timeout: CI machines with 2 cores run replicas, sandboxes and the workload at once.
+      // A replica that did not come up is killed, so a caller may start it again.
+      proc.kill('SIGKILL');
+      r.proc = null;
+      throw new Error(`${String(err)}; last /readyz: ${lastReady || 'no answer'}; log tail:\n${r.logs.join('').slice(-3000)}`);
+    });
   }
 
   /** Sends a signal to replica i and waits for the process to exit. */
@@ -157,6 +165,21 @@ export class Cluster {
   cleanup(): void {
     rmSync(this.stateDir, { recursive: true, force: true });
   }
+}
+
+/**
+ * What a replica inherits from the test process: only what a process needs to run (PATH, HOME,
+ * locale, temp dir, the Docker endpoint). Never the whole environment: an exported SANDGATE_*
+ * variable (a debug fault, a tuning knob) would silently change every replica of the suite.
+ * Everything else a test wants a replica to see, it passes explicitly (`env`).
+ */
+export function replicaBaseEnv(): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const name of ['PATH', 'HOME', 'USER', 'LANG', 'LC_ALL', 'TMPDIR', 'TZ', 'DOCKER_HOST', 'DOCKER_CONFIG']) {
+    const value = process.env[name];
+    if (value !== undefined) out[name] = value;
+  }
+  return out;
 }
 
 export interface CliResult {

@@ -4,6 +4,7 @@ import type { Redis } from 'ioredis';
 import { ClusterCounters, type SandboxStore } from '@sandgate/store';
 import type { ComputeDriver } from '@sandgate/compute';
 import type { Logger, Metrics } from '@sandgate/telemetry';
+import type { DebugBreak } from '@sandgate/core';
 import { jobConnectionNames, jobProcessors, startJobWorker, type ExecKiller, type JobScheduler, type RunningWorker } from '@sandgate/jobs';
 import type { LifecycleService } from './sandboxes/lifecycle-service.ts';
 
@@ -17,6 +18,7 @@ export interface JobRuntimeDeps {
   driver: ComputeDriver;
   scheduler: JobScheduler;
   lifecycle: LifecycleService;
+  debugBreaks: ReadonlySet<DebugBreak>;
   /** Kills execs on the owner and knows whether a session is live (the ExecRouter). */
   router: ExecKiller & { sessionLive(sandboxId: string): Promise<boolean> };
   log: Logger;
@@ -34,6 +36,7 @@ export async function runJobWorker(deps: JobRuntimeDeps): Promise<RunningWorker>
     execs: deps.router,
     sessionLive: (id) => deps.router.sessionLive(id),
     incrementCounter: (name, by) => new ClusterCounters(deps.redis).incr(name, by),
+    debugBreaks: deps.debugBreaks,
     log: deps.log,
     metrics: deps.metrics,
   });

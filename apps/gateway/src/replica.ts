@@ -120,6 +120,7 @@ export async function startReplica(config: ReplicaConfig): Promise<RunningReplic
       await sessions.drop(id, reason);
     },
     provisionTimeoutMs: config.provisionTimeoutMs,
+    debugBreaks: config.debugBreaks,
     log,
     metrics,
   });
@@ -176,6 +177,7 @@ export async function startReplica(config: ReplicaConfig): Promise<RunningReplic
       driver,
       scheduler,
       lifecycle,
+      debugBreaks: config.debugBreaks,
       router,
       log,
       metrics,

@@ -14,7 +14,7 @@ import { LifecycleService } from './sandboxes/lifecycle-service.ts';
 
 /** `sandgate worker`: what a worker needs of a replica's configuration, and nothing that listens. */
 export interface WorkerConfig
-  extends Pick<ReplicaConfig, 'redisUrl' | 'driver' | 'stateDir' | 'dockerImage' | 'ownerTtlMs' | 'provisionTimeoutMs' | 'peerSecret' | 'logLevel' | 'heartbeatIntervalMs' | 'heartbeatMisses' | 'maxExecsPerSandbox'> {
+  extends Pick<ReplicaConfig, 'redisUrl' | 'driver' | 'stateDir' | 'dockerImage' | 'ownerTtlMs' | 'provisionTimeoutMs' | 'peerSecret' | 'logLevel' | 'heartbeatIntervalMs' | 'heartbeatMisses' | 'maxExecsPerSandbox' | 'debugBreaks'> {
   workerId: string;
   /** What restarted supervisors dial (the load balancer): a worker has no gRPC address of its own. */
   supervisorEndpoint: string;
@@ -66,6 +66,7 @@ export async function startWorker(config: WorkerConfig): Promise<RunningStandalo
     // The session is on some replica: moving the fence makes its next renewal fail there.
     revokeSessions: (id) => ownership.revoke(id),
     provisionTimeoutMs: config.provisionTimeoutMs,
+    debugBreaks: config.debugBreaks,
     log,
     metrics,
   });
@@ -77,6 +78,7 @@ export async function startWorker(config: WorkerConfig): Promise<RunningStandalo
     driver,
     scheduler,
     lifecycle,
+    debugBreaks: config.debugBreaks,
     router,
     log,
     metrics,

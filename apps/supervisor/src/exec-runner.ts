@@ -8,6 +8,7 @@ import type { ExecExit, ExecFrame, ExecStart } from '@sandgate/protocols';
 import { EXEC_ID_ENV, stripSupervisorEnv } from './config.ts';
 import type { GatewayConnection } from './control-session.ts';
 import { spawnPiped, spawnPty, type ExecProcess, type ExecProcessHandlers } from './exec-process.ts';
+import type { DebugBreak } from '@sandgate/core';
 import { killExecTree, type KillTreeOptions } from './kill-tree.ts';
 import type { Logger } from './log.ts';
 import { exitCodeForSpawnError, preflight, reasonOf } from './preflight.ts';
@@ -22,6 +23,8 @@ export interface ExecRunnerOptions {
   killOptions?: Omit<KillTreeOptions, 'pty' | 'log' | 'leaderStartTime'>;
   /** After a timeout kill, how long to wait for the exit before reporting it anyway. */
   timeoutReportGraceMs?: number;
+  /** Debug faults (negative chaos runs and backstop tests only). */
+  debugBreaks?: ReadonlySet<DebugBreak>;
 }
 
 type State = 'running' | 'exited' | 'broken';
@@ -135,7 +138,7 @@ export class ExecRunner {
     if (start.stdin_eof) this.endStdin();
 
     const timeoutSeconds = start.timeout_seconds ?? 0;
-    if (timeoutSeconds > 0) {
+    if (timeoutSeconds > 0 && !this.opts.debugBreaks?.has('exec-timeout')) {
       // setTimeout fires immediately for delays beyond 2^31-1 ms (~24.8 days): clamp instead.
       const ms = Math.min(timeoutSeconds * 1000, MAX_TIMER_MS);
       this.timeoutTimer = setTimeout(() => this.onTimeout(), ms);
@@ -297,6 +300,7 @@ export class ExecRunner {
   }
 
   private killTree(): Promise<boolean> {
+    if (this.opts.debugBreaks?.has('exec-kill')) return Promise.resolve(false);
     this.killing ??= killExecTree(this.execId, this.proc?.pgid, {
       ...this.opts.killOptions,
       pty: this.proc?.tty ?? false,

@@ -147,7 +147,7 @@ export class Supervisor {
       this.control.reportExecOpenFailed(conn, execId, 'empty argv');
       return;
     }
-    const runner = new ExecRunner({ start, conn, sandboxEnv: this.config.sandboxEnv, log: this.log });
+    const runner = new ExecRunner({ start, conn, sandboxEnv: this.config.sandboxEnv, log: this.log, debugBreaks: this.config.debugBreaks });
     this.execs.set(execId, runner);
     void runner.done.then(() => {
       if (this.execs.get(execId) === runner) this.execs.delete(execId);

@@ -201,9 +201,8 @@ describe('docker driver (real dockerd)', () => {
     const s = spec('basic', {
       environment: { FOO: 'bar', SANDGATE_GATEWAY: 'evil:1', SANDGATE_CREDENTIAL_FILE: '/etc/passwd' },
     });
-    const t0 = Date.now();
+    // How long a create takes is measured by load-tests/docker-create.ts, not asserted here.
     const handle = (await driver.create(s)) as unknown as DockerHandle;
-    expect(Date.now() - t0).toBeLessThan(10_000);
     expect(handle.container).toBe(`sandgate-${s.sandboxId}`);
     expect(await driver.inspect(s.sandboxId, handle as any)).toBe('running');
 

@@ -131,7 +131,6 @@ describe('LocalDriver sandbox lifecycle', () => {
 
   it('creates a bwrap-isolated supervisor with the expected argv, env and view of the host', async () => {
     process.env.SANDGATE_TEST_LEAK = 'must-not-leak';
-    const t0 = Date.now();
     handle = await driver.create(
       spec(id, {
         tty: true,
@@ -150,7 +149,7 @@ describe('LocalDriver sandbox lifecycle', () => {
       }),
     );
     delete process.env.SANDGATE_TEST_LEAK;
-    expect(Date.now() - t0).toBeLessThan(2000);
+    // How long a create takes is measured by load-tests/create-latency.ts, not asserted here.
 
     // Handle: exactly { pid, startTime, dir }, pid is the outer bwrap, startTime is field 22.
     expect(Object.keys(handle).sort()).toEqual(['dir', 'pid', 'startTime']);

@@ -11,6 +11,7 @@ export const DEBUG_BREAKS = {
   'ephemeral-cleanup': { side: 'replica', removes: 'the delete of an ephemeral sandbox once its main process finished' },
   reconcile: { side: 'replica', removes: 'the reconcile sweep (orphaned compute and stuck records stay)' },
   'exec-kill': { side: 'supervisor', removes: 'killing an exec tree on timeout, cancel, broken path and at exit' },
+  'exec-timeout': { side: 'supervisor', removes: "the supervisor's own exec timer: only the gateway's exec-deadline job (the backstop) ends a timed exec" },
 } as const satisfies Record<string, { side: 'replica' | 'supervisor'; removes: string }>;
 
 export type DebugBreak = keyof typeof DEBUG_BREAKS;

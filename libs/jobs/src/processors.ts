@@ -3,7 +3,7 @@
 // (which holds none) run the same code. Decisions are the pure transitions of @sandgate/core;
 // every processor is idempotent: it re-reads the record and does nothing for a run, phase or
 // instance that has moved on.
-import { Phase, mainProcessFinished, onComputeVanished, onProvisioningTimeout, type LifecycleStatus } from '@sandgate/core';
+import { Phase, mainProcessFinished, onComputeVanished, onProvisioningTimeout, type LifecycleStatus, type DebugBreak } from '@sandgate/core';
 import type { ComputeDriver } from '@sandgate/compute';
 import { ClusterCounter, type ClusterCounterName, type SandboxStore, type StoredSandbox } from '@sandgate/store';
 import type { Logger, Metrics } from '@sandgate/telemetry';
@@ -46,6 +46,8 @@ export interface JobDeps {
   sessionLive(sandboxId: string): Promise<boolean>;
   /** Adds to a cluster-wide counter (libs/store's ClusterCounters). */
   incrementCounter(name: ClusterCounterName, by: number): Promise<void>;
+  /** Debug faults (negative chaos runs only; empty otherwise): `reconcile` skips the sweep. */
+  debugBreaks: ReadonlySet<DebugBreak>;
   log: Logger;
   metrics: Metrics;
 }
@@ -110,6 +112,7 @@ export function jobProcessors(deps: JobDeps): JobProcessors {
  * cleanup job was lost get one.
  */
 async function reconcile(deps: JobDeps): Promise<unknown> {
+  if (deps.debugBreaks.has('reconcile')) return { skipped: 'debug fault: reconcile' };
   // Compute first, then records: a record is written before its compute, so every compute
   // listed here has a record the scan below sees (unless it is being deleted anyway).
   const compute = await deps.driver.list();

@@ -21,6 +21,8 @@ import {
   requireName,
   restartDelayMs,
   shouldRestart,
+  supervisorDebugBreaks,
+  type DebugBreak,
   type LifecycleStatus,
 } from '@sandgate/core';
 import { type SandboxLogStore, type SandboxStore, type StoredSandbox } from '@sandgate/store';
@@ -40,13 +42,16 @@ export interface LifecycleDeps {
   /** Ends the sandbox's supervisor session wherever it is (stop/start and new runs revoke access). */
   revokeSessions: (sandboxId: string, reason: string) => Promise<void>;
   provisionTimeoutMs: number;
+  /** Debug faults (negative chaos runs only; empty otherwise). */
+  debugBreaks: ReadonlySet<DebugBreak>;
   log: Logger;
   metrics: Metrics;
 }
 
 const now = () => new Date();
 
-export function launchSpecFor(sandbox: Sandbox, credential: string, gatewayEndpoints: string): LaunchSpec {
+/** `supervisorBreaks`: the supervisor-side debug faults, as supervisorDebugBreaks() renders them ('' normally). */
+export function launchSpecFor(sandbox: Sandbox, credential: string, gatewayEndpoints: string, supervisorBreaks: string): LaunchSpec {
   const spec = sandbox.spec!;
   return {
     sandboxId: sandbox.metadata!.id!,
@@ -57,6 +62,7 @@ export function launchSpecFor(sandbox: Sandbox, credential: string, gatewayEndpo
     gatewayEndpoints,
     credential,
     logLevel: spec.log_level || 'info',
+    debugBreaks: supervisorBreaks || undefined,
   };
 }
 
@@ -65,6 +71,11 @@ export class LifecycleService implements LifecycleTransitions {
 
   constructor(deps: LifecycleDeps) {
     this.deps = deps;
+  }
+
+  /** What the driver launches for a run of `sandbox`: its supervisor dials our endpoint, with our supervisor-side debug faults. */
+  launchSpec(sandbox: Sandbox, credential: string): LaunchSpec {
+    return launchSpecFor(sandbox, credential, this.deps.supervisorEndpoint(), supervisorDebugBreaks(this.deps.debugBreaks));
   }
 
   /** A line in the sandbox's log (source "gateway"), best effort. */
@@ -120,6 +131,7 @@ export class LifecycleService implements LifecycleTransitions {
     const sb = rec.sandbox;
     const status = sb.status as LifecycleStatus;
     if (!isEphemeral(sb.metadata?.annotations) || !mainProcessFinished(status)) return false;
+    if (this.deps.debugBreaks.has('ephemeral-cleanup')) return false;
     const instance = status.main_process_instance_id ?? '';
     if (rec.terminalFinal !== instance) {
       // Not final yet: only a supervisor that is gone for good can no longer finalize it.
@@ -210,7 +222,7 @@ export class LifecycleService implements LifecycleTransitions {
     this.note(id, why);
     await this.deps.revokeSessions(id, 'new run');
     await this.scheduleProvisionDeadline(id, runStartedAtMs);
-    const handle = await this.deps.driver.start(launchSpecFor(starting.sandbox, credential.secret, this.deps.supervisorEndpoint()), starting.compute);
+    const handle = await this.deps.driver.start(this.launchSpec(starting.sandbox, credential.secret), starting.compute);
     const updated = await this.deps.store.mutate(id, (cur) => ({ sandbox: cur.sandbox, extra: { compute: JSON.stringify(handle) } }));
     this.watchLaunch(id);
     return updated;

@@ -29,7 +29,7 @@ import type { SandboxStore } from '@sandgate/store';
 import type { ComputeDriver } from '@sandgate/compute';
 import type { Logger, Metrics } from '@sandgate/telemetry';
 import { newCredential } from '../sessions/credentials.ts';
-import { launchSpecFor, type LifecycleService } from './lifecycle-service.ts';
+import type { LifecycleService } from './lifecycle-service.ts';
 
 export interface SandboxServiceDeps {
   store: SandboxStore;
@@ -93,7 +93,7 @@ export class SandboxService {
       // The deadline is durable before any compute exists: a crash from here on still ends in
       // Ready or Error, never a sandbox stuck in Provisioning.
       await this.deps.lifecycle.scheduleProvisionDeadline(id, now);
-      const handle = await driver.create(launchSpecFor(sandbox, credential.secret, this.deps.supervisorEndpoint()));
+      const handle = await driver.create(this.deps.lifecycle.launchSpec(sandbox, credential.secret));
       const updated = await store.mutate(id, (cur) => ({
         sandbox: cur.sandbox,
         extra: { compute: JSON.stringify(handle), runstart: String(now) },

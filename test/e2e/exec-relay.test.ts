@@ -1,4 +1,5 @@
-// Issue 2 acceptance: three replicas on one Redis, a sandbox, exec through any replica.
+// Exec relay across replicas: three replicas on one Redis, a sandbox, exec through any of them
+// (bytes, exit codes, back-pressure, TTY); the API's validation and errors; ownership failover.
 import { createHash, randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Redis } from 'ioredis';
@@ -19,7 +20,7 @@ beforeAll(async () => {
   redis = await startRedis();
   r = redis.client();
   cluster = await Cluster.start({ redisUrl: redis.url, replicas: 3 });
-  sbx = await createSandbox(cluster.replicas[0]!.grpcAddress, 'skeleton');
+  sbx = await createSandbox(cluster.replicas[0]!.grpcAddress, 'exec-relay');
 });
 
 afterAll(async () => {
@@ -37,7 +38,7 @@ async function nonOwnerIndex(): Promise<number> {
   return (owner + 1) % cluster.replicas.length;
 }
 
-describe('walking skeleton', () => {
+describe('exec through any replica', () => {
   it('a sandbox created through replica A is Ready and has an owner record', async () => {
     const res = await runCli(['sandbox', 'get', sbx.name, '-o', 'json'], { gateway: gw(1) });
     expect(res.code).toBe(0);
@@ -154,7 +155,7 @@ describe('validation and errors', () => {
   it('returns the spec status codes and messages', async () => {
     await expectStatus(unaryCall(client, 'CreateSandbox', {}), grpcStatus.INVALID_ARGUMENT, 'spec is required');
     await expectStatus(unaryCall(client, 'CreateSandbox', { spec: {}, name: 'UPPER' }), grpcStatus.INVALID_ARGUMENT, /name 'UPPER' is invalid/);
-    await expectStatus(unaryCall(client, 'CreateSandbox', { spec: {}, name: 'skeleton' }), grpcStatus.ALREADY_EXISTS, "sandbox 'skeleton' already exists");
+    await expectStatus(unaryCall(client, 'CreateSandbox', { spec: {}, name: 'exec-relay' }), grpcStatus.ALREADY_EXISTS, "sandbox 'exec-relay' already exists");
     await expectStatus(unaryCall(client, 'GetSandbox', {}), grpcStatus.INVALID_ARGUMENT, 'name is required');
     await expectStatus(unaryCall(client, 'GetSandbox', { name: 'nope' }), grpcStatus.NOT_FOUND, 'sandbox not found');
     await expectStatus(unaryCall(client, 'DeleteSandbox', { name: 'nope' }), grpcStatus.NOT_FOUND, 'sandbox not found');
