@@ -13,6 +13,7 @@ import { SessionNotHere, toPeerError, type ExecPath, type ExecRouter } from '../
 import { endWithError } from '../sessions/sessions.ts';
 import { pump, type LinkChannel } from '@sandgate/relay';
 import { relayFailure, toServiceError } from '../api/grpc-errors.ts';
+import { presentedPeerSecret, secretsEqual } from '../api/secrets.ts';
 
 /**
  * The argv that attaches to the sandbox's main process instead of starting a command (the same
@@ -216,16 +217,12 @@ export class ExecService {
     }
   }
 
-  private peerAuthorised(metadata: { get(key: string): unknown[] }): boolean {
-    return metadata.get('x-sandgate-peer-secret')[0] === this.deps.peerSecret;
-  }
-
   /** Peer.KillExec on the owner replica: the deadline job's backstop. */
   handlePeerKill(
     call: ServerUnaryCall<{ sandbox_id?: string; exec_id?: string }, { killed: number }>,
     callback: sendUnaryData<{ killed: number }>,
   ): void {
-    if (!this.peerAuthorised(call.metadata)) return callback(toServiceError(new GatewayError(Code.PERMISSION_DENIED, 'bad peer secret')));
+    if (!secretsEqual(presentedPeerSecret(call.metadata), this.deps.peerSecret)) return callback(toServiceError(new GatewayError(Code.PERMISSION_DENIED, 'bad peer secret')));
     const { sandbox_id: sandboxId, exec_id: execId } = call.request;
     if (!sandboxId || !execId) return callback(toServiceError(new GatewayError(Code.INVALID_ARGUMENT, 'sandbox_id and exec_id are required')));
     this.deps.router
