@@ -6,7 +6,7 @@ import type { ServerDuplexStream, ServerUnaryCall, ServerWritableStream, sendUna
 import type { JobScheduler } from '@sandgate/worker';
 import type { Writable } from 'node:stream';
 import type { ExecFrame, ExecSandboxEvent, ExecSandboxInput, ExecSandboxRequest, ExecStart } from '@sandgate/protocols';
-import { GatewayError, Code, decideAccess, validateExec, notFound, EXIT_TIMEOUT } from '@sandgate/core';
+import { GatewayError, Code, validateExec, EXIT_TIMEOUT } from '@sandgate/core';
 import type { SandboxStore } from '@sandgate/store';
 import type { Logger, Metrics } from '@sandgate/telemetry';
 import { SessionNotHere, toPeerError, type ExecPath, type ExecRouter } from '../relay/exec-router.ts';
@@ -14,6 +14,7 @@ import { endWithError } from '../sessions/sessions.ts';
 import { pump, type LinkChannel } from '@sandgate/relay';
 import { relayFailure, toServiceError } from '../api/grpc-errors.ts';
 import { presentedPeerSecret, secretsEqual } from '../api/secrets.ts';
+import { requireAccess, type AccessDeps } from '../api/access.ts';
 
 /**
  * The argv that attaches to the sandbox's main process instead of starting a command (the same
@@ -43,19 +44,17 @@ function toClientEvent(frame: ExecFrame): ExecSandboxEvent | null {
 
 export class ExecService {
   private readonly deps: ExecServiceDeps;
+  private readonly access: AccessDeps;
 
   constructor(deps: ExecServiceDeps) {
     this.deps = deps;
+    this.access = { store: deps.store, sessionLive: (sandboxId) => deps.router.sessionLive(sandboxId) };
   }
 
   /** Validation, existence and the access rule; returns the start frame for the supervisor. */
   private async prepare(req: ExecSandboxRequest, stdinEof: boolean): Promise<ExecStart> {
     const sandboxId = validateExec(req);
-    const record = await this.deps.store.get(sandboxId);
-    if (!record) throw notFound();
-    const phase = record.sandbox.status?.phase;
-    const decision = decideAccess(phase, phase === 2 ? true : await this.deps.router.sessionLive(sandboxId));
-    if (!decision.allowed) throw new GatewayError(Code.FAILED_PRECONDITION, decision.message);
+    await requireAccess(this.access, sandboxId);
     const attachMain = req.command.length === 1 && req.command[0] === MAIN_ATTACH_COMMAND;
     return {
       attach_main: attachMain,
