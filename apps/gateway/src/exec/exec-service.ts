@@ -10,7 +10,7 @@ import { GatewayError, Code, validateExec, EXIT_TIMEOUT } from '@sandgate/core';
 import type { SandboxStore } from '@sandgate/store';
 import type { Logger, Metrics } from '@sandgate/telemetry';
 import { SessionNotHere, toPeerError, type ExecPath, type ExecRouter } from '../relay/exec-router.ts';
-import { endWithError } from '../sessions/sessions.ts';
+import { endWithError, takeFirstMessage } from '../api/calls.ts';
 import { pump, type LinkChannel } from '@sandgate/relay';
 import { relayFailure, toServiceError } from '../api/grpc-errors.ts';
 import { presentedPeerSecret, secretsEqual } from '../api/secrets.ts';
@@ -34,6 +34,9 @@ export interface ExecServiceDeps {
   log: Logger;
   metrics: Metrics;
 }
+
+/** The client's side of an exec: where its events go, and whether it is still there. */
+type ClientCall = Writable & { cancelled: boolean; on(e: 'cancelled', f: () => void): unknown };
 
 function toClientEvent(frame: ExecFrame): ExecSandboxEvent | null {
   if (frame.stdout) return { stdout: { data: frame.stdout } };
@@ -96,42 +99,40 @@ export class ExecService {
     return path;
   }
 
+  /**
+   * Validates, applies the access rule, opens the path and relays its output to the client;
+   * null when the client went away first (nobody would see this exec).
+   */
+  private async begin(req: ExecSandboxRequest, stdinEof: boolean, client: ClientCall): Promise<ExecPath | null> {
+    const start = await this.prepare(req, stdinEof);
+    if (client.cancelled) return null;
+    const path = await this.openPath(start);
+    if (client.cancelled) {
+      path.abort('client cancelled before the exec started');
+      return null;
+    }
+    this.relayToClient(path, client, start);
+    return path;
+  }
+
   /** ExecSandbox: server-streaming; stdin is the request's whole payload. */
   handleUnary(call: ServerWritableStream<ExecSandboxRequest, ExecSandboxEvent>): void {
     this.deps.metrics.inc('sandgate_exec_started_total');
-    this.prepare(call.request, true)
-      .then(async (start) => {
-        if (call.cancelled) return;
-        const path = await this.openPath(start);
-        // The client may have gone while the path was opening: nobody will see this exec.
-        if (call.cancelled) return path.abort('client cancelled before the exec started');
-        this.relayToClient(path, call, start);
-      })
-      .catch((err: unknown) => endWithError(call, toServiceError(err, this.deps.log)));
+    this.begin(call.request, true, call).catch((err: unknown) => endWithError(call, toServiceError(err, this.deps.log)));
   }
 
   /** ExecSandboxInteractive: bidi; the first message must be `start`. */
   handleInteractive(call: ServerDuplexStream<ExecSandboxInput, ExecSandboxEvent>): void {
     this.deps.metrics.inc('sandgate_exec_started_total');
-    let started = false;
-    const onEarlyEnd = () => {
-      if (!started) endWithError(call, new GatewayError(Code.INVALID_ARGUMENT, 'empty stream: expected start message'));
-    };
-    call.on('end', onEarlyEnd);
-    call.once('data', (first: ExecSandboxInput) => {
-      started = true;
-      call.off('end', onEarlyEnd);
-      call.pause(); // keep later stdin frames buffered until the path is open
+    // Later stdin frames stay buffered until the path is open.
+    takeFirstMessage(call, 'empty stream: expected start message', (first: ExecSandboxInput) => {
       if (!first.start) {
         endWithError(call, new GatewayError(Code.INVALID_ARGUMENT, 'first message must be a start payload'));
         return;
       }
-      this.prepare(first.start, false)
-        .then(async (start) => {
-          if (call.cancelled) return;
-          const path = await this.openPath(start);
-          if (call.cancelled) return path.abort('client cancelled before the exec started');
-          this.relayToClient(path, call, start);
+      this.begin(first.start, false, call)
+        .then((path) => {
+          if (!path) return;
           pump(call, path.stream, (input: ExecSandboxInput): ExecFrame | null => {
             if (input.stdin) return { stdin: input.stdin };
             if (input.resize) return { resize: { cols: input.resize.cols ?? 0, rows: input.resize.rows ?? 0 } };
@@ -147,7 +148,7 @@ export class ExecService {
   }
 
   /** Output of the path to the client, and every way the exec can end. */
-  private relayToClient(path: ExecPath, client: Writable & { cancelled: boolean; on(e: 'cancelled', f: () => void): unknown }, start: ExecStart): void {
+  private relayToClient(path: ExecPath, client: ClientCall, start: ExecStart): void {
     const { log, metrics } = this.deps;
     let exitSeen = false;
     let finished = false;

@@ -10,6 +10,10 @@ import type { OwnershipStore, SandboxStore } from '@sandgate/store';
 import type { Logger, Metrics } from '@sandgate/telemetry';
 import { verifyCredential } from './credentials.ts';
 import { PendingRequests } from './pending.ts';
+import { endWithError, onceGone } from '../api/calls.ts';
+
+// Still imported from here by sandboxes/watch-service.ts.
+export { endWithError };
 
 export type ControlCall = ServerDuplexStream<SupervisorMessage, GatewayMessage>;
 export type ExecChannelCall = ServerDuplexStream<ExecFrame, ExecFrame>;
@@ -297,23 +301,12 @@ export class SessionRegistry {
 
   /** An ExecChannel call from a supervisor: its first frame names the pending exec. */
   handleExecChannel(call: ExecChannelCall): void {
-    this.attachChannel(
-      call,
-      (frame: ExecFrame) => frame.attach && { sessionId: frame.attach.session_id, id: frame.attach.exec_id },
-      (session) => session.pendingExecs,
-      'unknown or expired exec channel',
-      (session) => {
-        // The slot is held until the channel is gone, whichever way it goes.
-        session.activeExecs++;
-        let released = false;
-        const release = () => {
-          if (released) return;
-          released = true;
-          session.activeExecs--;
-        };
-        for (const ev of ['close', 'finish', 'error', 'cancelled']) call.once(ev, release);
-      },
-    );
+    const attach = (frame: ExecFrame) => frame.attach && { sessionId: frame.attach.session_id, id: frame.attach.exec_id };
+    // The exec's slot is held until the channel is gone, whichever way it goes.
+    this.attachChannel(call, attach, (s) => s.pendingExecs, 'unknown or expired exec channel', (session) => {
+      session.activeExecs++;
+      onceGone(call, () => session.activeExecs--);
+    });
   }
 
   /** Asks the supervisor to open a TCP channel and resolves with its TcpChannel call once attached. */
@@ -325,12 +318,8 @@ export class SessionRegistry {
 
   /** A TcpChannel call from a supervisor: its first frame names the pending TCP channel. */
   handleTcpChannel(call: TcpChannelCall): void {
-    this.attachChannel(
-      call,
-      (frame: TcpFrame) => frame.attach && { sessionId: frame.attach.session_id, id: frame.attach.channel_id },
-      (session) => session.pendingTcp,
-      'unknown or expired relay channel',
-    );
+    const attach = (frame: TcpFrame) => frame.attach && { sessionId: frame.attach.session_id, id: frame.attach.channel_id };
+    this.attachChannel(call, attach, (s) => s.pendingTcp, 'unknown or expired relay channel');
   }
 
   /**
@@ -412,10 +401,4 @@ export class SessionRegistry {
 
 function relayOpenTimedOut(): GatewayError {
   return new GatewayError(Code.DEADLINE_EXCEEDED, 'relay open timed out');
-}
-
-export function endWithError(call: { emit(event: 'error', err: unknown): boolean; writableEnded?: boolean; destroyed?: boolean }, err: unknown): void {
-  if (call.writableEnded || call.destroyed) return;
-  const e = err instanceof GatewayError ? { code: err.code, details: err.message, message: err.message } : err;
-  call.emit('error', e);
 }
