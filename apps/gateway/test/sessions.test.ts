@@ -90,80 +90,82 @@ function registry(store: SandboxStore, ownership: OwnershipStore): SessionRegist
   });
 }
 
-function hello(call: FakeControlCall, sandboxId: string, instanceId: string): void {
-  call.emit('data', { hello: { sandbox_id: sandboxId, instance_id: instanceId } });
+/**
+ * Two hellos of one sandbox on one replica, each held just after its claim: A claims first (the
+ * lower fence), then B. `run` lets them finish in the order it chooses.
+ */
+async function overlappingHellos(id: string, run: (h: Hellos) => Promise<void>): Promise<void> {
+  const store = new SandboxStore(client);
+  await store.create(sandbox(id), hashCredential(CREDENTIAL));
+  const ownership = new GatedOwnership(client, 60_000);
+  const sessions = registry(store, ownership);
+  try {
+    const calls = [new FakeControlCall(id), new FakeControlCall(id)] as const;
+    for (const [i, call] of calls.entries()) {
+      sessions.handleControl(call as unknown as ControlCall);
+      call.emit('data', { hello: { sandbox_id: id, instance_id: 'inst' } });
+      await waitFor(`hello ${i} to claim`, () => ownership.claimed.length === i + 1);
+    }
+    const [claimA, claimB] = ownership.claimed;
+    expect(claimB!.fence).toBeGreaterThan(claimA!.fence);
+    const finish = async (call: FakeControlCall, claim: { release(): void }) => {
+      claim.release();
+      await waitFor('the hello to be answered', () => call.helloAck() !== undefined || call.error !== undefined);
+    };
+    await run({
+      store,
+      sessions,
+      a: calls[0],
+      b: calls[1],
+      fenceB: claimB!.fence,
+      finishA: () => finish(calls[0], claimA!),
+      finishB: () => finish(calls[1], claimB!),
+    });
+  } finally {
+    ownership.hold = false;
+    for (const c of ownership.claimed) c.release();
+    await sessions.drain();
+  }
+}
+
+interface Hellos {
+  store: SandboxStore;
+  sessions: SessionRegistry;
+  a: FakeControlCall;
+  b: FakeControlCall;
+  fenceB: number;
+  finishA(): Promise<void>;
+  finishB(): Promise<void>;
 }
 
 describe('SessionRegistry', () => {
   it('keeps the session with the newest fence when an older hello finishes last', async () => {
-    const id = 'fence-race';
-    const store = new SandboxStore(client);
-    await store.create(sandbox(id), hashCredential(CREDENTIAL));
-    const ownership = new GatedOwnership(client, 60_000);
-    const sessions = registry(store, ownership);
-    try {
-      // Hello A claims first and is held just after its claim.
-      const a = new FakeControlCall(id);
-      sessions.handleControl(a as unknown as ControlCall);
-      hello(a, id, 'inst');
-      await waitFor('A to claim', () => ownership.claimed.length === 1);
-      // Hello B claims after A (a higher fence) and finishes first.
-      const b = new FakeControlCall(id);
-      sessions.handleControl(b as unknown as ControlCall);
-      hello(b, id, 'inst');
-      await waitFor('B to claim', () => ownership.claimed.length === 2);
-      const [fenceA, fenceB] = ownership.claimed.map((c) => c.fence);
-      expect(fenceB).toBeGreaterThan(fenceA!);
-      ownership.claimed[1]!.release();
-      await waitFor('B to be accepted', () => b.helloAck() !== undefined);
-      // Now A finishes its hello.
-      ownership.claimed[0]!.release();
-      await waitFor('A to be answered', () => a.helloAck() !== undefined || a.error !== undefined);
+    await overlappingHellos('fence-race', async ({ store, sessions, a, b, fenceB, finishA, finishB }) => {
+      await finishB();
+      expect(b.helloAck()).toBeDefined();
+      await finishA();
 
-      expect(sessions.get(id)?.fence).toBe(fenceB);
-      expect(sessions.get(id)?.call).toBe(b);
+      expect(sessions.get('fence-race')?.fence).toBe(fenceB);
+      expect(sessions.get('fence-race')?.call).toBe(b);
       expect(b.error).toBeUndefined();
       // A is refused, not left half-alive: the supervisor behind it reconnects if it is the live one.
       expect(a.helloAck()).toBeUndefined();
       expect(a.error?.code).toBeDefined();
       // The record names B's fence, so B's disconnect is the one that counts.
-      expect((await store.get(id))?.ownerFence).toBe(fenceB);
-    } finally {
-      ownership.hold = false;
-      for (const c of ownership.claimed) c.release();
-      await sessions.drain();
-    }
+      expect((await store.get('fence-race'))?.ownerFence).toBe(fenceB);
+    });
   });
 
   it('closes the older session when the newer hello finishes last', async () => {
-    const id = 'fence-order';
-    const store = new SandboxStore(client);
-    await store.create(sandbox(id), hashCredential(CREDENTIAL));
-    const ownership = new GatedOwnership(client, 60_000);
-    const sessions = registry(store, ownership);
-    try {
-      const a = new FakeControlCall(id);
-      sessions.handleControl(a as unknown as ControlCall);
-      hello(a, id, 'inst');
-      await waitFor('A to claim', () => ownership.claimed.length === 1);
-      const b = new FakeControlCall(id);
-      sessions.handleControl(b as unknown as ControlCall);
-      hello(b, id, 'inst');
-      await waitFor('B to claim', () => ownership.claimed.length === 2);
-      const fenceB = ownership.claimed[1]!.fence;
-      ownership.claimed[0]!.release();
-      await waitFor('A to be answered', () => a.helloAck() !== undefined || a.error !== undefined);
-      ownership.claimed[1]!.release();
-      await waitFor('B to be accepted', () => b.helloAck() !== undefined);
+    await overlappingHellos('fence-order', async ({ store, sessions, a, b, fenceB, finishA, finishB }) => {
+      await finishA();
+      await finishB();
+      expect(b.helloAck()).toBeDefined();
 
-      expect(sessions.get(id)?.fence).toBe(fenceB);
-      expect(sessions.get(id)?.call).toBe(b);
+      expect(sessions.get('fence-order')?.fence).toBe(fenceB);
+      expect(sessions.get('fence-order')?.call).toBe(b);
       await waitFor('A to be ended', () => a.error !== undefined);
-      expect((await store.get(id))?.ownerFence).toBe(fenceB);
-    } finally {
-      ownership.hold = false;
-      for (const c of ownership.claimed) c.release();
-      await sessions.drain();
-    }
+      expect((await store.get('fence-order'))?.ownerFence).toBe(fenceB);
+    });
   });
 });
