@@ -9,13 +9,15 @@ export function endWithError(call: { emit(event: 'error', err: unknown): boolean
   call.emit('error', e);
 }
 
-/** Calls `fn` once, on whichever of the events comes first. */
+/**
+ * Calls `fn` once, on whichever of the events comes first. The listeners stay attached: a later
+ * 'error' must still find a listener, or it would be thrown as unhandled.
+ */
 export function onceAny(emitter: NodeJS.EventEmitter, events: string[], fn: () => void): void {
   let fired = false;
   const handler = () => {
     if (fired) return;
     fired = true;
-    for (const e of events) emitter.off(e, handler);
     fn();
   };
   for (const e of events) emitter.on(e, handler);
