@@ -6,8 +6,9 @@ import { Metadata } from '@grpc/grpc-js';
 import type { Redis } from 'ioredis';
 import { OwnershipStore, SandboxStore } from '@sandgate/store';
 import type { GatewayMessage, Sandbox } from '@sandgate/protocols';
+import { Code } from '@sandgate/core';
 import { createLogger, Metrics } from '@sandgate/telemetry';
-import { SessionRegistry, type ControlCall } from '../src/sessions/sessions.ts';
+import { SessionRegistry, type ControlCall, type ExecChannelCall } from '../src/sessions/sessions.ts';
 import { hashCredential } from '../src/sessions/credentials.ts';
 import { startRedis, type TestRedis } from '../../../test/harness/redis.ts';
 import { waitFor } from '../../../test/harness/wait.ts';
@@ -167,5 +168,80 @@ describe('SessionRegistry', () => {
       await waitFor('A to be ended', () => a.error !== undefined);
       expect((await store.get('fence-order'))?.ownerFence).toBe(fenceB);
     });
+  });
+});
+
+/** An ExecChannel call as the supervisor opens it: the test sends its attach frame and ends it. */
+class FakeChannelCall extends EventEmitter {
+  readonly metadata = new Metadata();
+  error: { code?: number; details?: string } | undefined;
+  writableEnded = false;
+  destroyed = false;
+  constructor(sandboxId: string) {
+    super();
+    this.metadata.set('x-sandgate-sandbox-id', sandboxId);
+    this.on('error', (err: { code?: number; details?: string }) => {
+      this.error = err;
+      this.destroyed = true;
+    });
+  }
+  pause(): this {
+    return this;
+  }
+}
+
+describe('SessionRegistry exec slots', () => {
+  it('counts asked-for and attached execs against the limit, and frees a slot when a channel goes', async () => {
+    const id = 'exec-slots';
+    const store = new SandboxStore(client);
+    await store.create(sandbox(id), hashCredential(CREDENTIAL));
+    const sessions = registry(store, new OwnershipStore(client, 60_000));
+    try {
+      const control = new FakeControlCall(id);
+      sessions.handleControl(control as unknown as ControlCall);
+      control.emit('data', { hello: { sandbox_id: id, instance_id: 'inst' } });
+      await waitFor('the session', () => sessions.get(id));
+      const session = sessions.get(id)!;
+      // The limit is 4 (registry()): two attached, two still waiting for their channel.
+      const opened = ['e1', 'e2', 'e3', 'e4'].map((execId) => sessions.openExec(session, { exec_id: execId, sandbox_id: id, argv: ['true'], env: {} }));
+      expect(control.written.filter((m) => m.open_exec).map((m) => m.open_exec!.exec_id)).toEqual(['e1', 'e2', 'e3', 'e4']);
+      const channels = ['e1', 'e2'].map((execId) => {
+        const channel = new FakeChannelCall(id);
+        sessions.handleExecChannel(channel as unknown as ExecChannelCall);
+        channel.emit('data', { attach: { exec_id: execId, session_id: session.sessionId } });
+        return channel;
+      });
+      expect(await opened[0]).toBe(channels[0]);
+      expect(await opened[1]).toBe(channels[1]);
+      await expect(sessions.openExec(session, { exec_id: 'e5', sandbox_id: id, argv: ['true'], env: {} })).rejects.toMatchObject({
+        code: Code.RESOURCE_EXHAUSTED,
+        message: 'sandbox has 4 execs running, the limit per sandbox; wait for one to finish or cancel one',
+      });
+
+      // An attach for an unknown exec, or from another session, is NOT_FOUND and takes no slot.
+      for (const attach of [{ exec_id: 'nope', session_id: session.sessionId }, { exec_id: 'e3', session_id: 'other' }]) {
+        const stray = new FakeChannelCall(id);
+        sessions.handleExecChannel(stray as unknown as ExecChannelCall);
+        stray.emit('data', { attach });
+        expect(stray.error).toMatchObject({ code: Code.NOT_FOUND, details: 'unknown or expired exec channel' });
+      }
+
+      // One channel goes (however many of its end events fire): one slot is free again.
+      channels[0]!.emit('cancelled');
+      channels[0]!.emit('close');
+      const fifth = sessions.openExec(session, { exec_id: 'e5', sandbox_id: id, argv: ['true'], env: {} });
+      await expect(sessions.openExec(session, { exec_id: 'e6', sandbox_id: id, argv: ['true'], env: {} })).rejects.toMatchObject({
+        code: Code.RESOURCE_EXHAUSTED,
+      });
+
+      // The session closing fails what still waits for its channel.
+      const waiting = Promise.allSettled([opened[2], opened[3], fifth]);
+      await sessions.drop(id, 'test over');
+      for (const outcome of await waiting) {
+        expect(outcome).toMatchObject({ status: 'rejected', reason: { code: Code.UNAVAILABLE, message: 'supervisor session closed: test over' } });
+      }
+    } finally {
+      await sessions.drain();
+    }
   });
 });
