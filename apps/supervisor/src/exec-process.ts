@@ -3,7 +3,8 @@
 // has been fully read (so no output can arrive after the exit frame).
 import { spawn, type ChildProcess } from 'node:child_process';
 import * as pty from 'node-pty';
-import { readProcStat } from './kill-tree.ts';
+import { killExecTree, readProcStat, type KillTreeOptions } from './kill-tree.ts';
+import type { Logger } from './log.ts';
 import { signalNumber } from './signals.ts';
 
 export interface ExecProcessHandlers {
@@ -50,6 +51,85 @@ export interface SpawnSpec {
 
 export const DEFAULT_COLS = 80;
 export const DEFAULT_ROWS = 24;
+
+/** A requested terminal size: 0 (unset) or nonsense becomes 0, which the PTY layer turns into 80x24. */
+export function termSize(n: number | undefined): number {
+  return Number.isInteger(n) && n! > 0 && n! <= 65535 ? n! : 0;
+}
+
+/** After the leader exited and its leftovers were killed, how long output pipes may stay held. */
+const LEFTOVER_OUTPUT_GRACE_MS = 200;
+
+/**
+ * What an exec — or an SSH channel's process — shares once spawned: output back-pressure, the
+ * kill of its whole tagged tree (once, however many ask), and what follows the leader's exit.
+ */
+export class ProcessTree {
+  private readonly execId: string;
+  private readonly log: Logger;
+  private readonly killOptions: Omit<KillTreeOptions, 'pty' | 'log' | 'leaderStartTime'>;
+  private killing: Promise<boolean> | undefined;
+  private outputPaused = false;
+  proc: ExecProcess | undefined;
+
+  /** DEBUG ONLY (the `exec-kill` fault, negative chaos runs): kill() kills nothing. */
+  private readonly neverKill: boolean;
+
+  constructor(
+    execId: string,
+    log: Logger,
+    killOptions: Omit<KillTreeOptions, 'pty' | 'log' | 'leaderStartTime'> = {},
+    debug: { neverKill: boolean } = { neverKill: false },
+  ) {
+    this.execId = execId;
+    this.log = log;
+    this.killOptions = killOptions;
+    this.neverKill = debug.neverKill;
+  }
+
+  /**
+   * Output back-pressure: `written` is what the output stream's write returned. A full stream
+   * pauses the process's output until it drains (then it resumes if `stillRunning()`).
+   */
+  afterOutputWrite(written: boolean, stream: { once(event: 'drain', f: () => void): unknown }, stillRunning: () => boolean): void {
+    const proc = this.proc;
+    if (written || this.outputPaused || !proc) return;
+    this.outputPaused = true;
+    proc.pause();
+    stream.once('drain', () => {
+      this.outputPaused = false;
+      if (stillRunning()) proc.resume();
+    });
+  }
+
+  /** Kills every process carrying the exec's tag (and its group); the same promise for every caller. */
+  kill(): Promise<boolean> {
+    if (this.neverKill) return Promise.resolve(false);
+    this.killing ??= killExecTree(this.execId, this.proc?.pgid, {
+      ...this.killOptions,
+      pty: this.proc?.tty ?? false,
+      leaderStartTime: this.proc?.startTime,
+      log: this.log,
+    }).catch((err: unknown) => {
+      this.log.error('killing the process tree failed', { err });
+      return false;
+    });
+    return this.killing;
+  }
+
+  /**
+   * The leader exited: what it started ends with it (background jobs, nohup'd or setsid'd
+   * children still carrying the tag). Once they are gone the output pipes close; if something
+   * untagged still holds them, stop waiting shortly after — while `stillRunning()`.
+   */
+  leaderExited(stillRunning: () => boolean): void {
+    void this.kill().then(() => {
+      setTimeout(() => {
+        if (stillRunning()) this.proc?.abandonOutput();
+      }, LEFTOVER_OUTPUT_GRACE_MS);
+    });
+  }
+}
 
 export function spawnPiped(spec: SpawnSpec, h: ExecProcessHandlers): ExecProcess {
   const child: ChildProcess = spawn(spec.argv[0], spec.argv.slice(1), {

@@ -7,9 +7,9 @@ import { EXIT_TIMEOUT, normaliseExit } from '@sandgate/core';
 import type { ExecExit, ExecFrame, ExecStart } from '@sandgate/protocols';
 import { EXEC_ID_ENV, stripSupervisorEnv } from './config.ts';
 import type { GatewayConnection } from './control-session.ts';
-import { spawnPiped, spawnPty, type ExecProcess, type ExecProcessHandlers } from './exec-process.ts';
+import { ProcessTree, spawnPiped, spawnPty, termSize, type ExecProcess, type ExecProcessHandlers } from './exec-process.ts';
+import type { KillTreeOptions } from './kill-tree.ts';
 import type { DebugBreak } from '@sandgate/core';
-import { killExecTree, type KillTreeOptions } from './kill-tree.ts';
 import type { Logger } from './log.ts';
 import { exitCodeForSpawnError, preflight, reasonOf } from './preflight.ts';
 import { isValidSignal } from './signals.ts';
@@ -23,18 +23,13 @@ export interface ExecRunnerOptions {
   killOptions?: Omit<KillTreeOptions, 'pty' | 'log' | 'leaderStartTime'>;
   /** After a timeout kill, how long to wait for the exit before reporting it anyway. */
   timeoutReportGraceMs?: number;
-  /** Debug faults (negative chaos runs and backstop tests only). */
+  /** Debug faults (negative chaos runs only): `exec-kill` never kills the tree, `exec-timeout` ignores the deadline. */
   debugBreaks?: ReadonlySet<DebugBreak>;
 }
 
 type State = 'running' | 'exited' | 'broken';
 
 const MAX_TIMER_MS = 2 ** 31 - 1;
-
-/** 0 (unset) or nonsense becomes 0, which the PTY layer turns into the 80x24 default. */
-function termSize(n: number | undefined): number {
-  return Number.isInteger(n) && n! > 0 && n! <= 65535 ? n! : 0;
-}
 
 export class ExecRunner {
   readonly execId: string;
@@ -45,19 +40,22 @@ export class ExecRunner {
   private readonly log: Logger;
   private state: State = 'running';
   private call: grpc.ClientDuplexStream<ExecFrame, ExecFrame> | undefined;
-  private proc: ExecProcess | undefined;
+  private readonly tree: ProcessTree;
   private stdinEnded = false;
-  private outputPaused = false;
   private timedOut = false;
   private timeoutTimer: NodeJS.Timeout | undefined;
-  private killing: Promise<boolean> | undefined;
   private readonly onConnAbort = (): void => this.breakPath('control session lost');
 
   constructor(opts: ExecRunnerOptions) {
     this.opts = opts;
     this.execId = opts.start.exec_id ?? '';
     this.log = opts.log.child({ exec_id: this.execId });
+    this.tree = new ProcessTree(this.execId, this.log, opts.killOptions, { neverKill: opts.debugBreaks?.has('exec-kill') ?? false });
     this.done = new Promise((resolve) => (this.resolveDone = resolve));
+  }
+
+  private get proc(): ExecProcess | undefined {
+    return this.tree.proc;
   }
 
   get finished(): boolean {
@@ -119,15 +117,16 @@ export class ExecRunner {
       stdinDrain: () => this.call?.resume(),
     };
     const spec = { argv, cwd, env, cols: termSize(start.cols), rows: termSize(start.rows) };
+    let proc: ExecProcess;
     try {
-      this.proc = start.tty ? spawnPty(spec, handlers) : spawnPiped(spec, handlers);
+      proc = this.tree.proc = start.tty ? spawnPty(spec, handlers) : spawnPiped(spec, handlers);
     } catch (err) {
       this.reportSpawnFailure(`${argv[0]}: ${reasonOf(err)}`, exitCodeForSpawnError(err));
       return;
     }
     // Only the command name: arguments may carry secrets.
     this.log.info('exec started', {
-      pid: this.proc.pid,
+      pid: proc.pid,
       argv0: argv[0],
       argc: argv.length,
       tty: Boolean(start.tty),
@@ -190,14 +189,7 @@ export class ExecRunner {
       this.breakPath('exec channel write failed', err);
       return;
     }
-    if (!ok && !this.outputPaused && this.proc) {
-      this.outputPaused = true;
-      this.proc.pause();
-      call.once('drain', () => {
-        this.outputPaused = false;
-        if (this.state === 'running') this.proc?.resume();
-      });
-    }
+    this.tree.afterOutputWrite(ok, call, () => this.state === 'running');
   }
 
   private reportSpawnFailure(message: string, exitCode: number): void {
@@ -215,11 +207,7 @@ export class ExecRunner {
    */
   private onChildExited(): void {
     if (this.state !== 'running' || this.timedOut) return;
-    void this.killTree().then(() => {
-      setTimeout(() => {
-        if (this.state === 'running') this.proc?.abandonOutput();
-      }, 200);
-    });
+    this.tree.leaderExited(() => this.state === 'running');
   }
 
   private onProcessExit(code: number | null, signal: number | null): void {
@@ -229,14 +217,14 @@ export class ExecRunner {
     const exit: ExecExit = this.timedOut
       ? { exit_code: EXIT_TIMEOUT, timed_out: true, signal: signal ?? 0 }
       : { exit_code: normaliseExit(code, signal), timed_out: false, signal: signal ?? 0 };
-    void this.killTree().then(() => this.reportExit(exit));
+    void this.tree.kill().then(() => this.reportExit(exit));
   }
 
   private onTimeout(): void {
     if (this.state !== 'running') return;
     this.timedOut = true;
     this.log.info('exec timed out', { timeout_seconds: this.opts.start.timeout_seconds });
-    void this.killTree().then(() => {
+    void this.tree.kill().then(() => {
       if (this.state !== 'running') return;
       // Normally the exit arrives as the tree dies. If processes that shed the tag still hold the
       // output pipes, stop waiting for them; if even that does not produce an exit, report anyway.
@@ -287,7 +275,7 @@ export class ExecRunner {
       this.resolveDone();
       return;
     }
-    void this.killTree().then(() => {
+    void this.tree.kill().then(() => {
       // Nobody reads the output any more; release pipes possibly still held by escapees.
       this.proc?.abandonOutput();
       this.resolveDone();
@@ -297,19 +285,5 @@ export class ExecRunner {
   private cleanup(): void {
     clearTimeout(this.timeoutTimer);
     this.opts.conn.signal.removeEventListener('abort', this.onConnAbort);
-  }
-
-  private killTree(): Promise<boolean> {
-    if (this.opts.debugBreaks?.has('exec-kill')) return Promise.resolve(false);
-    this.killing ??= killExecTree(this.execId, this.proc?.pgid, {
-      ...this.opts.killOptions,
-      pty: this.proc?.tty ?? false,
-      leaderStartTime: this.proc?.startTime,
-      log: this.log,
-    }).catch((err: unknown) => {
-      this.log.error('killing exec tree failed', { err });
-      return false;
-    });
-    return this.killing;
   }
 }

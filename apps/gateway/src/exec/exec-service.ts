@@ -5,14 +5,16 @@ import { randomUUID } from 'node:crypto';
 import type { ServerDuplexStream, ServerUnaryCall, ServerWritableStream, sendUnaryData } from '@grpc/grpc-js';
 import type { JobScheduler } from '@sandgate/jobs';
 import type { Writable } from 'node:stream';
-import { MetadataKey, type ExecFrame, type ExecSandboxEvent, type ExecSandboxInput, type ExecSandboxRequest, type ExecStart } from '@sandgate/protocols';
-import { GatewayError, Code, decideAccess, validateExec, notFound, EXIT_TIMEOUT, Phase } from '@sandgate/core';
+import type { ExecFrame, ExecSandboxEvent, ExecSandboxInput, ExecSandboxRequest, ExecStart } from '@sandgate/protocols';
+import { GatewayError, Code, validateExec, EXIT_TIMEOUT } from '@sandgate/core';
 import type { SandboxStore } from '@sandgate/store';
 import type { Logger, Metrics } from '@sandgate/telemetry';
 import { SessionNotHere, toPeerError, type ExecPath, type ExecRouter } from '../relay/exec-router.ts';
-import { endWithError } from '../sessions/sessions.ts';
+import { endWithError, takeFirstMessage } from '../api/calls.ts';
 import { pump, type LinkChannel } from '@sandgate/relay';
 import { relayFailure, toServiceError } from '../api/grpc-errors.ts';
+import { presentedPeerSecret, secretsEqual } from '../api/secrets.ts';
+import { requireAccess, type AccessDeps } from '../api/access.ts';
 
 /**
  * The argv that attaches to the sandbox's main process instead of starting a command (the same
@@ -33,6 +35,9 @@ export interface ExecServiceDeps {
   metrics: Metrics;
 }
 
+/** The client's side of an exec: where its events go, and whether it is still there. */
+type ClientCall = Writable & { cancelled: boolean; on(e: 'cancelled', f: () => void): unknown };
+
 function toClientEvent(frame: ExecFrame): ExecSandboxEvent | null {
   if (frame.stdout) return { stdout: { data: frame.stdout } };
   if (frame.stderr) return { stderr: { data: frame.stderr } };
@@ -42,19 +47,17 @@ function toClientEvent(frame: ExecFrame): ExecSandboxEvent | null {
 
 export class ExecService {
   private readonly deps: ExecServiceDeps;
+  private readonly access: AccessDeps;
 
   constructor(deps: ExecServiceDeps) {
     this.deps = deps;
+    this.access = { store: deps.store, sessionLive: (sandboxId) => deps.router.sessionLive(sandboxId) };
   }
 
   /** Validation, existence and the access rule; returns the start frame for the supervisor. */
   private async prepare(req: ExecSandboxRequest, stdinEof: boolean): Promise<ExecStart> {
     const sandboxId = validateExec(req);
-    const record = await this.deps.store.get(sandboxId);
-    if (!record) throw notFound();
-    const phase = record.sandbox.status?.phase;
-    const decision = decideAccess(phase, phase === Phase.READY ? true : await this.deps.router.sessionLive(sandboxId));
-    if (!decision.allowed) throw new GatewayError(Code.FAILED_PRECONDITION, decision.message);
+    await requireAccess(this.access, sandboxId);
     const attachMain = req.command.length === 1 && req.command[0] === MAIN_ATTACH_COMMAND;
     return {
       attach_main: attachMain,
@@ -96,42 +99,40 @@ export class ExecService {
     return path;
   }
 
+  /**
+   * Validates, applies the access rule, opens the path and relays its output to the client;
+   * null when the client went away first (nobody would see this exec).
+   */
+  private async begin(req: ExecSandboxRequest, stdinEof: boolean, client: ClientCall): Promise<ExecPath | null> {
+    const start = await this.prepare(req, stdinEof);
+    if (client.cancelled) return null;
+    const path = await this.openPath(start);
+    if (client.cancelled) {
+      path.abort('client cancelled before the exec started');
+      return null;
+    }
+    this.relayToClient(path, client, start);
+    return path;
+  }
+
   /** ExecSandbox: server-streaming; stdin is the request's whole payload. */
   handleUnary(call: ServerWritableStream<ExecSandboxRequest, ExecSandboxEvent>): void {
     this.deps.metrics.inc('sandgate_exec_started_total');
-    this.prepare(call.request, true)
-      .then(async (start) => {
-        if (call.cancelled) return;
-        const path = await this.openPath(start);
-        // The client may have gone while the path was opening: nobody will see this exec.
-        if (call.cancelled) return path.abort('client cancelled before the exec started');
-        this.relayToClient(path, call, start);
-      })
-      .catch((err: unknown) => endWithError(call, toServiceError(err, this.deps.log)));
+    this.begin(call.request, true, call).catch((err: unknown) => endWithError(call, toServiceError(err, this.deps.log)));
   }
 
   /** ExecSandboxInteractive: bidi; the first message must be `start`. */
   handleInteractive(call: ServerDuplexStream<ExecSandboxInput, ExecSandboxEvent>): void {
     this.deps.metrics.inc('sandgate_exec_started_total');
-    let started = false;
-    const onEarlyEnd = () => {
-      if (!started) endWithError(call, new GatewayError(Code.INVALID_ARGUMENT, 'empty stream: expected start message'));
-    };
-    call.on('end', onEarlyEnd);
-    call.once('data', (first: ExecSandboxInput) => {
-      started = true;
-      call.off('end', onEarlyEnd);
-      call.pause(); // keep later stdin frames buffered until the path is open
+    // Later stdin frames stay buffered until the path is open.
+    takeFirstMessage(call, 'empty stream: expected start message', (first: ExecSandboxInput) => {
       if (!first.start) {
         endWithError(call, new GatewayError(Code.INVALID_ARGUMENT, 'first message must be a start payload'));
         return;
       }
-      this.prepare(first.start, false)
-        .then(async (start) => {
-          if (call.cancelled) return;
-          const path = await this.openPath(start);
-          if (call.cancelled) return path.abort('client cancelled before the exec started');
-          this.relayToClient(path, call, start);
+      this.begin(first.start, false, call)
+        .then((path) => {
+          if (!path) return;
           pump(call, path.stream, (input: ExecSandboxInput): ExecFrame | null => {
             if (input.stdin) return { stdin: input.stdin };
             if (input.resize) return { resize: { cols: input.resize.cols ?? 0, rows: input.resize.rows ?? 0 } };
@@ -147,7 +148,7 @@ export class ExecService {
   }
 
   /** Output of the path to the client, and every way the exec can end. */
-  private relayToClient(path: ExecPath, client: Writable & { cancelled: boolean; on(e: 'cancelled', f: () => void): unknown }, start: ExecStart): void {
+  private relayToClient(path: ExecPath, client: ClientCall, start: ExecStart): void {
     const { log, metrics } = this.deps;
     let exitSeen = false;
     let finished = false;
@@ -216,16 +217,12 @@ export class ExecService {
     }
   }
 
-  private peerAuthorised(metadata: { get(key: string): unknown[] }): boolean {
-    return metadata.get(MetadataKey.peerSecret)[0] === this.deps.peerSecret;
-  }
-
   /** Peer.KillExec on the owner replica: the deadline job's backstop. */
   handlePeerKill(
     call: ServerUnaryCall<{ sandbox_id?: string; exec_id?: string }, { killed: number }>,
     callback: sendUnaryData<{ killed: number }>,
   ): void {
-    if (!this.peerAuthorised(call.metadata)) return callback(toServiceError(new GatewayError(Code.PERMISSION_DENIED, 'bad peer secret')));
+    if (!secretsEqual(presentedPeerSecret(call.metadata), this.deps.peerSecret)) return callback(toServiceError(new GatewayError(Code.PERMISSION_DENIED, 'bad peer secret')));
     const { sandbox_id: sandboxId, exec_id: execId } = call.request;
     if (!sandboxId || !execId) return callback(toServiceError(new GatewayError(Code.INVALID_ARGUMENT, 'sandbox_id and exec_id are required')));
     this.deps.router

@@ -6,7 +6,8 @@ import { MetadataKey, serviceDefinition, type ExecFrame, type ExecStart, type Tc
 import { GatewayError, Code } from '@sandgate/core';
 import type { OwnershipStore, ReplicaRegistry } from '@sandgate/store';
 import type { Logger } from '@sandgate/telemetry';
-import { endWithError, type SessionRegistry } from '../sessions/sessions.ts';
+import type { ExecChannelCall, Session, SessionRegistry, TcpChannelCall } from '../sessions/sessions.ts';
+import { endWithError } from '../api/calls.ts';
 import { relayFailure, toServiceError } from '../api/grpc-errors.ts';
 import { OwnerCache } from './owner-cache.ts';
 import { WarmCalls } from './warm-calls.ts';
@@ -222,10 +223,15 @@ export class ExecRouter {
   }
 
   /** This replica holds the session: ask the supervisor for an ExecChannel. */
-  async openLocal(sandboxId: string, start: ExecStart): Promise<ExecPath> {
+  openLocal(sandboxId: string, start: ExecStart): Promise<ExecPath> {
+    return this.localPath(sandboxId, (session) => this.deps.sessions.openExec(session, start));
+  }
+
+  /** The path over a channel the supervisor opens (`open`) on this replica's session of the sandbox. */
+  private async localPath(sandboxId: string, open: (session: Session) => Promise<ExecChannelCall | TcpChannelCall>): Promise<ExecPath> {
     const session = this.deps.sessions.get(sandboxId);
     if (!session) throw new SessionNotHere();
-    const call = await this.deps.sessions.openExec(session, start);
+    const call = await open(session);
     return {
       stream: call as unknown as Duplex,
       via: 'local',
@@ -246,16 +252,8 @@ export class ExecRouter {
   }
 
   /** This replica holds the session: ask the supervisor for a TcpChannel. */
-  async openTcpLocal(sandboxId: string, open: TcpOpen): Promise<TcpPath> {
-    const session = this.deps.sessions.get(sandboxId);
-    if (!session) throw new SessionNotHere();
-    const call = await this.deps.sessions.openTcp(session, open);
-    return {
-      stream: call as unknown as Duplex,
-      via: 'local',
-      abort: (reason) => endWithError(call, new GatewayError(Code.CANCELLED, reason)),
-      failure: firstFailure(call),
-    };
+  openTcpLocal(sandboxId: string, open: TcpOpen): Promise<TcpPath> {
+    return this.localPath(sandboxId, (session) => this.deps.sessions.openTcp(session, open));
   }
 
   private peer(address: string): Peer {

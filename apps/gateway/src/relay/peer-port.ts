@@ -2,11 +2,11 @@
 // - peer links (libs/relay/src/link.ts): one TCP connection per relayed exec or TCP channel;
 // - gRPC (sandgate.v1.Peer): KillExec.
 import { createServer, type Server as NetServer, type Socket } from 'node:net';
-import { timingSafeEqual } from 'node:crypto';
 import { ServerCredentials, type Server as GrpcServer } from '@grpc/grpc-js';
 import { LinkChannel, sniffLink, type LinkCodec, type LinkHello } from '@sandgate/relay';
 import { codec, type ExecFrame, type TcpFrame } from '@sandgate/protocols';
 import type { Logger } from '@sandgate/telemetry';
+import { secretsEqual } from '../api/secrets.ts';
 
 export const execFrameCodec: LinkCodec<ExecFrame> = codec<ExecFrame>('sandgate.v1.ExecFrame');
 export const tcpFrameCodec: LinkCodec<TcpFrame> = codec<TcpFrame>('sandgate.v1.TcpFrame');
@@ -30,12 +30,6 @@ export interface PeerPortDeps {
 export interface PeerPort {
   readonly port: number;
   close(): void;
-}
-
-export function secretsEqual(a: string, b: string): boolean {
-  const x = Buffer.from(a);
-  const y = Buffer.from(b);
-  return x.length === y.length && timingSafeEqual(x, y);
 }
 
 export function servePeerPort(deps: PeerPortDeps): Promise<PeerPort> {

@@ -1,5 +1,6 @@
 // Supervisor credentials: a random secret per sandbox, stored only as its SHA-256 in Redis.
-import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
+import { secretsEqual } from '../api/secrets.ts';
 
 export function newCredential(): { secret: string; hash: string } {
   const secret = randomBytes(32).toString('base64url');
@@ -12,7 +13,5 @@ export function hashCredential(secret: string): string {
 
 export function verifyCredential(secret: string, expectedHash: string): boolean {
   if (!secret || !expectedHash) return false;
-  const a = Buffer.from(hashCredential(secret), 'hex');
-  const b = Buffer.from(expectedHash, 'hex');
-  return a.length === b.length && timingSafeEqual(a, b);
+  return secretsEqual(hashCredential(secret), expectedHash);
 }

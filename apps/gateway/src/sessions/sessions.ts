@@ -9,24 +9,21 @@ import { GatewayError, Code, onSupervisorConnected, onSupervisorDisconnected, ty
 import type { OwnershipStore, SandboxStore } from '@sandgate/store';
 import type { Logger, Metrics } from '@sandgate/telemetry';
 import { verifyCredential } from './credentials.ts';
+import { PendingRequests } from './pending.ts';
+import { endWithError, onceGone } from '../api/calls.ts';
+
+// Still imported from here by sandboxes/watch-service.ts.
+export { endWithError };
 
 export type ControlCall = ServerDuplexStream<SupervisorMessage, GatewayMessage>;
 export type ExecChannelCall = ServerDuplexStream<ExecFrame, ExecFrame>;
 export type TcpChannelCall = ServerDuplexStream<TcpFrame, TcpFrame>;
 
-/** How long a supervisor has to open the ExecChannel after `open_exec`. */
-const EXEC_ATTACH_TIMEOUT_MS = 10_000;
-
-interface PendingExec {
-  resolve(call: ExecChannelCall): void;
-  reject(err: Error): void;
-  timer: NodeJS.Timeout;
-}
-
-interface PendingTcp {
-  resolve(call: TcpChannelCall): void;
-  reject(err: Error): void;
-}
+/** How long a supervisor has to open the ExecChannel (TcpChannel) after `open_exec` (`open_tcp`). */
+const CHANNEL_ATTACH_TIMEOUT_MS = 10_000;
+/** How long a channel call has to send its attach frame. */
+const ATTACH_FRAME_TIMEOUT_MS = 10_000;
+const SUPERSEDED = 'superseded by a new session of the same sandbox';
 
 export class Session {
   readonly sandboxId: string;
@@ -36,11 +33,12 @@ export class Session {
   fence = 0;
   lastSeenMs = Date.now();
   closed = false;
-  readonly pending = new Map<string, PendingExec>();
+  /** Execs asked for with `open_exec`, by exec id, until their ExecChannel attaches. */
+  readonly pendingExecs = new PendingRequests<ExecChannelCall>();
   /** TCP channels (SSH, forwarded TCP) asked for with `open_tcp`, by channel id. */
-  readonly pendingTcp = new Map<string, PendingTcp>();
+  readonly pendingTcp = new PendingRequests<TcpChannelCall>();
   /** Kill requests sent to the supervisor, by request id. */
-  readonly kills = new Map<string, { resolve(killed: number): void; reject(err: Error): void }>();
+  readonly kills = new PendingRequests<number>();
   /** Execs with an open ExecChannel on this session (the per-sandbox concurrency limit). */
   activeExecs = 0;
   readonly timers: NodeJS.Timeout[] = [];
@@ -125,19 +123,20 @@ export class SessionRegistry {
       }
       session.lastSeenMs = Date.now();
       if (msg.exec_open_failed) {
-        const p = session.pending.get(msg.exec_open_failed.exec_id ?? '');
-        p?.reject(new GatewayError(Code.UNAVAILABLE, `supervisor could not open exec: ${msg.exec_open_failed.message ?? ''}`));
+        session.pendingExecs.reject(
+          msg.exec_open_failed.exec_id ?? '',
+          new GatewayError(Code.UNAVAILABLE, `supervisor could not open exec: ${msg.exec_open_failed.message ?? ''}`),
+        );
       }
       if (msg.tcp_open_failed) {
-        const p = session.pendingTcp.get(msg.tcp_open_failed.channel_id ?? '');
-        p?.reject(new GatewayError(Code.UNAVAILABLE, `supervisor could not open the connection: ${msg.tcp_open_failed.message ?? ''}`));
+        session.pendingTcp.reject(
+          msg.tcp_open_failed.channel_id ?? '',
+          new GatewayError(Code.UNAVAILABLE, `supervisor could not open the connection: ${msg.tcp_open_failed.message ?? ''}`),
+        );
       }
       if (msg.main_exit) this.onMainExit(session, msg.main_exit);
       if (msg.terminal_final) this.onTerminalFinal(session, msg.terminal_final);
-      if (msg.exec_kill_result) {
-        const k = session.kills.get(msg.exec_kill_result.request_id ?? '');
-        k?.resolve(msg.exec_kill_result.killed ?? 0);
-      }
+      if (msg.exec_kill_result) session.kills.resolve(msg.exec_kill_result.request_id ?? '', msg.exec_kill_result.killed ?? 0);
     });
     const onGone = () => {
       gone = true;
@@ -164,17 +163,27 @@ export class SessionRegistry {
 
     const session = new Session(sandboxId, instanceId, call);
     const previous = this.sessions.get(sandboxId);
-    if (previous) void this.close(previous, 'superseded by a new session of the same sandbox');
+    if (previous) void this.close(previous, SUPERSEDED);
     session.fence = await ownership.claim(sandboxId, replicaId, session.sessionId, instanceId);
-    metrics.inc('sandgate_supervisor_sessions_accepted_total');
 
     await store.mutate(sandboxId, (cur) => {
+      // A newer session (a later claim, through any replica) got here first: its word stands.
+      if (cur.ownerFence > session.fence) return null;
       const extra = { ownfence: String(session.fence) };
       const next = onSupervisorConnected(cur.sandbox.status as LifecycleStatus, instanceId, new Date());
       if (!next) return { sandbox: cur.sandbox, extra };
       return { sandbox: { ...cur.sandbox, status: { ...(next as object), exit_code: next.exit_code } as typeof cur.sandbox.status }, extra };
     });
 
+    // Two hellos of one sandbox may overlap here (a supervisor reconnecting while its previous
+    // hello is still being accepted): whichever finishes last, the later claim — the higher
+    // fence — is the session kept. From this check to the map insertion nothing awaits.
+    const current = this.sessions.get(sandboxId);
+    if (current && current.fence > session.fence) {
+      throw new GatewayError(Code.ABORTED, 'superseded by a newer session of the same sandbox');
+    }
+    if (current) void this.close(current, SUPERSEDED);
+    metrics.inc('sandgate_supervisor_sessions_accepted_total');
     call.write({ hello_ack: { session_id: session.sessionId, heartbeat_interval_ms: heartbeatIntervalMs, replica_id: replicaId, fence: session.fence } });
     // Only now may execs use the session: the supervisor ignores open_exec before hello_ack,
     // and the stream keeps this order. (Until then relays get a retriable UNAVAILABLE.)
@@ -213,9 +222,9 @@ export class SessionRegistry {
     session.closed = true;
     for (const t of session.timers) clearInterval(t);
     if (this.sessions.get(session.sandboxId) === session) this.sessions.delete(session.sandboxId);
-    for (const [, p] of session.pending) p.reject(new GatewayError(Code.UNAVAILABLE, `supervisor session closed: ${reason}`));
-    for (const [, k] of session.kills) k.reject(new GatewayError(Code.UNAVAILABLE, `supervisor session closed: ${reason}`));
-    for (const [, p] of session.pendingTcp) p.reject(new GatewayError(Code.UNAVAILABLE, `supervisor session closed: ${reason}`));
+    for (const pending of [session.pendingExecs, session.kills, session.pendingTcp]) {
+      pending.rejectAll(new GatewayError(Code.UNAVAILABLE, `supervisor session closed: ${reason}`));
+    }
     endWithError(session.call, new GatewayError(Code.UNAVAILABLE, `session closed: ${reason}`));
     this.deps.log.info('supervisor session closed', { sandboxId: session.sandboxId, sessionId: session.sessionId, reason });
     try {
@@ -275,9 +284,8 @@ export class SessionRegistry {
 
   /** Asks the supervisor to open an exec and resolves with its ExecChannel once attached. */
   openExec(session: Session, start: ExecStart): Promise<ExecChannelCall> {
-    const execId = start.exec_id!;
     const limit = this.deps.maxExecsPerSandbox;
-    if (session.activeExecs + session.pending.size >= limit) {
+    if (session.activeExecs + session.pendingExecs.size >= limit) {
       this.deps.metrics.inc('sandgate_exec_rejected_limit_total');
       return Promise.reject(
         new GatewayError(
@@ -286,125 +294,72 @@ export class SessionRegistry {
         ),
       );
     }
-    return new Promise<ExecChannelCall>((resolve, reject) => {
-      const timer = setTimeout(() => {
-        session.pending.delete(execId);
-        reject(new GatewayError(Code.DEADLINE_EXCEEDED, 'relay open timed out'));
-      }, EXEC_ATTACH_TIMEOUT_MS);
-      session.pending.set(execId, {
-        resolve: (call) => {
-          clearTimeout(timer);
-          session.pending.delete(execId);
-          resolve(call);
-        },
-        reject: (err) => {
-          clearTimeout(timer);
-          session.pending.delete(execId);
-          reject(err);
-        },
-        timer,
-      });
-      session.call.write({ open_exec: start });
-    });
+    return session.pendingExecs.wait(start.exec_id!, CHANNEL_ATTACH_TIMEOUT_MS, relayOpenTimedOut, () =>
+      session.call.write({ open_exec: start }),
+    );
   }
 
   /** An ExecChannel call from a supervisor: its first frame names the pending exec. */
   handleExecChannel(call: ExecChannelCall): void {
-    const timer = setTimeout(() => endWithError(call, new GatewayError(Code.DEADLINE_EXCEEDED, 'expected attach frame')), 10_000);
-    call.once('data', (frame: ExecFrame) => {
-      clearTimeout(timer);
-      const sandboxId = call.metadata.get(MetadataKey.sandboxId)[0];
-      const session = typeof sandboxId === 'string' ? this.get(sandboxId) : undefined;
-      const execId = frame.attach?.exec_id ?? '';
-      const pending = session && frame.attach?.session_id === session.sessionId ? session.pending.get(execId) : undefined;
-      if (!pending) {
-        endWithError(call, new GatewayError(Code.NOT_FOUND, 'unknown or expired exec channel'));
-        return;
-      }
-      // Stop the flow until the relay pipes this call somewhere (back-pressure from the start).
-      call.pause();
-      // The slot is held until the channel is gone, whichever way it goes.
-      session!.activeExecs++;
-      let released = false;
-      const release = () => {
-        if (released) return;
-        released = true;
-        session!.activeExecs--;
-      };
-      for (const ev of ['close', 'finish', 'error', 'cancelled']) call.once(ev, release);
-      pending.resolve(call);
+    const attach = (frame: ExecFrame) => frame.attach && { sessionId: frame.attach.session_id, id: frame.attach.exec_id };
+    // The exec's slot is held until the channel is gone, whichever way it goes.
+    this.attachChannel(call, attach, (s) => s.pendingExecs, 'unknown or expired exec channel', (session) => {
+      session.activeExecs++;
+      onceGone(call, () => session.activeExecs--);
     });
   }
 
   /** Asks the supervisor to open a TCP channel and resolves with its TcpChannel call once attached. */
   openTcp(session: Session, open: TcpOpen): Promise<TcpChannelCall> {
-    const channelId = open.channel_id!;
-    return new Promise<TcpChannelCall>((resolve, reject) => {
-      const timer = setTimeout(() => {
-        session.pendingTcp.delete(channelId);
-        reject(new GatewayError(Code.DEADLINE_EXCEEDED, 'relay open timed out'));
-      }, EXEC_ATTACH_TIMEOUT_MS);
-      const settle = () => {
-        clearTimeout(timer);
-        session.pendingTcp.delete(channelId);
-      };
-      session.pendingTcp.set(channelId, {
-        resolve: (call) => {
-          settle();
-          resolve(call);
-        },
-        reject: (err) => {
-          settle();
-          reject(err);
-        },
-      });
-      session.call.write({ open_tcp: open });
-    });
+    return session.pendingTcp.wait(open.channel_id!, CHANNEL_ATTACH_TIMEOUT_MS, relayOpenTimedOut, () =>
+      session.call.write({ open_tcp: open }),
+    );
   }
 
   /** A TcpChannel call from a supervisor: its first frame names the pending TCP channel. */
   handleTcpChannel(call: TcpChannelCall): void {
-    const timer = setTimeout(() => endWithError(call, new GatewayError(Code.DEADLINE_EXCEEDED, 'expected attach frame')), 10_000);
-    call.once('data', (frame: TcpFrame) => {
+    const attach = (frame: TcpFrame) => frame.attach && { sessionId: frame.attach.session_id, id: frame.attach.channel_id };
+    this.attachChannel(call, attach, (s) => s.pendingTcp, 'unknown or expired relay channel');
+  }
+
+  /**
+   * A channel call (ExecChannel, TcpChannel) from a supervisor: its first frame attaches it to a
+   * request of the sandbox's live session, which it then answers. Anything else is NOT_FOUND.
+   */
+  private attachChannel<F, C extends ServerDuplexStream<F, F>>(
+    call: C,
+    attachOf: (frame: F) => { sessionId?: string; id?: string } | undefined,
+    pendingOf: (session: Session) => PendingRequests<C>,
+    unknownMessage: string,
+    onAttached?: (session: Session) => void,
+  ): void {
+    const timer = setTimeout(() => endWithError(call, new GatewayError(Code.DEADLINE_EXCEEDED, 'expected attach frame')), ATTACH_FRAME_TIMEOUT_MS);
+    call.once('data', (frame: F) => {
       clearTimeout(timer);
       const sandboxId = call.metadata.get(MetadataKey.sandboxId)[0];
       const session = typeof sandboxId === 'string' ? this.get(sandboxId) : undefined;
-      const channelId = frame.attach?.channel_id ?? '';
-      const pending = session && frame.attach?.session_id === session.sessionId ? session.pendingTcp.get(channelId) : undefined;
-      if (!pending) {
-        endWithError(call, new GatewayError(Code.NOT_FOUND, 'unknown or expired relay channel'));
+      const attach = attachOf(frame);
+      const id = attach?.id ?? '';
+      if (!session || attach?.sessionId !== session.sessionId || !pendingOf(session).has(id)) {
+        endWithError(call, new GatewayError(Code.NOT_FOUND, unknownMessage));
         return;
       }
       // Stop the flow until the relay pipes this call somewhere (back-pressure from the start).
       call.pause();
-      pending.resolve(call);
+      onAttached?.(session);
+      pendingOf(session).resolve(id, call);
     });
   }
 
   /** Asks the supervisor to kill whatever still carries the exec's tag; resolves with how many. */
   killExec(session: Session, execId: string, timeoutMs = 10_000): Promise<number> {
     const requestId = randomUUID();
-    return new Promise<number>((resolve, reject) => {
-      const timer = setTimeout(() => {
-        session.kills.delete(requestId);
-        reject(new GatewayError(Code.DEADLINE_EXCEEDED, 'supervisor did not answer the kill request'));
-      }, timeoutMs);
-      const done = () => {
-        clearTimeout(timer);
-        session.kills.delete(requestId);
-      };
-      session.kills.set(requestId, {
-        resolve: (n) => {
-          done();
-          resolve(n);
-        },
-        reject: (e) => {
-          done();
-          reject(e);
-        },
-      });
-      session.call.write({ kill_exec: { exec_id: execId, request_id: requestId } });
-    });
+    return session.kills.wait(
+      requestId,
+      timeoutMs,
+      () => new GatewayError(Code.DEADLINE_EXCEEDED, 'supervisor did not answer the kill request'),
+      () => session.call.write({ kill_exec: { exec_id: execId, request_id: requestId } }),
+    );
   }
 
   private ensureRenewTimer(): void {
@@ -444,8 +399,6 @@ export class SessionRegistry {
   }
 }
 
-export function endWithError(call: { emit(event: 'error', err: unknown): boolean; writableEnded?: boolean; destroyed?: boolean }, err: unknown): void {
-  if (call.writableEnded || call.destroyed) return;
-  const e = err instanceof GatewayError ? { code: err.code, details: err.message, message: err.message } : err;
-  call.emit('error', e);
+function relayOpenTimedOut(): GatewayError {
+  return new GatewayError(Code.DEADLINE_EXCEEDED, 'relay open timed out');
 }

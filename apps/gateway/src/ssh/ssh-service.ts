@@ -11,9 +11,14 @@ import type {
   RevokeSshSessionRequest,
   RevokeSshSessionResponse,
 } from '@sandgate/protocols';
-import { GatewayError, Code, decideAccess, notFound, Phase } from '@sandgate/core';
+import { GatewayError, Code } from '@sandgate/core';
 import type { ForwardSlot, SandboxStore, SshSessionStore, StoredSandbox } from '@sandgate/store';
 import type { Logger, Metrics } from '@sandgate/telemetry';
+import { requireAccess } from '../api/access.ts';
+
+export const DEFAULT_SSH_SESSION_TTL_SECONDS = 86_400;
+export const DEFAULT_SSH_MAX_PER_TOKEN = 3;
+export const DEFAULT_SSH_MAX_PER_SANDBOX = 20;
 
 export interface SshServiceDeps {
   store: SandboxStore;
@@ -39,6 +44,15 @@ export function gatewayHostForResponse(host: string): string {
   return h;
 }
 
+/** SANDGATE_SSH_SESSION_TTL_SECONDS (0 = never expire), else the default of 24 h. */
+export function sshSessionTtlFromEnv(env: Record<string, string | undefined>): number {
+  const raw = env.SANDGATE_SSH_SESSION_TTL_SECONDS;
+  if (raw === undefined || raw.trim() === '') return DEFAULT_SSH_SESSION_TTL_SECONDS;
+  const n = Number(raw);
+  if (!Number.isSafeInteger(n) || n < 0) throw new Error(`SANDGATE_SSH_SESSION_TTL_SECONDS must be a whole number of seconds, got '${raw}'`);
+  return n;
+}
+
 export class SshService {
   private readonly deps: SshServiceDeps;
   /** Forwards this replica relays, heartbeated in Redis while they live. */
@@ -56,14 +70,9 @@ export class SshService {
     deps.metrics.gauge('sandgate_ssh_forwards_active', () => this.live.size);
   }
 
-  /** The access rule, exactly as exec applies it. */
-  async accessibleSandbox(sandboxId: string): Promise<StoredSandbox> {
-    const record = await this.deps.store.get(sandboxId);
-    if (!record) throw notFound();
-    const phase = record.sandbox.status?.phase;
-    const decision = decideAccess(phase, phase === Phase.READY ? true : await this.deps.sessionLive(sandboxId));
-    if (!decision.allowed) throw new GatewayError(Code.FAILED_PRECONDITION, decision.message);
-    return record;
+  /** The access rule, exactly as exec applies it (ForwardTcp checks it before the token). */
+  accessibleSandbox(sandboxId: string): Promise<StoredSandbox> {
+    return requireAccess(this.deps, sandboxId);
   }
 
   async create(req: CreateSshSessionRequest): Promise<CreateSshSessionResponse> {

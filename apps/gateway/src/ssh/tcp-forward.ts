@@ -11,7 +11,7 @@ import { GatewayError, Code } from '@sandgate/core';
 import type { Logger, Metrics } from '@sandgate/telemetry';
 import { toPeerError, type ExecRouter } from '../relay/exec-router.ts';
 import type { SshService } from './ssh-service.ts';
-import { endWithError } from '../sessions/sessions.ts';
+import { endWithError, onceGone, takeFirstMessage } from '../api/calls.ts';
 import { toServiceError } from '../api/grpc-errors.ts';
 import { tcpOpenFor, validateForwardInit } from './tcp-target.ts';
 import { relayForward, spliceTcp } from './tcp-relay.ts';
@@ -25,18 +25,6 @@ export interface TcpForwardDeps {
 
 type ForwardCall = ServerDuplexStream<TcpForwardFrame, TcpForwardFrame>;
 
-/** Calls `fn` once, on whichever of the events comes first. */
-function onceAny(emitter: NodeJS.EventEmitter, events: string[], fn: () => void): void {
-  let fired = false;
-  const handler = () => {
-    if (fired) return;
-    fired = true;
-    for (const e of events) emitter.off(e, handler);
-    fn();
-  };
-  for (const e of events) emitter.on(e, handler);
-}
-
 export class TcpForwardService {
   private readonly deps: TcpForwardDeps;
 
@@ -46,15 +34,8 @@ export class TcpForwardService {
 
   /** ForwardTcp: bidi; the first client frame must be `init`. */
   handleForward(call: ForwardCall): void {
-    let started = false;
-    const onEarlyEnd = () => {
-      if (!started) endWithError(call, new GatewayError(Code.INVALID_ARGUMENT, 'empty ForwardTcp stream'));
-    };
-    call.on('end', onEarlyEnd);
-    call.once('data', (first: TcpForwardFrame) => {
-      started = true;
-      call.off('end', onEarlyEnd);
-      call.pause(); // later data frames wait until the path is open
+    // Later data frames wait until the path is open.
+    takeFirstMessage(call, 'empty ForwardTcp stream', (first: TcpForwardFrame) => {
       if (!first.init) {
         endWithError(call, new GatewayError(Code.INVALID_ARGUMENT, 'first TcpForwardFrame must be init'));
         return;
@@ -71,7 +52,7 @@ export class TcpForwardService {
     await ssh.checkToken(token, record);
     const release = await ssh.acquire(token, sandboxId);
     // The slot is held exactly as long as the client's call lives.
-    onceAny(call, ['close', 'finish', 'error', 'cancelled'], release);
+    onceGone(call, release);
     if (call.cancelled) return release();
     const channelId = randomUUID();
     let path;

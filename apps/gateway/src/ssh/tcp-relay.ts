@@ -10,7 +10,7 @@ import { GatewayError, Code } from '@sandgate/core';
 import { pump } from '@sandgate/relay';
 import type { Logger } from '@sandgate/telemetry';
 import type { TcpPath } from '../relay/exec-router.ts';
-import { endWithError } from '../sessions/sessions.ts';
+import { endWithError } from '../api/calls.ts';
 import { relayFailure, toServiceError } from '../api/grpc-errors.ts';
 
 /** The server side of a TCP channel we need (a ForwardTcp call, or a peer link at the owner). */

@@ -6,8 +6,7 @@
 import { normaliseExit } from '@sandgate/core';
 import type { ServerChannel } from 'ssh2';
 import { EXEC_ID_ENV } from '../config.ts';
-import { spawnPiped, spawnPty, type ExecProcess, type ExecProcessHandlers } from '../exec-process.ts';
-import { killExecTree } from '../kill-tree.ts';
+import { ProcessTree, spawnPiped, spawnPty, termSize, type ExecProcess, type ExecProcessHandlers } from '../exec-process.ts';
 import type { Logger } from '../log.ts';
 import { exitCodeForSpawnError, preflight, reasonOf } from '../preflight.ts';
 
@@ -33,10 +32,6 @@ type State = 'starting' | 'running' | 'exited' | 'killed';
 /** Signals a client may send on a channel (RFC 4254 names, without "SIG"). */
 const CLIENT_SIGNALS = new Set(['HUP', 'INT', 'KILL', 'QUIT', 'TERM', 'USR1', 'USR2', 'ALRM', 'PIPE']);
 
-function termSize(n: number | undefined): number {
-  return Number.isInteger(n) && n! > 0 && n! <= 65535 ? n! : 0;
-}
-
 /** Resolves once everything written to `w` before now was handed on (0-byte write callbacks run in order). */
 function flushed(w: NodeJS.WritableStream & { writable: boolean }): Promise<void> {
   return new Promise((resolve) => {
@@ -57,15 +52,18 @@ export class ChannelProcess {
   private readonly opts: ChannelProcessOptions;
   private readonly log: Logger;
   private state: State = 'starting';
-  private proc: ExecProcess | undefined;
-  private killing: Promise<boolean> | undefined;
-  private outputPaused = false;
+  private readonly tree: ProcessTree;
 
   constructor(opts: ChannelProcessOptions) {
     this.opts = opts;
     this.execId = opts.execId;
     this.log = opts.log.child({ exec_id: opts.execId });
+    this.tree = new ProcessTree(this.execId, this.log);
     this.done = new Promise((resolve) => (this.resolveDone = resolve));
+  }
+
+  private get proc(): ExecProcess | undefined {
+    return this.tree.proc;
   }
 
   get running(): boolean {
@@ -88,14 +86,15 @@ export class ChannelProcess {
       stdinDrain: () => channel.resume(),
     };
     const spec = { argv, cwd, env, cols: termSize(pty?.cols), rows: termSize(pty?.rows) };
+    let proc: ExecProcess;
     try {
-      this.proc = pty ? spawnPty(spec, handlers) : spawnPiped(spec, handlers);
+      proc = this.tree.proc = pty ? spawnPty(spec, handlers) : spawnPiped(spec, handlers);
     } catch (err) {
       return this.failStart(`${argv[0]}: ${reasonOf(err)}`, exitCodeForSpawnError(err));
     }
     if (this.state !== 'starting') return; // a synchronous spawn error already ended it
     this.state = 'running';
-    this.log.info('ssh channel process started', { pid: this.proc.pid, argv0: argv[0], tty: Boolean(pty) });
+    this.log.info('ssh channel process started', { pid: proc.pid, argv0: argv[0], tty: Boolean(pty) });
 
     channel.on('data', (data: Buffer) => {
       if (this.state !== 'running' || !this.proc) return;
@@ -116,14 +115,7 @@ export class ChannelProcess {
     } catch {
       return;
     }
-    if (!ok && !this.outputPaused && this.proc) {
-      this.outputPaused = true;
-      this.proc.pause();
-      stream.once('drain', () => {
-        this.outputPaused = false;
-        if (this.state === 'running') this.proc?.resume();
-      });
-    }
+    this.tree.afterOutputWrite(ok, stream, () => this.state === 'running');
   }
 
   signal(name: string): void {
@@ -155,18 +147,14 @@ export class ChannelProcess {
   /** The leader exited: what it left behind dies with it, so the output pipes close. */
   private onChildExited(): void {
     if (this.state !== 'running') return;
-    void this.killTree().then(() => {
-      setTimeout(() => {
-        if (this.state === 'running') this.proc?.abandonOutput();
-      }, 200);
-    });
+    this.tree.leaderExited(() => this.state === 'running');
   }
 
   private onExit(code: number | null, signal: number | null): void {
     if (this.state !== 'running') return;
     this.state = 'exited';
     const exitCode = normaliseExit(code, signal);
-    void this.killTree()
+    void this.tree.kill()
       .then(() => this.finishChannel(exitCode))
       .then(() => {
         this.log.info('ssh channel process exited', { exit_code: exitCode });
@@ -199,22 +187,10 @@ export class ChannelProcess {
     if (this.state !== 'running') return this.done;
     this.state = 'killed';
     this.log.info('ssh channel gone: killing its process tree', { reason });
-    void this.killTree().then(() => {
+    void this.tree.kill().then(() => {
       this.proc?.abandonOutput();
       this.resolveDone();
     });
     return this.done;
-  }
-
-  private killTree(): Promise<boolean> {
-    this.killing ??= killExecTree(this.execId, this.proc?.pgid, {
-      pty: this.proc?.tty ?? false,
-      leaderStartTime: this.proc?.startTime,
-      log: this.log,
-    }).catch((err: unknown) => {
-      this.log.error('killing ssh channel process tree failed', { err });
-      return false;
-    });
-    return this.killing;
   }
 }
