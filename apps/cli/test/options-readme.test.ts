@@ -15,7 +15,8 @@ function defaultCell(spec: OptionSpec<unknown>): string {
 
 function markdownTable(options: Record<string, OptionSpec<unknown>>): string {
   const rows = Object.values(options).map((spec) => {
-    const flag = spec.flag === undefined ? '' : `\`--${spec.flag}\`${spec.up ? ' (also `up`)' : ''}`;
+    const also = [spec.up && '`up`', spec.worker && '`worker`'].filter(Boolean).join(', ');
+    const flag = spec.flag === undefined ? '' : `\`--${spec.flag}\`${also ? ` (also ${also})` : ''}`;
     const env = [`\`${spec.env}\``, ...(spec.aliases ?? []).map((a) => `(alias \`${a}\`)`)].join(' ');
     return `| ${flag} | ${env} | ${defaultCell(spec)} | ${spec.description} |`;
   });
