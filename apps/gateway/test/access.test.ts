@@ -5,7 +5,7 @@ import { SandboxStore } from '@sandgate/store';
 import { Code, Phase } from '@sandgate/core';
 import type { Sandbox } from '@sandgate/protocols';
 import { requireAccess } from '../src/api/access.ts';
-import { startRedis, type TestRedis } from '../../../test/harness/redis.ts';
+import { startRedis, type TestRedis } from '@sandgate/test-harness/redis';
 
 let redis: TestRedis;
 let client: Redis;

@@ -10,8 +10,8 @@ import { Code } from '@sandgate/core';
 import { createLogger, Metrics } from '@sandgate/telemetry';
 import { SessionRegistry, type ControlCall, type ExecChannelCall } from '../src/sessions/sessions.ts';
 import { hashCredential } from '../src/sessions/credentials.ts';
-import { startRedis, type TestRedis } from '../../../test/harness/redis.ts';
-import { waitFor } from '../../../test/harness/wait.ts';
+import { startRedis, type TestRedis } from '@sandgate/test-harness/redis';
+import { waitFor } from '@sandgate/test-harness/wait';
 
 let redis: TestRedis;
 let client: Redis;
