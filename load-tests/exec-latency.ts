@@ -9,6 +9,25 @@ import { execOnce } from './exec-client.ts';
 import type { AnyClient } from '../test/harness/grpc-client.ts';
 import type { ExecSandboxEvent } from '@sandgate/protocols';
 
+
+type Summary = ReturnType<typeof summarise>;
+
+/** Direct, relayed, the paired-difference overhead (the figure that counts) and, for contrast, the difference of percentiles. */
+function overheadRows(direct: Summary, relayed: Summary, paired: Summary, pairing: string): string[][] {
+  const row = (label: string, s: Pick<Summary, 'p50' | 'p90' | 'p99' | 'mean'>) => [label, ms(s.p50), ms(s.p90), ms(s.p99), ms(s.mean)];
+  return [
+    row('direct (owner replica)', direct),
+    row('relayed (non-owner → owner)', relayed),
+    row(`relay overhead: paired difference (${pairing})`, paired),
+    row('(difference of the percentiles above; not an overhead figure)', {
+      p50: relayed.p50 - direct.p50,
+      p90: relayed.p90 - direct.p90,
+      p99: relayed.p99 - direct.p99,
+      mean: relayed.mean - direct.mean,
+    }),
+  ];
+}
+
 export interface ExecLatencyOptions {
   iterations: number;
   warmup: number;
@@ -67,22 +86,12 @@ export async function run(opts: ExecLatencyOptions): Promise<BenchReport> {
       {
         caption: `exec latency of \`true\`, ${opts.iterations} iterations each after ${opts.warmup} warm-up pairs, interleaved ABBA; local driver`,
         headers: ['path', 'p50', 'p90', 'p99', 'mean'],
-        rows: [
-          ['direct (owner replica)', ms(sd.p50), ms(sd.p90), ms(sd.p99), ms(sd.mean)],
-          ['relayed (non-owner → owner)', ms(sr.p50), ms(sr.p90), ms(sr.p99), ms(sr.mean)],
-          ['relay overhead: paired difference (relayed − direct of the same ABBA pair)', ms(paired.p50), ms(paired.p90), ms(paired.p99), ms(paired.mean)],
-          ['(difference of the percentiles above; not an overhead figure)', ms(sr.p50 - sd.p50), ms(sr.p90 - sd.p90), ms(sr.p99 - sd.p99), ms(sr.mean - sd.mean)],
-        ],
+        rows: overheadRows(sd, sr, paired, 'relayed − direct of the same ABBA pair'),
       },
       {
         caption: `stdin → stdout round trip of one line through an open interactive \`cat\` exec, ${opts.iterations} each, interleaved ABBA (the relay hop without process start-up)`,
         headers: ['path', 'p50', 'p90', 'p99', 'mean'],
-        rows: [
-          ['direct (owner replica)', ms(sed.p50), ms(sed.p90), ms(sed.p99), ms(sed.mean)],
-          ['relayed (non-owner → owner)', ms(ser.p50), ms(ser.p90), ms(ser.p99), ms(ser.mean)],
-          ['relay overhead: paired difference (same ABBA pair)', ms(echoPaired.p50), ms(echoPaired.p90), ms(echoPaired.p99), ms(echoPaired.mean)],
-          ['(difference of the percentiles above)', ms(ser.p50 - sed.p50), ms(ser.p90 - sed.p90), ms(ser.p99 - sed.p99), ms(ser.mean - sed.mean)],
-        ],
+        rows: overheadRows(sed, ser, echoPaired, 'same ABBA pair'),
       },
     ],
     notes: [`targets (issue 7): p50 overhead < 1 ms, p99 overhead < 5 ms, judged on the paired differences`],

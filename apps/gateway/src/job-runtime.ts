@@ -9,16 +9,12 @@ import { jobConnectionNames, jobProcessors, startJobWorker, type ExecKiller, typ
 import type { LifecycleService } from './sandboxes/lifecycle-service.ts';
 
 export interface JobRuntimeDeps {
-  /** The replica id or worker id: names the job connections in CLIENT LIST. */
-  processId: string;
-  redisUrl: string;
   /** The process's general connection (cluster-wide counters). */
   redis: Redis;
   store: SandboxStore;
   driver: ComputeDriver;
   scheduler: JobScheduler;
   lifecycle: LifecycleService;
-  debugBreaks: ReadonlySet<DebugBreak>;
   /** Kills execs on the owner and knows whether a session is live (the ExecRouter). */
   router: ExecKiller & { sessionLive(sandboxId: string): Promise<boolean> };
   log: Logger;
@@ -26,7 +22,15 @@ export interface JobRuntimeDeps {
 }
 
 /** Installs the reconcile schedule and starts taking jobs. */
-export async function runJobWorker(deps: JobRuntimeDeps): Promise<RunningWorker> {
+/**
+ * `processId` (the replica or worker id) names the job connections in CLIENT LIST; `config` is the
+ * process's parsed configuration (a replica's or a standalone worker's).
+ */
+export async function runJobWorker(
+  processId: string,
+  config: { redisUrl: string; debugBreaks: ReadonlySet<DebugBreak> },
+  deps: JobRuntimeDeps,
+): Promise<RunningWorker> {
   await deps.scheduler.ensureReconcile();
   const processors = jobProcessors({
     store: deps.store,
@@ -36,12 +40,12 @@ export async function runJobWorker(deps: JobRuntimeDeps): Promise<RunningWorker>
     execs: deps.router,
     sessionLive: (id) => deps.router.sessionLive(id),
     incrementCounter: (name, by) => new ClusterCounters(deps.redis).incr(name, by),
-    debugBreaks: deps.debugBreaks,
+    debugBreaks: config.debugBreaks,
     log: deps.log,
     metrics: deps.metrics,
   });
-  return startJobWorker(deps.redisUrl, processors, {
-    connectionName: jobConnectionNames(deps.processId).worker,
+  return startJobWorker(config.redisUrl, processors, {
+    connectionName: jobConnectionNames(processId).worker,
     onError: (err) => deps.log.warn('job worker error', { err: err.message }),
   });
 }

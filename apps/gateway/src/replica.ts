@@ -169,19 +169,7 @@ export async function startReplica(config: ReplicaConfig): Promise<RunningReplic
 
   let worker: RunningWorker | null = null;
   if (config.workers) {
-    worker = await runJobWorker({
-      processId: config.replicaId,
-      redisUrl: config.redisUrl,
-      redis,
-      store,
-      driver,
-      scheduler,
-      lifecycle,
-      debugBreaks: config.debugBreaks,
-      router,
-      log,
-      metrics,
-    });
+    worker = await runJobWorker(config.replicaId, config, { redis, store, driver, scheduler, lifecycle, router, log, metrics });
   }
 
   const info = { replicaId: config.replicaId, peerAddress, grpcAddress, pid: process.pid, startedAtMs: Date.now() };

@@ -8,13 +8,12 @@ import { JobScheduler, jobConnectionNames } from '@sandgate/jobs';
 import type { ReplicaConfig } from './config.ts';
 import { createDriver } from './replica.ts';
 import { runJobWorker } from './job-runtime.ts';
-import { SessionRegistry } from './sessions/sessions.ts';
-import { ExecRouter } from './relay/exec-router.ts';
+import { ExecRouter, NO_LOCAL_SESSIONS } from './relay/exec-router.ts';
 import { LifecycleService } from './sandboxes/lifecycle-service.ts';
 
 /** `sandgate worker`: what a worker needs of a replica's configuration, and nothing that listens. */
 export interface WorkerConfig
-  extends Pick<ReplicaConfig, 'redisUrl' | 'driver' | 'stateDir' | 'dockerImage' | 'ownerTtlMs' | 'provisionTimeoutMs' | 'peerSecret' | 'logLevel' | 'heartbeatIntervalMs' | 'heartbeatMisses' | 'maxExecsPerSandbox' | 'debugBreaks'> {
+  extends Pick<ReplicaConfig, 'redisUrl' | 'driver' | 'stateDir' | 'dockerImage' | 'ownerTtlMs' | 'provisionTimeoutMs' | 'peerSecret' | 'logLevel' | 'debugBreaks'> {
   workerId: string;
   /** What restarted supervisors dial (the load balancer): a worker has no gRPC address of its own. */
   supervisorEndpoint: string;
@@ -41,21 +40,9 @@ export async function startWorker(config: WorkerConfig): Promise<RunningStandalo
   const driver = createDriver(config);
   const peerSecret = config.peerSecret || (await sharedPeerSecret(redis));
   const scheduler = new JobScheduler(config.redisUrl, { connectionName: jobConnectionNames(config.workerId).scheduler, enabled: config.jobsEnabled });
-  // Never handed a Control stream, so it stays empty (and reports nothing): the router then
-  // always finds the owner replica in Redis and kills execs there (Peer.KillExec).
-  const sessions = new SessionRegistry({
-    replicaId: config.workerId,
-    store,
-    ownership,
-    heartbeatIntervalMs: config.heartbeatIntervalMs,
-    heartbeatMisses: config.heartbeatMisses,
-    maxExecsPerSandbox: config.maxExecsPerSandbox,
-    disconnectGraceMs: 5_000,
-    reports: { mainExit: async () => undefined, terminalFinal: async () => undefined },
-    log,
-    metrics,
-  });
-  const router = new ExecRouter({ replicaId: config.workerId, sessions, ownership, replicas, peerSecret, log });
+  // It holds no supervisor session: the router always finds the owner replica in Redis and kills
+  // execs there (Peer.KillExec).
+  const router = new ExecRouter({ replicaId: config.workerId, sessions: NO_LOCAL_SESSIONS, ownership, replicas, peerSecret, log });
   const lifecycle = new LifecycleService({
     store,
     logs: new SandboxLogStore(redis),
@@ -70,19 +57,7 @@ export async function startWorker(config: WorkerConfig): Promise<RunningStandalo
     log,
     metrics,
   });
-  const worker = await runJobWorker({
-    processId: config.workerId,
-    redisUrl: config.redisUrl,
-    redis,
-    store,
-    driver,
-    scheduler,
-    lifecycle,
-    debugBreaks: config.debugBreaks,
-    router,
-    log,
-    metrics,
-  });
+  const worker = await runJobWorker(config.workerId, config, { redis, store, driver, scheduler, lifecycle, router, log, metrics });
   log.info('worker running', { driver: config.driver, supervisorEndpoint: config.supervisorEndpoint });
 
   let closing: Promise<void> | undefined;

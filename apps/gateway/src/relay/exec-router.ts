@@ -62,9 +62,20 @@ interface Peer {
 /** Idle exec links kept open per owner replica (see warm-calls.ts). */
 const WARM_EXEC_LINKS_PER_PEER = 2;
 
+/** What the router asks of the sessions this process holds. */
+export type LocalSessions = Pick<SessionRegistry, 'get' | 'killExec' | 'openExec' | 'openTcp'>;
+
+/** For a process that holds no supervisor session (a standalone worker): every sandbox is remote. */
+export const NO_LOCAL_SESSIONS: LocalSessions = {
+  get: () => undefined,
+  killExec: () => Promise.reject(new Error('no local sessions')),
+  openExec: () => Promise.reject(new Error('no local sessions')),
+  openTcp: () => Promise.reject(new Error('no local sessions')),
+};
+
 export interface RouterDeps {
   replicaId: string;
-  sessions: SessionRegistry;
+  sessions: LocalSessions;
   ownership: OwnershipStore;
   replicas: ReplicaRegistry;
   peerSecret: string;
