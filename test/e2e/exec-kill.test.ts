@@ -46,6 +46,13 @@ afterAll(async () => {
 const gw = (i: number) => cluster.replicas[i]!.grpcAddress;
 const replicaIndex = (id: string) => cluster.replicas.findIndex((x) => x.id === id);
 
+/** A gauge or counter read from a replica's /metrics (0 when absent). */
+async function metricOf(replica: number, name: string): Promise<number> {
+  const text = await (await fetch(`${cluster.replicas[replica]!.httpUrl}/metrics`)).text();
+  const line = text.split('\n').find((l) => l.startsWith(`${name} `));
+  return line ? Number(line.slice(name.length + 1)) : 0;
+}
+
 async function ownerIndex(): Promise<number> {
   return replicaIndex(await ownerOf(r, sbx.id));
 }
@@ -600,7 +607,8 @@ describe('a cancel while the exec is still being opened', () => {
   // that is where the open waits for the supervisor (through a non-owner the window is the entry
   // replica's Redis look-ups, too short to hit on purpose; the owner side of the peer link handles it).
   it.for(['ExecSandbox', 'ExecSandboxInteractive'])('%s cancelled while the supervisor is opening it: nothing runs 3 s later', async (method) => {
-    const client = openShellClient(gw(await ownerIndex()));
+    const owner = await ownerIndex();
+    const client = openShellClient(gw(owner));
     const supervisor = await supervisorPid();
     const tok = token();
     const command = ['sleep', `614.${tok}`];
@@ -615,10 +623,13 @@ describe('a cancel while the exec is still being opened', () => {
       }
       call.on('data', () => undefined);
       const error = new Promise((resolve) => call.on('error', resolve));
-      await sleep(500); // the gateway has sent open_exec and waits for the ExecChannel
+      // The window: the owner has sent open_exec and waits for the (frozen) supervisor's ExecChannel.
+      await waitFor('the exec being opened on the owner', async () => (await metricOf(owner, 'sandgate_exec_opening')) === 1, 10_000, 20);
       call.cancel();
       expect(await error).toMatchObject({ code: grpcStatus.CANCELLED });
-      await sleep(200); // the gateway has seen the cancel
+      await sleep(200); // the cancel reaches the gateway (nothing observable marks it)
+      // Still inside the window when the cancel arrived: the open had not completed.
+      expect(await metricOf(owner, 'sandgate_exec_opening'), 'the open was still waiting when the cancel arrived').toBe(1);
     } finally {
       process.kill(supervisor, 'SIGCONT');
     }

@@ -78,6 +78,12 @@ export class SessionRegistry {
   constructor(deps: SessionDeps) {
     this.deps = deps;
     deps.metrics.gauge('sandgate_supervisor_sessions', () => this.sessions.size);
+    // Execs asked of a supervisor whose ExecChannel has not arrived yet (the open in progress).
+    deps.metrics.gauge('sandgate_exec_opening', () => {
+      let opening = 0;
+      for (const session of this.sessions.values()) opening += session.pendingExecs.size;
+      return opening;
+    });
   }
 
   /** The live session for a sandbox on this replica, if any. */
