@@ -240,6 +240,40 @@ describe('restart policies', () => {
   });
 });
 
+describe('restart policies without the durable restart job (the `jobs` debug fault)', () => {
+  // The companion of the restart-policy tests above: with the mechanism they exercise (the
+  // durable `restart` job) switched off, the same on-failure sandbox is never restarted, so their
+  // decisive assertion, restart_count rising with backoff, fails without it.
+  let redis2: TestRedis;
+  let cluster2: Cluster;
+  beforeAll(async () => {
+    redis2 = await startRedis();
+    cluster2 = await Cluster.start({ redisUrl: redis2.url, replicas: 1, env: { SANDGATE_DEBUG_BREAK: 'jobs', SANDGATE_DEBUG_UNSAFE: '1' } });
+  });
+  afterAll(async () => {
+    await runCli(['sandbox', 'delete', 'restart-nojobs'], { gateway: cluster2?.replicas[0]!.grpcAddress }).catch(() => undefined);
+    await cluster2?.stop();
+    cluster2?.cleanup();
+    await redis2?.stop();
+  });
+
+  it('on-failure: a non-zero exit is not restarted', async () => {
+    const client = openShellClient(cluster2.replicas[0]!.grpcAddress);
+    const status = async () =>
+      ((await unaryCall<{ sandbox: { status?: { phase?: number; restart_count?: number } } }>(client, 'GetSandbox', { name: 'restart-nojobs' })).sandbox
+        .status ?? {});
+    await unaryCall(client, 'CreateSandbox', { name: 'restart-nojobs', spec: { command: ['sh', '-c', 'sleep 0.5; exit 3'], restart_policy: 2 } });
+    await waitFor('Error (MainProcessFailed)', async () => (await status()).phase === Phase.ERROR, 30_000);
+    const failedAt = Date.now();
+    // Past the first two backoffs (1 s, then 2 s) with slack: the tests above saw two restarts by now.
+    await waitFor('the first two backoffs passed', () => Date.now() - failedAt > 6_000, 8_000);
+    const s = await status();
+    expect(s.restart_count ?? 0).toBe(0);
+    expect(s.phase).toBe(Phase.ERROR);
+    client.close();
+  });
+});
+
 describe('watch across replicas', () => {
   it('a watcher on replica A sees every phase change driven through replica C, in order', async () => {
     const sb = await createSandbox(gw(2), 'watched');
