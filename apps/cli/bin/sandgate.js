@@ -11,4 +11,4 @@ try {
 }
 const { main } = await import('../src/main.ts');
 
-await main(process.argv.slice(2));
+await main(process.argv.slice(2), process.env);

@@ -40,7 +40,7 @@ function version(): string {
 }
 
 /** Runs the CLI and returns its exit status (does not exit). */
-export async function run(argv: string[], env: Env = process.env): Promise<number> {
+export async function run(argv: string[], env: Env): Promise<number> {
   const ctx: CommandContext = { env, gateway: undefined };
   let i = 0;
   // Global flags before the command.
@@ -117,7 +117,8 @@ function flush(stream: NodeJS.WriteStream): Promise<void> {
 }
 
 /** Runs the CLI, flushes stdout/stderr and exits the process with the command's status. */
-export async function main(argv: string[] = process.argv.slice(2)): Promise<never> {
+/** `env` is the process environment, handed over once by the entry point (bin/sandgate.js). */
+export async function main(argv: string[], env: Env): Promise<never> {
   // A closed stdout (`sandgate sandbox list | head -1`) ends us quietly, as SIGPIPE would.
   process.stdout.on('error', (err: NodeJS.ErrnoException) => {
     if (err.code === 'EPIPE') process.exit(141);
@@ -125,7 +126,7 @@ export async function main(argv: string[] = process.argv.slice(2)): Promise<neve
   });
   let code: number;
   try {
-    code = await run(argv);
+    code = await run(argv, env);
   } catch (err) {
     code = reportError(err);
   }

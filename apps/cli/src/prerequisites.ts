@@ -88,9 +88,10 @@ export interface AptResult {
 
 export type AptRunner = (args: string[]) => AptResult;
 
-const runApt: AptRunner = (args) => {
+/** Runs apt-get non-interactively with the CLI's environment. */
+export const aptRunner = (env: Readonly<Record<string, string | undefined>>): AptRunner => (args) => {
   const r = spawnSync(args[0]!, args.slice(1), {
-    env: { ...process.env, DEBIAN_FRONTEND: 'noninteractive' },
+    env: { ...env, DEBIAN_FRONTEND: 'noninteractive' },
     stdio: ['ignore', 'pipe', 'pipe'],
     encoding: 'utf8',
     maxBuffer: 64 * 1024 * 1024,
@@ -104,7 +105,7 @@ const tail = (output: string) => output.trim().split('\n').slice(-5).join('\n  '
  * Installs the packages with apt-get, running `apt-get update` first only when the install
  * fails for want of package lists. Throws with apt's last lines when it cannot.
  */
-export function aptInstall(packages: string[], log: (line: string) => void, run: AptRunner = runApt): void {
+export function aptInstall(packages: string[], log: (line: string) => void, run: AptRunner): void {
   const install = [...APT_INSTALL, ...packages];
   let result = run(install);
   if (result.status !== 0 && needsListsUpdate(result.output)) {

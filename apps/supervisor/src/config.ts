@@ -90,3 +90,8 @@ export function loadConfig(env: Record<string, string | undefined>, args: string
     debugBreaks,
   };
 }
+
+/** The running supervisor's configuration: its environment and arguments, read here and only here. */
+export function loadProcessConfig(): SupervisorConfig {
+  return loadConfig(process.env, process.argv.slice(2));
+}

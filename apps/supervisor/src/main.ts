@@ -2,7 +2,7 @@
 //   node apps/supervisor/src/main.ts -- <main process argv...>
 // configured through SANDGATE_* environment variables (see config.ts). The supervisor must be very
 // hard to kill: errors are logged and survived, only SIGTERM/SIGINT end it.
-import { ConfigError, loadConfig } from './config.ts';
+import { ConfigError, loadProcessConfig } from './config.ts';
 import { createLogger } from './log.ts';
 import { Supervisor } from './supervisor.ts';
 
@@ -15,7 +15,7 @@ function main(): void {
 
   let config;
   try {
-    config = loadConfig(process.env, process.argv.slice(2));
+    config = loadProcessConfig();
   } catch (err) {
     if (err instanceof ConfigError) {
       createLogger({ level: err.logLevel, base: { sandbox_id: err.sandboxId } }).error('invalid configuration', { err: err.message });

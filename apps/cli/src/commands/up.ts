@@ -5,7 +5,7 @@ import type { RunningReplica } from '@sandgate/gateway';
 import { DEFAULT_GATEWAY } from '../args.ts';
 import type { CommandContext } from '../context.ts';
 import { ExitError } from '../errors.ts';
-import { aptInstall, installNotice, planPrerequisites, thisHost } from '../prerequisites.ts';
+import { aptInstall, aptRunner, installNotice, planPrerequisites, thisHost } from '../prerequisites.ts';
 import { startPrivateRedis, type PrivateRedis } from '../redis-server.ts';
 import { resolveUpConfig } from '../replica-config.ts';
 import { waitForShutdownSignal } from '../signals.ts';
@@ -55,7 +55,7 @@ export async function run(argv: string[], ctx: CommandContext): Promise<number> 
   if (plan.action === 'install') {
     process.stderr.write(installNotice(plan.missing));
     try {
-      aptInstall(plan.missing.map((m) => m.package), (line) => process.stderr.write(line));
+      aptInstall(plan.missing.map((m) => m.package), (line) => process.stderr.write(line), aptRunner(ctx.env));
     } catch (err) {
       fail((err as Error).message);
     }
