@@ -60,6 +60,9 @@ const BREAK_TARGETS: Partial<Record<DebugBreak, InvariantId>> = {
   'ephemeral-cleanup': 'ephemeral-deleted',
   reconcile: 'no-orphan-compute',
   'exec-kill': 'exec-processes',
+  'supervisor-reconnect': 'failover',
+  'owner-hints': 'reachable',
+  'retriable-errors': 'calls',
 };
 
 const { values } = parseArgs({
@@ -75,8 +78,10 @@ const { values } = parseArgs({
 const durationMs = Number(values.duration) * 1000;
 const seed = Number(values.seed);
 const workers = Number(values.workers);
-if (!(durationMs >= 30_000) || !Number.isFinite(seed) || !(workers >= 1)) {
-  console.error('chaos: --duration must be at least 30 (seconds), --seed a number, --workers at least 1');
+// A run shorter than about 30 s is allowed but cannot pass: its chaos scenarios do not happen, and
+// the `scenarios` invariant says so (CI's negative run of that invariant is such a run).
+if (!(durationMs >= 1_000) || !Number.isFinite(seed) || !(workers >= 1)) {
+  console.error('chaos: --duration must be at least 1 (seconds), --seed a number, --workers at least 1');
   process.exit(2);
 }
 const breakNames = [...values.break.flatMap((b) => b.split(',')), ...(values['no-fencing'] ? ['fencing'] : []), ...(values['no-jobs'] ? ['jobs'] : [])]
@@ -264,6 +269,15 @@ async function main(): Promise<void> {
     for (const p of pool) {
       await waitFor(`pool sandbox ${p.name} ready`, async () => (await store.get(p.id))?.sandbox.status?.phase === SandboxPhase.READY, 30_000);
     }
+    // Every replica routes to every pool sandbox once before the chaos, so each holds an owner
+    // hint for those it does not own (the `owner-hints` negative run needs stale hints to exist).
+    for (const p of pool) {
+      for (const rep of cluster.replicas) {
+        const c = openShellClient(rep.grpcAddress);
+        await exec(c, { sandbox_id: p.id, command: ['true'] });
+        c.close();
+      }
+    }
     // Real OpenSSH clients through the balancer: `sandgate sandbox ssh-config` blocks whose
     // ProxyCommand mints a session token and relays over ForwardTcp (any replica → the owner).
     sshDir = mkdtempSync(`${os.tmpdir()}/sandgate-chaos-ssh-`);
@@ -329,6 +343,22 @@ async function main(): Promise<void> {
           if (alive.length > 0) ledger.violate('process outlived its exec', `${what}: ${alive.length} process(es) of '${marker}' alive`);
         })(),
       );
+    };
+
+    /** Failover: time until each of `owned` answers an exec again through the balancer, at most 30 s after `since`. */
+    const expectFailover = (owned: { id: string; name: string }[], since: number) => {
+      for (const sb of owned) {
+        pendingChecks.push(
+          (async () => {
+            for (;;) {
+              const res = await exec(clients[0]!, { sandbox_id: sb.id, command: ['true'] });
+              if (!res.error && res.exit === 0) return void failovers.push(Date.now() - since);
+              if (Date.now() - since > 30_000) return ledger.violate('failover', `${sb.name} unreachable for 30 s`);
+              await sleep(50);
+            }
+          })(),
+        );
+      }
     };
 
     const ops: Record<string, () => Promise<void>> = {
@@ -490,6 +520,10 @@ async function main(): Promise<void> {
           victim.proc!.kill('SIGCONT');
           console.log(`[${secs(t0)}] SIGCONT ${victim.id} after ${((Date.now() - frozenAt) / 1000).toFixed(1)} s: ${moved}/${owned.length} of its sessions had moved`);
           scenario('long freeze of an owner', moved > 0, `${victim.id}: ${moved}/${owned.length} sessions moved`);
+          // Its supervisors gave it up for dead: each of its sandboxes must answer again (through
+          // the balancer) within 30 s of the wake-up. Judged only from now on: while the replica is
+          // frozen, a client channel the balancer pinned to it would just hang.
+          expectFailover(owned, Date.now());
           // A negative run of `fencing`: nothing more, so no later chaos repairs what the stale
           // owner's unfenced release did before the owner records are judged.
           if (breaks.includes('fencing')) break;
@@ -534,19 +568,7 @@ async function main(): Promise<void> {
           await cluster.signal(victim, 'SIGKILL');
         }
         const diedAt = Date.now();
-        // Failover: time until each of its sandboxes answers an exec again, through the balancer.
-        for (const sb of owned) {
-          pendingChecks.push(
-            (async () => {
-              for (;;) {
-                const res = await exec(clients[0]!, { sandbox_id: sb.id, command: ['true'] });
-                if (!res.error && res.exit === 0) return void failovers.push(Date.now() - diedAt);
-                if (Date.now() - diedAt > 30_000) return ledger.violate('failover', `${sb.name} unreachable for 30 s`);
-                await sleep(50);
-              }
-            })(),
-          );
-        }
+        expectFailover(owned, diedAt);
         const downFor = between(rng, 1_000, 2_000);
         restarting = (async () => {
           await sleep(downFor);

@@ -99,8 +99,8 @@ export async function startReplica(config: ReplicaConfig): Promise<RunningReplic
     log,
     metrics,
   });
-  const router = new ExecRouter({ replicaId: config.replicaId, sessions, ownership, replicas, peerSecret, log });
-  const exec = new ExecService({ store, router, peerSecret, scheduler, log, metrics });
+  const router = new ExecRouter({ replicaId: config.replicaId, sessions, ownership, replicas, peerSecret, log, debugBreaks: config.debugBreaks });
+  const exec = new ExecService({ store, router, peerSecret, scheduler, log, metrics, debugBreaks: config.debugBreaks });
 
   const publicServer = new Server(GRPC_SERVER_OPTIONS);
   const peerServer = new Server(PEER_SERVER_OPTIONS);
@@ -146,7 +146,7 @@ export async function startReplica(config: ReplicaConfig): Promise<RunningReplic
     log,
     metrics,
   });
-  const forward = new TcpForwardService({ ssh, router, log, metrics });
+  const forward = new TcpForwardService({ ssh, router, log, metrics, debugBreaks: config.debugBreaks });
   publicServer.addService(openShellDefinition, openShellImplementation(sandboxes, exec, lifecycle, watch, log, { sessions: ssh, forward }));
   publicServer.addService(serviceDefinition('sandgate.v1.SupervisorGateway'), {
     Control: (call: ControlCall) => sessions.handleControl(call),

@@ -2,7 +2,7 @@
 import { describe, expect, it } from 'vitest';
 import { Redis } from 'ioredis';
 import { Code, GatewayError } from '@sandgate/core';
-import { relayFailure, toStatus } from '../src/api/grpc-errors.ts';
+import { relayFailure, toClientError, toStatus } from '../src/api/grpc-errors.ts';
 import { freePort } from '@sandgate/test-harness/ports';
 
 describe('toStatus', () => {
@@ -39,5 +39,15 @@ describe('relayFailure', () => {
       code: Code.RESOURCE_EXHAUSTED,
       message: 'sandbox has 64 execs running',
     });
+  });
+});
+
+describe('toClientError', () => {
+  it('keeps UNAVAILABLE retriable; only the retriable-errors debug fault turns it into INTERNAL', () => {
+    const broken = relayFailure(undefined, 'relay channel dropped');
+    expect(toClientError(broken, undefined, false)).toMatchObject({ code: Code.UNAVAILABLE, details: 'relay channel dropped' });
+    expect(toClientError(broken, undefined, true)).toMatchObject({ code: Code.INTERNAL, details: 'relay channel dropped' });
+    const notFound = new GatewayError(Code.NOT_FOUND, 'sandbox not found');
+    expect(toClientError(notFound, undefined, true)).toMatchObject({ code: Code.NOT_FOUND });
   });
 });

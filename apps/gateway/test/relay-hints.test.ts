@@ -24,6 +24,17 @@ describe('OwnerCache', () => {
     now += 101;
     expect(cache.get('g')).toBeNull();
   });
+
+  it('with the owner-hints debug fault (pinned), the first hint stays: no TTL, no forget, no replacement', () => {
+    let now = 1_000;
+    const cache = new OwnerCache({ ttlMs: 100, maxEntries: 3, now: () => now, pinned: true });
+    cache.set('a', { replica: 'r1', address: 'h:1' });
+    cache.set('a', { replica: 'r2', address: 'h:2' });
+    cache.forget('a');
+    expect(cache.forgetAddress('h:1')).toBe(0);
+    now += 1_000;
+    expect(cache.get('a')).toEqual({ replica: 'r1', address: 'h:1' });
+  });
 });
 
 class FakeCall extends EventEmitter {

@@ -36,6 +36,8 @@ export interface ControlSessionOptions {
   /** Without a hello_ack by then, the attempt is abandoned. */
   helloTimeoutMs?: number;
   backoff?: BackoffOptions;
+  /** Debug fault `supervisor-reconnect` (negative chaos runs only): once an established session is lost, never dial again. */
+  noReconnect?: boolean;
 }
 
 export const DEFAULT_HEARTBEAT_INTERVAL_MS = 2000;
@@ -303,6 +305,7 @@ export class ControlSession {
       // already closed
     }
     if (this.current === attempt) this.current = undefined;
+    if (wasUp && this.opts.noReconnect) return this.log.warn('not reconnecting (debug fault supervisor-reconnect)');
     this.scheduleReconnect();
   }
 

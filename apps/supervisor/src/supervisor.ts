@@ -50,6 +50,7 @@ export class Supervisor {
       onOpenExec: (start, conn) => this.openExec(start, conn),
       onKillExec: (execId) => this.killExec(execId),
       onOpenTcp: (open, conn) => this.openTcp(open, conn),
+      noReconnect: config.debugBreaks.has('supervisor-reconnect'),
     });
     this.ssh = new SshServer({
       sandboxEnv: config.sandboxEnv,

@@ -12,6 +12,9 @@ export const DEBUG_BREAKS = {
   reconcile: { side: 'replica', removes: 'the reconcile sweep (orphaned compute and stuck records stay)' },
   'exec-kill': { side: 'supervisor', removes: 'killing an exec tree on timeout, cancel, broken path and at exit' },
   'exec-timeout': { side: 'supervisor', removes: "the supervisor's own exec timer: only the gateway's exec-deadline job (the backstop) ends a timed exec" },
+  'supervisor-reconnect': { side: 'supervisor', removes: 'reconnecting: a supervisor that lost an established control session stays disconnected' },
+  'owner-hints': { side: 'replica', removes: "dropping stale owner hints: a cached owner is trusted forever (no TTL, no forget, no fresh look-up after 'not here')" },
+  'retriable-errors': { side: 'replica', removes: 'retriable relay failures: an exec or forward call whose path broke gets INTERNAL instead of UNAVAILABLE' },
 } as const satisfies Record<string, { side: 'replica' | 'supervisor'; removes: string }>;
 
 export type DebugBreak = keyof typeof DEBUG_BREAKS;

@@ -50,6 +50,16 @@ export function relayFailure(err: unknown, what: string): GatewayError {
   return new GatewayError(code as Code, e?.details ?? what);
 }
 
+/**
+ * The status an exec or forward client gets for `err`. `retriableAsInternal` is the debug fault
+ * `retriable-errors` (negative chaos runs only): a retriable failure (UNAVAILABLE, e.g. a broken
+ * relay hop as relayFailure reports it) then reaches the client as INTERNAL, which it must not retry.
+ */
+export function toClientError(err: unknown, log: Logger | undefined, retriableAsInternal: boolean): Partial<ServiceError> {
+  const s = toServiceError(err, log);
+  return retriableAsInternal && s.code === Code.UNAVAILABLE ? { ...s, code: Code.INTERNAL } : s;
+}
+
 /** A ServiceError object as grpc-js expects for callbacks and `emit('error')`. */
 export function toServiceError(err: unknown, log?: Logger): Partial<ServiceError> {
   const s = toStatus(err, log);

@@ -2,17 +2,17 @@
 // opens an ExecPath to the supervisor (local or through the owner); frames are then relayed
 // unchanged, with back-pressure, until the supervisor reports the exit.
 import { randomUUID } from 'node:crypto';
-import type { ServerDuplexStream, ServerUnaryCall, ServerWritableStream, sendUnaryData } from '@grpc/grpc-js';
+import type { ServerDuplexStream, ServerUnaryCall, ServerWritableStream, ServiceError, sendUnaryData } from '@grpc/grpc-js';
 import type { JobScheduler } from '@sandgate/jobs';
 import type { Writable } from 'node:stream';
 import type { ExecFrame, ExecSandboxEvent, ExecSandboxInput, ExecSandboxRequest, ExecStart } from '@sandgate/protocols';
-import { GatewayError, Code, validateExec, EXIT_TIMEOUT } from '@sandgate/core';
+import { GatewayError, Code, validateExec, EXIT_TIMEOUT, type DebugBreak } from '@sandgate/core';
 import type { SandboxStore } from '@sandgate/store';
 import type { Logger, Metrics } from '@sandgate/telemetry';
 import { SessionNotHere, toPeerError, type ExecPath, type ExecRouter } from '../relay/exec-router.ts';
 import { endWithError, takeFirstMessage } from '../api/calls.ts';
 import { pump, type LinkChannel } from '@sandgate/relay';
-import { relayFailure, toServiceError } from '../api/grpc-errors.ts';
+import { relayFailure, toClientError, toServiceError } from '../api/grpc-errors.ts';
 import { presentedPeerSecret, secretsEqual } from '../api/secrets.ts';
 import { requireAccess, type AccessDeps } from '../api/access.ts';
 
@@ -33,6 +33,8 @@ export interface ExecServiceDeps {
   scheduler: JobScheduler | null;
   log: Logger;
   metrics: Metrics;
+  /** Debug faults of this process (only `retriable-errors` acts here); normally empty. */
+  debugBreaks?: ReadonlySet<DebugBreak>;
 }
 
 /** The client's side of an exec: where its events go, and whether it is still there. */
@@ -52,6 +54,11 @@ export class ExecService {
   constructor(deps: ExecServiceDeps) {
     this.deps = deps;
     this.access = { store: deps.store, sessionLive: (sandboxId) => deps.router.sessionLive(sandboxId) };
+  }
+
+  /** The status the client gets for a failed exec (see toClientError). */
+  private clientError(err: unknown): Partial<ServiceError> {
+    return toClientError(err, this.deps.log, this.deps.debugBreaks?.has('retriable-errors') ?? false);
   }
 
   /** Validation, existence and the access rule; returns the start frame for the supervisor. */
@@ -118,7 +125,7 @@ export class ExecService {
   /** ExecSandbox: server-streaming; stdin is the request's whole payload. */
   handleUnary(call: ServerWritableStream<ExecSandboxRequest, ExecSandboxEvent>): void {
     this.deps.metrics.inc('sandgate_exec_started_total');
-    this.begin(call.request, true, call).catch((err: unknown) => endWithError(call, toServiceError(err, this.deps.log)));
+    this.begin(call.request, true, call).catch((err: unknown) => endWithError(call, this.clientError(err)));
   }
 
   /** ExecSandboxInteractive: bidi; the first message must be `start`. */
@@ -143,7 +150,7 @@ export class ExecService {
             if (!path.stream.writableEnded) path.stream.write({ stdin_eof: {} });
           });
         })
-        .catch((err: unknown) => endWithError(call, toServiceError(err, this.deps.log)));
+        .catch((err: unknown) => endWithError(call, this.clientError(err)));
     });
   }
 
@@ -167,7 +174,7 @@ export class ExecService {
       if (client.destroyed || client.writableFinished) closeUpstream();
       client.once('finish', closeUpstream);
       client.once('close', closeUpstream);
-      if (err) endWithError(client, toServiceError(err, log));
+      if (err) endWithError(client, this.clientError(err));
       else client.end();
     };
     const stop = pump(path.stream, client, (frame: ExecFrame) => {

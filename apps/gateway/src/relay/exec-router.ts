@@ -3,7 +3,7 @@
 import { credentials, makeGenericClientConstructor, Metadata, type Client, type ServiceError } from '@grpc/grpc-js';
 import type { Duplex } from 'node:stream';
 import { MetadataKey, serviceDefinition, type ExecFrame, type ExecStart, type TcpOpen } from '@sandgate/protocols';
-import { GatewayError, Code } from '@sandgate/core';
+import { GatewayError, Code, type DebugBreak } from '@sandgate/core';
 import type { OwnershipStore, ReplicaRegistry } from '@sandgate/store';
 import type { Logger } from '@sandgate/telemetry';
 import type { ExecChannelCall, Session, SessionRegistry, TcpChannelCall } from '../sessions/sessions.ts';
@@ -80,6 +80,8 @@ export interface RouterDeps {
   replicas: ReplicaRegistry;
   peerSecret: string;
   log: Logger;
+  /** Debug faults of this process (only `owner-hints` acts here); normally empty. */
+  debugBreaks?: ReadonlySet<DebugBreak>;
 }
 
 /** This replica does not hold the sandbox's session (any longer). Safe to route again. */
@@ -101,10 +103,14 @@ const OWNER_CACHE_MAX_ENTRIES = 100_000;
 export class ExecRouter {
   private readonly deps: RouterDeps;
   private readonly peers = new Map<string, Peer>();
-  private readonly owners = new OwnerCache({ ttlMs: OWNER_CACHE_TTL_MS, maxEntries: OWNER_CACHE_MAX_ENTRIES });
+  private readonly owners: OwnerCache;
+  /** Debug fault `owner-hints` (negative chaos runs only): a cached owner is final, stale or not. */
+  private readonly trustHints: boolean;
 
   constructor(deps: RouterDeps) {
     this.deps = deps;
+    this.trustHints = deps.debugBreaks?.has('owner-hints') ?? false;
+    this.owners = new OwnerCache({ ttlMs: OWNER_CACHE_TTL_MS, maxEntries: OWNER_CACHE_MAX_ENTRIES, pinned: this.trustHints });
   }
 
   /** Does this replica hold the sandbox's supervisor session right now? */
@@ -144,6 +150,7 @@ export class ExecRouter {
       const path = await this.tryPeer(sandboxId, cached.address, viaPeer);
       if (path) return path;
       if (this.holdsSession(sandboxId)) return local();
+      if (this.trustHints) throw new GatewayError(Code.UNAVAILABLE, 'supervisor relay failed: the cached owner says not here (debug fault owner-hints)');
     }
     const path = await this.tryPeer(sandboxId, await this.ownerPeerAddress(sandboxId), viaPeer);
     if (path) return path;

@@ -21,17 +21,20 @@ export class OwnerCache {
   private readonly ttlMs: number;
   private readonly maxEntries: number;
   private readonly now: () => number;
+  /** Debug fault `owner-hints` (negative chaos runs only): entries never expire and are never forgotten. */
+  private readonly pinned: boolean;
 
-  constructor(opts: { ttlMs: number; maxEntries: number; now?: () => number }) {
+  constructor(opts: { ttlMs: number; maxEntries: number; now?: () => number; pinned?: boolean }) {
     this.ttlMs = opts.ttlMs;
     this.maxEntries = opts.maxEntries;
     this.now = opts.now ?? Date.now;
+    this.pinned = opts.pinned ?? false;
   }
 
   get(sandboxId: string): CachedOwner | null {
     const entry = this.entries.get(sandboxId);
     if (!entry) return null;
-    if (entry.expiresAtMs <= this.now()) {
+    if (entry.expiresAtMs <= this.now() && !this.pinned) {
       this.entries.delete(sandboxId);
       return null;
     }
@@ -39,6 +42,7 @@ export class OwnerCache {
   }
 
   set(sandboxId: string, owner: CachedOwner): void {
+    if (this.pinned && this.entries.has(sandboxId)) return; // debug fault owner-hints: the first hint stays
     this.entries.delete(sandboxId); // re-insert: Map order is then oldest-first for eviction
     this.entries.set(sandboxId, { ...owner, expiresAtMs: this.now() + this.ttlMs });
     while (this.entries.size > this.maxEntries) {
@@ -49,11 +53,13 @@ export class OwnerCache {
 
   /** Forget one sandbox's owner (the owner said "not here"). */
   forget(sandboxId: string): void {
+    if (this.pinned) return; // debug fault owner-hints
     this.entries.delete(sandboxId);
   }
 
   /** Forget every sandbox routed to a peer address (its channel dropped: the replica may be gone). */
   forgetAddress(address: string): number {
+    if (this.pinned) return 0; // debug fault owner-hints
     let n = 0;
     for (const [id, entry] of this.entries) {
       if (entry.address === address) {

@@ -7,12 +7,12 @@ import type { ServerDuplexStream } from '@grpc/grpc-js';
 import type { LinkChannel } from '@sandgate/relay';
 import type { Duplex } from 'node:stream';
 import type { TcpForwardFrame, TcpFrame, TcpForwardInit } from '@sandgate/protocols';
-import { GatewayError, Code } from '@sandgate/core';
+import { GatewayError, Code, type DebugBreak } from '@sandgate/core';
 import type { Logger, Metrics } from '@sandgate/telemetry';
 import { toPeerError, type ExecRouter } from '../relay/exec-router.ts';
 import type { SshService } from './ssh-service.ts';
 import { endWithError, onceGone, takeFirstMessage } from '../api/calls.ts';
-import { toServiceError } from '../api/grpc-errors.ts';
+import { toClientError } from '../api/grpc-errors.ts';
 import { tcpOpenFor, validateForwardInit } from './tcp-target.ts';
 import { relayForward, spliceTcp } from './tcp-relay.ts';
 
@@ -21,6 +21,8 @@ export interface TcpForwardDeps {
   router: ExecRouter;
   log: Logger;
   metrics: Metrics;
+  /** Debug faults of this process (only `retriable-errors` acts here); normally empty. */
+  debugBreaks?: ReadonlySet<DebugBreak>;
 }
 
 type ForwardCall = ServerDuplexStream<TcpForwardFrame, TcpForwardFrame>;
@@ -32,6 +34,9 @@ export class TcpForwardService {
     this.deps = deps;
   }
 
+  /** The status the client gets for a failed forward (see toClientError). */
+  private readonly clientError = (err: unknown) => toClientError(err, this.deps.log, this.deps.debugBreaks?.has('retriable-errors') ?? false);
+
   /** ForwardTcp: bidi; the first client frame must be `init`. */
   handleForward(call: ForwardCall): void {
     // Later data frames wait until the path is open.
@@ -40,7 +45,7 @@ export class TcpForwardService {
         endWithError(call, new GatewayError(Code.INVALID_ARGUMENT, 'first TcpForwardFrame must be init'));
         return;
       }
-      this.open(call, first.init).catch((err: unknown) => endWithError(call, toServiceError(err, this.deps.log)));
+      this.open(call, first.init).catch((err: unknown) => endWithError(call, this.clientError(err)));
     });
   }
 
@@ -68,7 +73,7 @@ export class TcpForwardService {
     }
     metrics.inc('sandgate_ssh_forwards_total');
     log.debug('tcp forward opened', { sandboxId, channelId, target: target.kind, via: path.via });
-    relayForward(call as unknown as Duplex & { cancelled: boolean }, path, log, release);
+    relayForward(call as unknown as Duplex & { cancelled: boolean }, path, this.clientError, release);
   }
 
   /** A relayed TCP channel on the owner, over a peer link (already authorised). */

@@ -8,10 +8,10 @@ import type { Duplex } from 'node:stream';
 import type { TcpForwardFrame, TcpFrame } from '@sandgate/protocols';
 import { GatewayError, Code } from '@sandgate/core';
 import { pump } from '@sandgate/relay';
-import type { Logger } from '@sandgate/telemetry';
+import type { ServiceError } from '@grpc/grpc-js';
 import type { TcpPath } from '../relay/exec-router.ts';
 import { endWithError } from '../api/calls.ts';
-import { relayFailure, toServiceError } from '../api/grpc-errors.ts';
+import { relayFailure } from '../api/grpc-errors.ts';
 
 /** The server side of a TCP channel we need (a ForwardTcp call, or a peer link at the owner). */
 type ServerCall = Duplex & { cancelled: boolean; on(event: string, fn: (...args: unknown[]) => void): unknown };
@@ -23,7 +23,7 @@ function pathError(frame: TcpFrame): GatewayError {
 const brokenError = (err: unknown): GatewayError => relayFailure(err, 'relay channel dropped');
 
 /** ForwardTcp at the entry replica: the client's call ↔ the path to the supervisor. */
-export function relayForward(client: ServerCall, path: TcpPath, log: Logger, onDone: () => void): void {
+export function relayForward(client: ServerCall, path: TcpPath, clientError: (err: unknown) => Partial<ServiceError>, onDone: () => void): void {
   const up = path.stream;
   let done = false;
   let eofSent = false;
@@ -42,7 +42,7 @@ export function relayForward(client: ServerCall, path: TcpPath, log: Logger, onD
       if (!up.writableEnded) up.end();
     };
     if (err) {
-      endWithError(client, toServiceError(err, log));
+      endWithError(client, clientError(err));
       closeUpstream();
     } else if (client.writableEnded) {
       closeUpstream();
