@@ -1,20 +1,14 @@
 // The access rule as every path into a sandbox applies it, against a real redis-server.
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import type { Redis } from 'ioredis';
 import { SandboxStore } from '@sandgate/store';
 import { Code, Phase } from '@sandgate/core';
 import type { Sandbox } from '@sandgate/protocols';
 import { requireAccess } from '../src/api/access.ts';
-import { startRedis, type TestRedis } from '@sandgate/test-harness/redis';
+import { redisForFile } from '@sandgate/test-harness/redis-per-file';
 
-let redis: TestRedis;
 let client: Redis;
-
-beforeAll(async () => {
-  redis = await startRedis();
-  client = redis.client();
-});
-afterAll(async () => redis.stop());
+redisForFile((server) => (client = server.client()));
 
 function sandbox(id: string, phase: number): Sandbox {
   return {

@@ -1,6 +1,6 @@
 // Supervisor sessions against a real redis-server: which session a replica keeps when two hellos
 // of one sandbox overlap.
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { EventEmitter } from 'node:events';
 import { Metadata } from '@grpc/grpc-js';
 import type { Redis } from 'ioredis';
@@ -10,17 +10,11 @@ import { Code } from '@sandgate/core';
 import { createLogger, Metrics } from '@sandgate/telemetry';
 import { SessionRegistry, type ControlCall, type ExecChannelCall } from '../src/sessions/sessions.ts';
 import { hashCredential } from '../src/sessions/credentials.ts';
-import { startRedis, type TestRedis } from '@sandgate/test-harness/redis';
+import { redisForFile } from '@sandgate/test-harness/redis-per-file';
 import { waitFor } from '@sandgate/test-harness/wait';
 
-let redis: TestRedis;
 let client: Redis;
-
-beforeAll(async () => {
-  redis = await startRedis();
-  client = redis.client();
-});
-afterAll(async () => redis.stop());
+redisForFile((server) => (client = server.client()));
 
 const CREDENTIAL = 'the-credential';
 

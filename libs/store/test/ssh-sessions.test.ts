@@ -1,18 +1,12 @@
 // Against a real redis-server: SSH session tokens and the cross-replica connection caps.
-import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import type { Redis } from 'ioredis';
 import { SshSessionStore, keys, tokenDigest } from '@sandgate/store';
-import { startRedis, type TestRedis } from '@sandgate/test-harness/redis';
+import { redisForFile } from '@sandgate/test-harness/redis-per-file';
 import { sleep } from '@sandgate/test-harness/wait';
 
-let redis: TestRedis;
 let client: Redis;
-
-beforeAll(async () => {
-  redis = await startRedis();
-  client = redis.client();
-});
-afterAll(async () => redis.stop());
+redisForFile((server) => (client = server.client()));
 afterEach(() => vi.restoreAllMocks());
 
 describe('SshSessionStore', () => {

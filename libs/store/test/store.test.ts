@@ -1,6 +1,6 @@
 // Against a real redis-server: the CAS record store, the fenced ownership scripts, watching a
 // sandbox (start + follow), and the cluster-wide facts.
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import type { Redis } from 'ioredis';
 import {
   ClusterCounter,
@@ -17,17 +17,11 @@ import {
 } from '@sandgate/store';
 import { Code, GatewayError } from '@sandgate/core';
 import type { Sandbox } from '@sandgate/protocols';
-import { startRedis, type TestRedis } from '@sandgate/test-harness/redis';
+import { redisForFile } from '@sandgate/test-harness/redis-per-file';
 import { sleep } from '@sandgate/test-harness/wait';
 
-let redis: TestRedis;
 let client: Redis;
-
-beforeAll(async () => {
-  redis = await startRedis();
-  client = redis.client();
-});
-afterAll(async () => redis.stop());
+redisForFile((server) => (client = server.client()));
 
 const sandbox = (id: string, name: string): Sandbox => ({
   metadata: { id, name, workspace: 'default', labels: { app: 'x' }, annotations: {}, created_at_ms: Date.now() },
