@@ -196,10 +196,15 @@ describe('supervisor against a fake gateway', () => {
   it('kills the tree (including setsid escapees) when the gateway ends the call without an exit', async () => {
     const id = newExecId();
     const exec = await gw.openExec({ exec_id: id, argv: ['sh', '-c', 'setsid sleep 602 & sleep 603'] });
-    const pids = await waitFor('tree started', () => (taggedPids(id).length >= 3 ? taggedPids(id) : undefined));
-    // The escapee really left the exec's process group.
-    const sids = pids.map((p) => fs.readFileSync(`/proc/${p}/stat`, 'utf8').split(') ')[1].split(' ')[3]);
-    expect(new Set(sids).size).toBeGreaterThan(1);
+    // The escapee really leaves the exec's session: wait until setsid(1) has run (it is
+    // forked first and calls setsid() a moment later), so the kill below faces a true escapee.
+    const sessionsOf = (pids: number[]) =>
+      new Set(pids.map((p) => fs.readFileSync(`/proc/${p}/stat`, 'utf8').split(') ')[1].split(' ')[3]));
+    // (A pid listed a moment ago cannot vanish here: every process of this tree sleeps.)
+    await waitFor('escapee in its own session', () => {
+      const pids = taggedPids(id);
+      return pids.length >= 3 && sessionsOf(pids).size > 1 ? pids : undefined;
+    });
     exec.call.end();
     await waitFor('tree gone', () => taggedPids(id).length === 0, 5000);
     expect(exec.exit).toBeUndefined();
