@@ -25,7 +25,25 @@ export interface LaunchSpec {
    * renders them. Absent or empty (always, outside negative chaos runs): none.
    */
   debugBreaks?: string;
+  /** Limits the driver enforces on the workload (from template.resources, parsed by the gateway). */
+  limits?: ResourceLimits;
+  /** SandboxPolicy bytes as stored (spec.policy); absent or empty: no policy, so no egress. */
+  policy?: Uint8Array;
+  /** The workload's uid/gid (from ProcessPolicy); absent: SANDBOX_UID/SANDBOX_GID. Never 0. */
+  workloadUser?: { uid: number; gid: number };
 }
+
+/** Enforced resource limits. An absent field means no limit, except pids (DEFAULT_PIDS_LIMIT). */
+export interface ResourceLimits {
+  /** CPU in millicores (Kubernetes `500m` = 500, `1` = 1000). */
+  cpuMillis?: number;
+  memoryBytes?: number;
+  /** Most processes/threads the workload may have at once. */
+  pids?: number;
+}
+
+/** The pids cap when template.resources names none: a fork bomb stops here. */
+export const DEFAULT_PIDS_LIMIT = 1024;
 
 /**
  * The supervisor's environment for `spec` (the wire contract's supervisorEnvironment()), the same

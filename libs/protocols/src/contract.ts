@@ -51,7 +51,36 @@ export const SupervisorEnv = {
   debugUnsafe: 'SANDGATE_DEBUG_UNSAFE',
   /** Set by the supervisor on every exec process, so a tree can be found after it left its group. */
   execId: 'SANDGATE_EXEC_ID',
+  /** Numeric uid/gid every workload process (main, execs, SSH shells) runs as; never 0. */
+  workloadUid: 'SANDGATE_WORKLOAD_UID',
+  workloadGid: 'SANDGATE_WORKLOAD_GID',
+  /** `1`: workload processes run in a network namespace of their own (loopback + egress proxy). */
+  networkIsolation: 'SANDGATE_NETWORK_ISOLATION',
+  /**
+   * `:`-separated cgroup directories (as the supervisor sees them) every workload process joins
+   * before it runs: where the driver enforces memory, cpu and pids limits. Empty: none.
+   */
+  workloadCgroups: 'SANDGATE_WORKLOAD_CGROUPS',
+  /** The sandbox's SandboxPolicy as stored (base64 of its protobuf bytes); empty: no policy (deny all egress). */
+  policy: 'SANDGATE_POLICY',
 } as const;
+
+/**
+ * The workload's identity when the policy names none (`run_as_user: sandbox`). Not root; outside
+ * the range Debian gives to people and system daemons, so no host account shares it.
+ */
+export const SANDBOX_UID = 10001;
+export const SANDBOX_GID = 10001;
+
+/** How a driver confines the workload, as far as the supervisor takes part in it. */
+export interface WorkloadIsolation {
+  uid: number;
+  gid: number;
+  /** Run workload processes in a network namespace of their own. */
+  isolateNetwork: boolean;
+  /** cgroup directories (supervisor's view) each workload process joins; may be empty. */
+  cgroupDirs: string[];
+}
 
 /** Where every driver puts the credential file inside the sandbox (a read-only bind). */
 export const SANDBOX_CREDENTIAL_PATH = '/run/sandgate/credential';
@@ -69,6 +98,10 @@ export interface SupervisorLaunch {
   environment: Readonly<Record<string, string>>;
   /** Supervisor-side debug faults as `supervisorDebugBreaks()` renders them; empty or absent: none. */
   debugBreaks?: string;
+  /** Absent only where no driver is involved (the supervisor's own tests): the workload is not confined. */
+  workload?: WorkloadIsolation;
+  /** SandboxPolicy bytes as stored; absent or empty: no policy. */
+  policy?: Uint8Array;
 }
 
 /**
@@ -90,6 +123,13 @@ export function supervisorEnvironment(l: SupervisorLaunch): Record<string, strin
   env[SupervisorEnv.logLevel] = l.logLevel || 'info';
   env[SupervisorEnv.debugBreaks] = breaks;
   env[SupervisorEnv.debugUnsafe] = breaks ? '1' : '0';
+  if (l.workload) {
+    env[SupervisorEnv.workloadUid] = String(l.workload.uid);
+    env[SupervisorEnv.workloadGid] = String(l.workload.gid);
+    env[SupervisorEnv.networkIsolation] = l.workload.isolateNetwork ? '1' : '0';
+    env[SupervisorEnv.workloadCgroups] = l.workload.cgroupDirs.join(':');
+  }
+  env[SupervisorEnv.policy] = l.policy && l.policy.byteLength > 0 ? Buffer.from(l.policy).toString('base64') : '';
   return env;
 }
 
@@ -103,6 +143,10 @@ export interface SupervisorEnvironment {
   logLevel: string;
   /** The sandbox's variables: everything but SANDGATE_*. */
   sandboxEnv: Record<string, string>;
+  /** Absent when the launch set no workload identity (the supervisor's own tests). */
+  workload?: WorkloadIsolation;
+  /** Policy bytes; empty when none. */
+  policy: Buffer;
 }
 
 export function parseEndpoints(value: string | undefined): string[] {
@@ -130,6 +174,27 @@ export function parseSupervisorEnvironment(env: Readonly<Record<string, string |
     mainTty: env[SupervisorEnv.mainTty] === '1',
     logLevel: (env[SupervisorEnv.logLevel] ?? '').trim(),
     sandboxEnv: withoutSupervisorEnv(env),
+    workload: parseWorkload(env),
+    policy: Buffer.from(env[SupervisorEnv.policy] ?? '', 'base64'),
+  };
+}
+
+function parseWorkload(env: Readonly<Record<string, string | undefined>>): WorkloadIsolation | undefined {
+  const uid = env[SupervisorEnv.workloadUid];
+  const gid = env[SupervisorEnv.workloadGid];
+  if (uid === undefined && gid === undefined) return undefined;
+  const id = (name: string, v: string | undefined) => {
+    const n = Number(v);
+    if (!/^\d+$/.test(v ?? '') || !Number.isSafeInteger(n) || n <= 0 || n >= 4294967295) {
+      throw new Error(`${name} must be a numeric id other than 0 (got ${JSON.stringify(v)})`);
+    }
+    return n;
+  };
+  return {
+    uid: id(SupervisorEnv.workloadUid, uid),
+    gid: id(SupervisorEnv.workloadGid, gid),
+    isolateNetwork: env[SupervisorEnv.networkIsolation] === '1',
+    cgroupDirs: (env[SupervisorEnv.workloadCgroups] ?? '').split(':').filter((d) => d.length > 0),
   };
 }
 

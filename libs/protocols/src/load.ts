@@ -11,6 +11,7 @@ const protoDir = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..'
 const PROTO_FILES = [
   'openshell/datamodel/v1/datamodel.proto',
   'openshell/v1/openshell.proto',
+  'openshell/sandbox/v1/sandbox.proto',
   'sandgate/v1/sandgate.proto',
 ];
 
