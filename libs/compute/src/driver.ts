@@ -2,7 +2,7 @@
 // its main process) somewhere, and can find, stop and remove it again from any replica: all it
 // needs is the sandbox id and the handle it returned at create time (persisted in Redis).
 // Shaped so that `local` (bubblewrap processes), `docker` and Kubernetes fit behind it.
-import { SANDBOX_CREDENTIAL_PATH, supervisorEnvironment } from '@sandgate/protocols/contract';
+import { SANDBOX_CREDENTIAL_PATH, supervisorEnvironment, type WorkloadIsolation } from '@sandgate/protocols/contract';
 
 /** Opaque, JSON-serialisable facts a driver needs to find its compute again (pid, container id…). */
 export type ComputeHandle = Record<string, unknown>;
@@ -47,10 +47,14 @@ export const DEFAULT_PIDS_LIMIT = 1024;
 
 /**
  * The supervisor's environment for `spec` (the wire contract's supervisorEnvironment()), the same
- * for every driver; each adds only what its runtime lacks underneath.
+ * for every driver; each adds only what its runtime lacks underneath. `workload` is how the driver
+ * confines the workload (uid/gid, network namespace, cgroups); absent only in tests of the
+ * supervisor alone.
  */
-export function supervisorEnvironmentFor(spec: LaunchSpec): Record<string, string> {
+export function supervisorEnvironmentFor(spec: LaunchSpec, workload?: WorkloadIsolation): Record<string, string> {
   return supervisorEnvironment({
+    workload,
+    policy: spec.policy,
     sandboxId: spec.sandboxId,
     gatewayEndpoints: spec.gatewayEndpoints,
     credentialFile: SANDBOX_CREDENTIAL_PATH,
