@@ -1,5 +1,5 @@
-// What `sandgate up` needs from the machine (redis-server for a private Redis, bwrap for the local
-// driver) and how it gets them: as root on Debian it installs them with apt-get, so
+// What `sandgate up` needs from the machine (redis-server for a private Redis, bwrap and ip for the
+// local driver) and how it gets them: as root on Debian it installs them with apt-get, so
 // `npm install && npx sandgate up` is all a fresh machine needs; anywhere else it says the one
 // command to run. Deciding is pure (planPrerequisites) so it is tested without touching packages.
 import { spawnSync } from 'node:child_process';
@@ -22,8 +22,8 @@ export interface Wants {
 }
 
 export interface MissingPackage {
-  package: 'redis-server' | 'bubblewrap';
-  bin: 'redis-server' | 'bwrap';
+  package: 'redis-server' | 'bubblewrap' | 'iproute2';
+  bin: 'redis-server' | 'bwrap' | 'ip';
   why: string;
 }
 
@@ -36,6 +36,9 @@ export const APT_INSTALL = ['apt-get', 'install', '-y', '--no-install-recommends
 
 const REDIS: MissingPackage = { package: 'redis-server', bin: 'redis-server', why: 'for the private Redis: no --redis URL given' };
 const BWRAP: MissingPackage = { package: 'bubblewrap', bin: 'bwrap', why: 'for the local sandbox driver' };
+// The supervisor brings up the loopback of each sandbox's own network namespace with `ip`. (It
+// also runs unshare, nsenter and setpriv, from util-linux, which every Debian system has.)
+const IPROUTE: MissingPackage = { package: 'iproute2', bin: 'ip', why: "for each sandbox's own network" };
 
 export function planPrerequisites(wants: Wants, host: Host): Plan {
   const canInstall = host.isRoot && host.debianLike;
@@ -50,6 +53,7 @@ export function planPrerequisites(wants: Wants, host: Host): Plan {
     else driver = 'local';
   }
   if (driver === 'local' && !host.has('bwrap')) missing.push(BWRAP);
+  if (driver === 'local' && !host.has('ip')) missing.push(IPROUTE);
 
   if (missing.length === 0) return { action: 'none', driver };
   if (canInstall) return { action: 'install', driver, missing };

@@ -195,8 +195,9 @@ Runs a complete sandgate in one process: a gateway replica with its workers and,
 Redis URL is given, a private redis-server (from PATH) keeping its data in STATE_DIR/redis.
 Stops everything on SIGINT or SIGTERM.
 
-Missing redis-server or bwrap (bubblewrap, for the local driver)? As root on Debian, up
-installs them with apt-get, saying so on stderr; elsewhere it prints the command to run.
+Missing redis-server, bwrap (bubblewrap) or ip (iproute2; both for the local driver)? As root
+on Debian, up installs them with apt-get, saying so on stderr; elsewhere it prints the command
+to run.
 
 Flags:
   --redis URL       use this Redis instead of a private one (SANDGATE_REDIS_URL)

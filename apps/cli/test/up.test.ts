@@ -48,7 +48,7 @@ describe('up', () => {
 
 describe('sandgate up prerequisites', () => {
   it('needs nothing when both are there, and picks the local driver', () => {
-    expect(planPrerequisites(privateRedis, host({ bins: ['redis-server', 'bwrap'] }))).toEqual({ action: 'none', driver: 'local' });
+    expect(planPrerequisites(privateRedis, host({ bins: ['redis-server', 'bwrap', 'ip'] }))).toEqual({ action: 'none', driver: 'local' });
   });
 
   it('as root on Debian installs what is missing, both at once', () => {
@@ -56,15 +56,15 @@ describe('sandgate up prerequisites', () => {
     expect(plan.action).toBe('install');
     if (plan.action !== 'install') return;
     expect(plan.driver).toBe('local');
-    expect(plan.missing.map((m) => m.package)).toEqual(['redis-server', 'bubblewrap']);
+    expect(plan.missing.map((m) => m.package)).toEqual(['redis-server', 'bubblewrap', 'iproute2']);
     expect(installNotice(plan.missing)).toBe(
-      'sandgate up: installing redis-server (for the private Redis: no --redis URL given) and bubblewrap (for the local sandbox driver) with apt-get\n',
+      "sandgate up: installing redis-server (for the private Redis: no --redis URL given) and bubblewrap (for the local sandbox driver) and iproute2 (for each sandbox's own network) with apt-get\n",
     );
   });
 
   it('installs only redis-server when bwrap is there, only bubblewrap when redis-server is', () => {
-    const a = planPrerequisites(privateRedis, host({ bins: ['bwrap'] }));
-    const b = planPrerequisites(privateRedis, host({ bins: ['redis-server'] }));
+    const a = planPrerequisites(privateRedis, host({ bins: ['bwrap', 'ip'] }));
+    const b = planPrerequisites(privateRedis, host({ bins: ['redis-server', 'ip'] }));
     expect(a.action === 'install' && a.missing.map((m) => m.package)).toEqual(['redis-server']);
     expect(b.action === 'install' && b.missing.map((m) => m.package)).toEqual(['bubblewrap']);
   });
@@ -72,7 +72,9 @@ describe('sandgate up prerequisites', () => {
   it('does not want redis-server with --redis URL, nor bwrap with --driver docker', () => {
     expect(planPrerequisites({ privateRedis: false, driver: 'docker' }, host({ bins: [] }))).toEqual({ action: 'none', driver: 'docker' });
     const plan = planPrerequisites({ privateRedis: false, driver: 'local' }, host({ bins: [] }));
-    expect(plan.action === 'install' && plan.missing.map((m) => m.package)).toEqual(['bubblewrap']);
+    expect(plan.action === 'install' && plan.missing.map((m) => m.package)).toEqual(['bubblewrap', 'iproute2']);
+    const ipOnly = planPrerequisites({ privateRedis: false, driver: 'local' }, host({ bins: ['bwrap'] }));
+    expect(ipOnly.action === 'install' && ipOnly.missing.map((m) => m.package)).toEqual(['iproute2']);
   });
 
   it('as root on Debian prefers installing bubblewrap over falling back to Docker', () => {
@@ -88,7 +90,7 @@ describe('sandgate up prerequisites', () => {
   });
 
   it('not root on Debian: prints the one sudo command and the alternatives', () => {
-    const plan = planPrerequisites(privateRedis, host({ root: false, bins: [] }));
+    const plan = planPrerequisites(privateRedis, host({ root: false, bins: ['ip'] }));
     expect(plan.action).toBe('refuse');
     if (plan.action !== 'refuse') return;
     expect(plan.message).toBe(
@@ -99,7 +101,7 @@ describe('sandgate up prerequisites', () => {
   });
 
   it('root but not Debian: says what to install, without an apt-get command', () => {
-    const plan = planPrerequisites({ privateRedis: true, driver: 'local' }, host({ debian: false, bins: ['bwrap'] }));
+    const plan = planPrerequisites({ privateRedis: true, driver: 'local' }, host({ debian: false, bins: ['bwrap', 'ip'] }));
     expect(plan.action).toBe('refuse');
     if (plan.action !== 'refuse') return;
     expect(plan.message).toBe(
