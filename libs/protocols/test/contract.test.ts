@@ -49,6 +49,7 @@ describe('supervisor environment', () => {
       SANDGATE_LOG_LEVEL: 'debug',
       SANDGATE_DEBUG_BREAK: '',
       SANDGATE_DEBUG_UNSAFE: '0',
+      SANDGATE_POLICY: '',
     });
     expect(supervisorEnvironment({ ...launch, tty: false, logLevel: '' })).toMatchObject({
       SANDGATE_MAIN_TTY: '0',
@@ -69,11 +70,44 @@ describe('supervisor environment', () => {
         mainTty: l.tty,
         logLevel: l.logLevel,
         sandboxEnv: l.environment.FOO ? { FOO: 'bar' } : {},
+        workload: undefined,
+        policy: Buffer.alloc(0),
       });
     }
   });
 
-  it('parses what is missing as empty, never throws', () => {
+  it('carries the workload confinement and the policy, and round-trips them', () => {
+    const confined = {
+      ...launch,
+      workload: { uid: 10001, gid: 10002, isolateNetwork: true, cgroupDirs: ['/run/sandgate/cgroup/memory', '/run/sandgate/cgroup/pids'] },
+      policy: Buffer.from([0x2a, 0x00]),
+    };
+    const env = supervisorEnvironment(confined);
+    expect(env).toMatchObject({
+      SANDGATE_WORKLOAD_UID: '10001',
+      SANDGATE_WORKLOAD_GID: '10002',
+      SANDGATE_NETWORK_ISOLATION: '1',
+      SANDGATE_WORKLOAD_CGROUPS: '/run/sandgate/cgroup/memory:/run/sandgate/cgroup/pids',
+      SANDGATE_POLICY: 'KgA=',
+    });
+    const parsed = parseSupervisorEnvironment(env);
+    expect(parsed.workload).toEqual(confined.workload);
+    expect(parsed.policy).toEqual(Buffer.from([0x2a, 0x00]));
+    // The sandbox's own environment can't set any of them: every SANDGATE_* name is the driver's.
+    const spoofed = supervisorEnvironment({ ...launch, environment: { SANDGATE_WORKLOAD_UID: '0', SANDGATE_POLICY: 'AAAA' } });
+    expect(spoofed.SANDGATE_WORKLOAD_UID).toBeUndefined();
+    expect(spoofed.SANDGATE_POLICY).toBe('');
+  });
+
+  it('refuses a workload uid or gid of 0 or one that is not a number', () => {
+    for (const [uid, gid] of [['0', '10001'], ['10001', '0'], ['root', '10001'], ['', '10001'], ['10001', undefined]]) {
+      expect(() => parseSupervisorEnvironment({ SANDGATE_WORKLOAD_UID: uid, SANDGATE_WORKLOAD_GID: gid }), `${uid}:${gid}`).toThrow(
+        /SANDGATE_WORKLOAD_(UID|GID) must be a numeric id other than 0/,
+      );
+    }
+  });
+
+  it('parses what is missing as empty, never throws (no workload uid: no confinement)', () => {
     expect(parseSupervisorEnvironment({ SANDGATE_GATEWAY: ' a:1, ,b:2 ', SANDGATE_MAIN_TTY: 'yes', X: undefined })).toEqual({
       endpoints: ['a:1', 'b:2'],
       sandboxId: '',
@@ -81,6 +115,8 @@ describe('supervisor environment', () => {
       mainTty: false,
       logLevel: '',
       sandboxEnv: {},
+      workload: undefined,
+      policy: Buffer.alloc(0),
     });
   });
 });
