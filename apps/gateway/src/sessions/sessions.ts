@@ -229,7 +229,10 @@ export class SessionRegistry {
     // The policy in force, read after the session became visible: an UpdateConfig that wrote
     // before this read is sent here, one that writes after it finds the session and pushes
     // itself. So a supervisor that was away (or started before the update) never misses one.
-    this.pushPolicy(sandboxId, 0).catch((err: unknown) => log.warn('policy push after hello failed', { sandboxId, err }));
+    this.pushPolicy(sandboxId, 0).catch((err: unknown) => {
+      // A session that ended meanwhile gets the policy at its next hello: nothing to report.
+      if (!session.closed) log.warn('policy push after hello failed', { sandboxId, err });
+    });
     return session;
   }
 
