@@ -3,9 +3,8 @@
 // remove a rule. The L7 and binary operations edit what sandgate refuses, so they are refused by
 // name. The merged policy then goes through the same checks as a replacement. Pure.
 import { isIP } from 'node:net';
-import { decodeMessage, messageType } from '@sandgate/protocols';
 import { GatewayError, Code, invalid } from './status.ts';
-import type { NetworkEndpoint, NetworkPolicyRule, SandboxPolicy } from './policy.ts';
+import { decodeStrict, type NetworkEndpoint, type NetworkPolicyRule, type SandboxPolicy } from './policy.ts';
 
 export interface MergeOperation {
   add_rule?: { rule_name?: string; rule?: Uint8Array };
@@ -34,11 +33,7 @@ function alwaysBlockedAddress(addr: string): boolean {
 }
 
 function decodeRule(bytes: Uint8Array, at: string): NetworkPolicyRule {
-  try {
-    return decodeMessage<NetworkPolicyRule>(messageType('openshell.sandbox.v1.NetworkPolicyRule'), bytes);
-  } catch (err) {
-    throw invalid(`${at} is not a valid openshell.sandbox.v1.NetworkPolicyRule: ${err instanceof Error ? err.message : String(err)}`);
-  }
+  return decodeStrict<NetworkPolicyRule>('openshell.sandbox.v1.NetworkPolicyRule', bytes, at);
 }
 
 const portsOf = (e: NetworkEndpoint) => (e.ports.length > 0 ? e.ports : e.port ? [e.port] : []);
