@@ -112,6 +112,7 @@ describe('sandbox create --policy / --cpu / --memory against a gateway', () => {
       const shown = await sandgate(['sandbox', 'policy', 'limited']);
       expect(shown.stdout).toMatch(/^revision 2 \(hash [0-9a-f]{12}\)\n/);
       expect(shown.stdout).toContain('pypi.org');
+      expect((await sandgate(['sandbox', 'get', 'limited'])).stdout).toContain('pypi.org:443 (policy revision 2)');
       // process is immutable on a live sandbox: upstream's message, printed by the CLI.
       const root = file('uid.yaml', 'version: 1\nprocess:\n  run_as_user: "2000"\n');
       const refused = await sandgate(['sandbox', 'policy', 'limited', '--policy', root]);
