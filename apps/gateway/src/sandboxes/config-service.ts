@@ -97,7 +97,13 @@ export class ConfigService {
     const rec = req.sandbox_id ? await this.deps.store.get(req.sandbox_id) : null;
     if (!rec) throw notFound();
     const { bytes, revision } = policyInForce(rec);
-    const hash = bytes ? policyHash(decodePolicy(bytes, 'policy')) : '';
+    let hash = '';
+    try {
+      if (bytes) hash = policyHash(decodePolicy(bytes, 'policy'));
+    } catch (err) {
+      // Stored before create-time validation existed, or written by something else.
+      throw new GatewayError(Code.INTERNAL, `decode policy failed: ${err instanceof Error ? err.message : String(err)}`);
+    }
     const settings = Object.fromEntries(SETTING_KEYS.map((key) => [key, {}]));
     return {
       ...(bytes ? { policy: bytes } : {}),
