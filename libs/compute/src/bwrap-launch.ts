@@ -74,6 +74,11 @@ export interface BwrapLaunch {
   /** The workload cgroup of each hierarchy (host path), bound writable at SANDBOX_CGROUP_DIR/<name>. */
   workloadCgroups: { name: string; hostDir: string }[];
   /**
+   * Per cgroup hierarchy: the directory holding every sandbox's cgroups, masked, and this
+   * sandbox's own, shown again (read-only) at its real path.
+   */
+  cgroupTrees: { parentDir: string; sandboxDir: string }[];
+  /**
    * Generated /etc/passwd and /etc/group (host paths) naming the workload's user, bound read-only
    * over the host's; absent: the host's are shown as they are.
    */
@@ -158,6 +163,10 @@ export function buildBwrapArgs(l: BwrapLaunch): string[] {
   // Writable for the supervisor (root) to move workload processes in; their files are root's
   // 0644, so the workload can neither leave its cgroup nor raise its limits.
   for (const cg of l.workloadCgroups) args.push('--bind', cg.hostDir, sandboxCgroupDir(cg.name));
+  // /sys shows the host's cgroup trees (read-only): without this a sandbox could list every
+  // other sandbox's id and read its usage. Its own stay where /proc/self/cgroup says, for
+  // runtimes that size themselves by their limits (node, the JVM).
+  for (const t of l.cgroupTrees) args.push('--tmpfs', t.parentDir, '--ro-bind', t.sandboxDir, t.sandboxDir);
   args.push(
     '--remount-ro',
     '/',

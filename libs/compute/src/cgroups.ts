@@ -49,6 +49,8 @@ export interface SandboxCgroups {
   supervisorProcs: string[];
   /** The workload cgroup of each hierarchy (host path), and the hierarchy's name. */
   workload: { name: string; hostDir: string }[];
+  /** Per hierarchy, <mount>/<parent> (every sandbox's cgroups) and <mount>/<parent>/<id> (this one's). */
+  trees: { parentDir: string; sandboxDir: string }[];
 }
 
 interface Mount {
@@ -235,7 +237,7 @@ export class Cgroups {
           `(${procs.slice(0, 5).join(', ')}): is it running elsewhere?`,
       );
     }
-    const out: SandboxCgroups = { supervisorProcs: [], workload: [] };
+    const out: SandboxCgroups = { supervisorProcs: [], workload: [], trees: [] };
     try {
       for (const h of this.hierarchies) {
         await mkdirp(h, path.join(h.mount, this.parent));
@@ -253,6 +255,7 @@ export class Cgroups {
         }
         out.supervisorProcs.push(path.join(this.supervisorDir(h, sandboxId), 'cgroup.procs'));
         out.workload.push({ name: h.name, hostDir: workload });
+        out.trees.push({ parentDir: path.join(h.mount, this.parent), sandboxDir: dir });
       }
       return out;
     } catch (err) {

@@ -171,6 +171,7 @@ export class LocalDriver implements ComputeDriver {
         runtimePaths: rt.paths,
         command: spec.command,
         workloadCgroups: cgroups.workload,
+        cgroupTrees: cgroups.trees,
         identityFiles: identityFiles ?? undefined,
       });
       const child = await this.spawnBwrap(dir, args, buildSandboxEnv(spec, workload), cgroups);

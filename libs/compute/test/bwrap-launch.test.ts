@@ -22,6 +22,7 @@ describe('buildBwrapArgs', () => {
     sandboxDir: '/var/lib/sandgate/sandboxes/sb-1234567890',
     rootEntries: [
       { name: 'usr', kind: 'dir' },
+      { name: 'sys', kind: 'dir' },
       { name: 'bin', kind: 'symlink', target: 'usr/bin' },
       { name: 'proc', kind: 'dir' },
       { name: 'run', kind: 'dir' },
@@ -38,6 +39,7 @@ describe('buildBwrapArgs', () => {
       { name: 'memory', hostDir: '/sys/fs/cgroup/memory/sandgate/sb-1234567890/workload' },
       { name: 'cpu,cpuacct', hostDir: '/sys/fs/cgroup/cpu,cpuacct/sandgate/sb-1234567890/workload' },
     ],
+    cgroupTrees: [{ parentDir: '/sys/fs/cgroup/memory/sandgate', sandboxDir: '/sys/fs/cgroup/memory/sandgate/sb-1234567890' }],
     identityFiles: { passwd: '/var/lib/sandgate/sandboxes/sb-1234567890/passwd', group: '/var/lib/sandgate/sandboxes/sb-1234567890/group' },
   });
   const joined = args.join(' ');
@@ -75,6 +77,13 @@ describe('buildBwrapArgs', () => {
     expect(joined.indexOf('/run/sandgate/cgroup/memory')).toBeGreaterThan(joined.indexOf('--tmpfs /var/lib/sandgate'));
     expect(joined.indexOf('/etc/passwd')).toBeGreaterThan(joined.indexOf('--ro-bind /usr /usr'));
     expect(joined.indexOf('--remount-ro /')).toBeGreaterThan(joined.indexOf('/run/sandgate/cgroup/cpu,cpuacct'));
+  });
+
+  it('masks every sandbox\'s cgroups under /sys but its own', () => {
+    expect(joined).toContain(
+      '--tmpfs /sys/fs/cgroup/memory/sandgate --ro-bind /sys/fs/cgroup/memory/sandgate/sb-1234567890 /sys/fs/cgroup/memory/sandgate/sb-1234567890',
+    );
+    expect(joined.indexOf('--tmpfs /sys/fs/cgroup/memory/sandgate')).toBeGreaterThan(joined.indexOf('--ro-bind /sys /sys'));
   });
 
   it('reproduces the host root read-only, except the private top-level directories', () => {

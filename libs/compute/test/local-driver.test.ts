@@ -16,6 +16,11 @@ const here = path.dirname(fileURLToPath(import.meta.url));
 const fakeSupervisor = path.join(here, 'fixtures', 'fake-supervisor.mjs');
 const createAndHang = path.join(here, 'fixtures', 'create-and-hang.ts');
 
+/** Suffix of the ids that get cgroups: those are host-wide, so concurrent runs must not share one. */
+const RUN = process.pid.toString(36);
+const LIST_A = `list-a-${RUN}`;
+const LIST_B = `list-b-${RUN}`;
+
 let stateDir: string;
 let driver: LocalDriver;
 const created: string[] = [];
@@ -174,10 +179,10 @@ describe('LocalDriver input validation', () => {
     // bwrap runs /bin/false as the "supervisor", which exits at once; a generous check window
     // keeps this deterministic on a loaded machine.
     const d = new LocalDriver({ stateDir, supervisorEntry: fakeSupervisor, nodePath: '/bin/false', startupCheckMs: 3000 });
-    await expect(d.create(spec('fails-fast'))).rejects.toThrow(/launch failed.*exit code 1/);
-    expect(fs.existsSync(sandboxDir('fails-fast'))).toBe(false);
-    expect(await d.inspect('fails-fast', null)).toBe('gone');
-    expect(cgroupDirsOf('fails-fast').filter((d) => fs.existsSync(d))).toEqual([]);
+    await expect(d.create(spec(`fails-fast-${RUN}`))).rejects.toThrow(/launch failed.*exit code 1/);
+    expect(fs.existsSync(sandboxDir(`fails-fast-${RUN}`))).toBe(false);
+    expect(await d.inspect(`fails-fast-${RUN}`, null)).toBe('gone');
+    expect(cgroupDirsOf(`fails-fast-${RUN}`).filter((d) => fs.existsSync(d))).toEqual([]);
   });
 
   it('refuses a root workload user and limits the kernel would not take, before anything is made', async () => {
@@ -193,14 +198,14 @@ describe('LocalDriver input validation', () => {
   it('fails loudly, leaving nothing behind, when it cannot make the cgroups (never runs unlimited)', async () => {
     const nowhere = new Cgroups([{ version: 1, mount: '/nonexistent/cgroup', controllers: ['memory', 'cpu', 'pids'], name: 'all' }]);
     const d = new LocalDriver({ stateDir, supervisorEntry: fakeSupervisor, cgroups: nowhere });
-    await expect(d.create(spec('no-cgroups'))).rejects.toThrow(/cannot set up the cgroups that enforce sandbox no-cgroups's limits/);
-    expect(fs.existsSync(sandboxDir('no-cgroups'))).toBe(false);
-    expect(await d.inspect('no-cgroups', null)).toBe('gone');
+    await expect(d.create(spec(`no-cgroups-${RUN}`))).rejects.toThrow(/cannot set up the cgroups that enforce sandbox no-cgroups-\w+'s limits/);
+    expect(fs.existsSync(sandboxDir(`no-cgroups-${RUN}`))).toBe(false);
+    expect(await d.inspect(`no-cgroups-${RUN}`, null)).toBe('gone');
   });
 });
 
 describe('LocalDriver sandbox lifecycle', () => {
-  const id = 'abcdef0123456789-main';
+  const id = `abcdef0123456789-main-${RUN}`;
   const secret = `cred-${id}-s3cr3t`;
   let handle: Record<string, unknown>;
 
@@ -354,7 +359,7 @@ describe('LocalDriver with the supervisor and node under /tmp', () => {
   afterAll(() => fs.rmSync(outside, { recursive: true, force: true }));
 
   it('runs them (bound read-only), the checkout found from the entry', async () => {
-    const id = 'under-tmp-1';
+    const id = `under-tmp-1-${RUN}`;
     const entry = path.join(outside, 'checkout', 'apps', 'supervisor', 'main.mjs');
     const nodePath = path.join(outside, 'node', 'node');
     const d = new LocalDriver({ stateDir, supervisorEntry: entry, nodePath, startupCheckMs: 500 });
@@ -380,7 +385,7 @@ describe('LocalDriver with the supervisor and node under /tmp', () => {
 
 describe('LocalDriver sandbox lifetime', () => {
   it('outlives the process that created it (SIGKILLed), and is deleted via handle.json', async () => {
-    const id = 'orphan-1';
+    const id = `orphan-1-${RUN}`;
     created.push(id);
     const creator = spawn(process.execPath, [createAndHang, stateDir, fakeSupervisor, id], {
       stdio: ['ignore', 'pipe', 'inherit'],
@@ -413,7 +418,7 @@ describe('LocalDriver sandbox lifetime', () => {
   }, 30_000);
 
   it('finds and kills a sandbox even without any handle (crash before handle.json was written)', async () => {
-    const id = 'no-handle-1';
+    const id = `no-handle-1-${RUN}`;
     const handle = await driver.create(spec(id));
     await waitFor('report.json', () => readReport(id));
     fs.rmSync(path.join(sandboxDir(id), 'handle.json'));
@@ -427,33 +432,33 @@ describe('LocalDriver sandbox lifetime', () => {
   }, 20_000);
 
   it('lists several sandboxes and replaces leftovers of a dead one with the same id', async () => {
-    const a = await driver.create(spec('list-a'));
-    const b = await driver.create(spec('list-b'));
+    const a = await driver.create(spec(LIST_A));
+    const b = await driver.create(spec(LIST_B));
     const listed = await driver.list();
-    expect(listed).toContainEqual({ sandboxId: 'list-a', handle: a, state: 'running' });
-    expect(listed).toContainEqual({ sandboxId: 'list-b', handle: b, state: 'running' });
+    expect(listed).toContainEqual({ sandboxId: LIST_A, handle: a, state: 'running' });
+    expect(listed).toContainEqual({ sandboxId: LIST_B, handle: b, state: 'running' });
 
     // Someone kills only the outer bwrap: inspect and list say gone …
-    await waitFor('list-b report', () => readReport('list-b'));
+    await waitFor('list-b report', () => readReport(LIST_B));
     const strays = sandboxProcesses(b.pid as number).pids;
     const strayStarts = new Map(strays.map((p) => [p, readStat(p)!.startTime]));
     process.kill(b.pid as number, 'SIGKILL');
     await waitFor('list-b to be gone', () => !isAlive(b.pid as number, b.startTime as number));
-    expect(await driver.inspect('list-b', b)).toBe('gone');
-    expect((await driver.list()).find((o) => o.sandboxId === 'list-b')?.state).toBe('gone');
+    expect(await driver.inspect(LIST_B, b)).toBe('gone');
+    expect((await driver.list()).find((o) => o.sandboxId === LIST_B)?.state).toBe('gone');
     // … though the namespace (no --die-with-parent) lives on as strays, found by bwrap's argv …
     expect(allGone(strays, strayStarts)).toBe(false);
     // … which creating the same id again kills, along with the leftover directory.
-    const b2 = await driver.create(spec('list-b'));
+    const b2 = await driver.create(spec(LIST_B));
     expect(allGone(strays, strayStarts)).toBe(true);
     expect(b2.pid).not.toBe(b.pid);
-    expect(await driver.inspect('list-b', b2)).toBe('running');
+    expect(await driver.inspect(LIST_B, b2)).toBe('running');
 
-    expect(await driver.delete('list-a', a)).toBe(true);
-    expect(await driver.delete('list-b', b2)).toBe(true);
+    expect(await driver.delete(LIST_A, a)).toBe(true);
+    expect(await driver.delete(LIST_B, b2)).toBe(true);
     const ids = (await driver.list()).map((o) => o.sandboxId);
-    expect(ids).not.toContain('list-a');
-    expect(ids).not.toContain('list-b');
+    expect(ids).not.toContain(LIST_A);
+    expect(ids).not.toContain(LIST_B);
   }, 20_000);
 });
 
@@ -496,10 +501,29 @@ describe('LocalDriver confinement', () => {
   const limits = { memoryBytes: 64 * 1024 * 1024, cpuMillis: 250, pids: 50 };
   let handle: Record<string, unknown>;
 
+  const neighbour = `neighbour-${process.pid}`;
+  afterAll(async () => {
+    await cgroups.remove(neighbour);
+  });
+
   it('runs the supervisor as root with exactly its capabilities, no_new_privs, in sandgate/<id>', async () => {
-    handle = await driver.create(spec(id, { limits, command: ['sh', '-c', CONFINE_SCRIPT] }));
+    await cgroups.create(neighbour, {});
+    const memory = cgroups.hierarchies.find((h) => h.controllers.includes('memory'))!.mount;
+    handle = await driver.create(
+      spec(id, {
+        limits,
+        command: ['sh', '-c', CONFINE_SCRIPT],
+        environment: {
+          CGROUP_PROBE: path.join(memory, 'sandgate'),
+          CGROUP_FILE_PROBE: path.join(memory, 'sandgate', id, 'workload', 'memory.limit_in_bytes'),
+        },
+      }),
+    );
     const bwrap = handle.pid as number;
-    await waitFor('report.json', () => readReport(id));
+    const r = await waitFor('report.json', () => readReport(id));
+    // Other sandboxes' cgroups are masked; its own limits stay readable where /proc/self/cgroup points.
+    expect(r.cgroupProbe).toEqual([id]);
+    expect(r.cgroupFileProbe).toBe(String(limits.memoryBytes));
     const sup = supervisorPid(bwrap);
     const mask = capMask(SUPERVISOR_CAPABILITIES);
     expect(statusField(sup, 'CapEff')).toBe(mask);
