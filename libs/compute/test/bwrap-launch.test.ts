@@ -23,6 +23,8 @@ describe('buildBwrapArgs', () => {
     rootEntries: [
       { name: 'usr', kind: 'dir' },
       { name: 'sys', kind: 'dir' },
+      { name: 'root', kind: 'dir' },
+      { name: 'home', kind: 'dir' },
       { name: 'bin', kind: 'symlink', target: 'usr/bin' },
       { name: 'proc', kind: 'dir' },
       { name: 'run', kind: 'dir' },
@@ -90,6 +92,11 @@ describe('buildBwrapArgs', () => {
     expect(joined).toContain('--ro-bind /usr /usr');
     expect(joined).toContain('--ro-bind /.dockerenv /.dockerenv');
     expect(joined).toContain('--symlink usr/bin /bin');
+    // Homes are empty, whatever their modes on the host.
+    expect(joined).toContain('--perms 0700 --tmpfs /root');
+    expect(joined).toContain('--perms 0755 --tmpfs /home');
+    expect(joined).not.toContain('--ro-bind /root');
+    expect(joined).not.toContain('--ro-bind /home');
     for (const p of ['/proc /proc', '/run /run', '/tmp /tmp', '/sandbox /sandbox', '/weird.sock']) {
       expect(joined).not.toContain(`--ro-bind ${p}`);
     }
