@@ -77,6 +77,7 @@ function limitsText(sandbox: Sandbox): string {
       l.cpuMillis !== undefined ? `cpu ${formatCpu(l.cpuMillis)}` : '',
       l.memoryBytes !== undefined ? `memory ${formatMemory(l.memoryBytes)}` : '',
       l.pids !== undefined ? `pids ${l.pids}` : '',
+      l.diskBytes !== undefined ? `disk ${formatMemory(l.diskBytes)}` : '',
     ].filter(Boolean).join(', ');
   } catch {
     return '<unreadable>';

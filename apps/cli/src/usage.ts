@@ -30,7 +30,7 @@ ${GLOBAL_FLAGS}
 Run 'sandgate COMMAND --help' for a command's flags.
 `,
   sandbox: `Usage:
-  sandgate sandbox create [--name N] [--detach] [--no-keep] [--restart-policy P] [--env K=V]... [--label k=v]... [--image I] [--tty] [--policy FILE] [--cpu C] [--memory M] [-o json] [-- CMD...]
+  sandgate sandbox create [--name N] [--detach] [--no-keep] [--restart-policy P] [--env K=V]... [--label k=v]... [--image I] [--tty] [--policy FILE] [--cpu C] [--memory M] [--disk D] [-o json] [-- CMD...]
   sandgate sandbox get NAME [-o json]
   sandgate sandbox list [-o json] [--selector k=v,...] [--limit N]
   sandgate sandbox delete NAME...
@@ -66,6 +66,8 @@ Flags:
                         process: {run_as_user, run_as_group}); without it no egress at all
   --cpu C               CPU limit: cores or millicores (2, 0.5, 500m; at least 10m)
   --memory M            memory limit: bytes or a quantity (256Mi, 1Gi, 512M; at least 16Mi)
+  --disk D              size of the sandbox's disk (/sandbox): a quantity (1Gi, 500M; at least
+                        64Mi; default 10Gi; local driver only)
   -o json               print the sandbox as proto3 JSON (implies --detach)
 ${GLOBAL_FLAGS}
 `,

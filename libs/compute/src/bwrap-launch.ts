@@ -42,6 +42,10 @@ export const SUPERVISOR_CAPABILITIES = [
   'CAP_DAC_OVERRIDE',
 ] as const;
 
+/** Sizes of the sandbox's private /tmp and /dev/shm (tmpfs, so RAM). */
+export const TMP_BYTES = 1024 * 1024 * 1024;
+export const SHM_BYTES = 64 * 1024 * 1024;
+
 /** Top-level host entries the sandbox gets its own version of instead of the host's. */
 const PRIVATE_TOP_LEVEL = new Set(['proc', 'dev', 'tmp', 'run', 'sandbox']);
 
@@ -136,10 +140,21 @@ export function buildBwrapArgs(l: BwrapLaunch): string[] {
   args.push(
     '--dev',
     '/dev',
+    // The writable tmpfs mounts are sized: their pages are RAM, charged to the memory cgroup of
+    // whoever writes them only when that cgroup has a limit. /dev/shm is bwrap's /dev tmpfs
+    // otherwise (unbounded).
+    '--perms',
+    '1777',
+    '--size',
+    String(SHM_BYTES),
+    '--tmpfs',
+    '/dev/shm',
     '--proc',
     '/proc',
     '--perms',
     '1777',
+    '--size',
+    String(TMP_BYTES),
     '--tmpfs',
     '/tmp',
     // A private /run: the host's holds control sockets (docker.sock, dbus, …) that a process

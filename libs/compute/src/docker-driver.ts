@@ -70,6 +70,8 @@ const CREDENTIAL_FILE = 'credential';
 
 export class DockerDriver implements ComputeDriver {
   readonly name = 'docker';
+  // /sandbox is a named volume, which Docker's local volume driver cannot cap.
+  readonly enforcesDiskLimit = false;
   readonly defaultImage: string;
   private readonly docker: Dockerode;
   private readonly stateDir: string;

@@ -40,6 +40,8 @@ export interface ResourceLimits {
   memoryBytes?: number;
   /** Most processes/threads the workload may have at once. */
   pids?: number;
+  /** Size of the sandbox's writable disk (/sandbox); only drivers with enforcesDiskLimit take it. */
+  diskBytes?: number;
 }
 
 /** The pids cap when template.resources names none: a fork bomb stops here. */
@@ -75,6 +77,11 @@ export interface ObservedCompute {
 
 export interface ComputeDriver {
   readonly name: string;
+  /**
+   * Whether the driver caps the sandbox's disk (ResourceLimits.diskBytes). The gateway refuses
+   * a disk limit for a driver that would not enforce it.
+   */
+  readonly enforcesDiskLimit: boolean;
   /** Starts provisioning and returns quickly; readiness is the supervisor connecting. */
   create(spec: LaunchSpec): Promise<ComputeHandle>;
   /** Current state of one sandbox's compute. */

@@ -24,6 +24,7 @@ import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { SANDBOX_GID, SANDBOX_UID, type WorkloadIsolation } from '@sandgate/protocols/contract';
 import type { ComputeDriver, ComputeHandle, ComputeState, LaunchSpec, ObservedCompute } from './driver.ts';
+import { DEFAULT_DISK_BYTES, mountDisk, unmountDisk } from './disk.ts';
 import { buildBwrapArgs, buildSandboxEnv, identityFilesFor, SANDBOX_MOUNT, sandboxCgroupDir, type RootEntry } from './bwrap-launch.ts';
 import { assertLimits, Cgroups, type SandboxCgroups } from './cgroups.ts';
 import { isAlive, isDead, killQuietly, listPids, readCmdline, readPidNamespace, readStat, type ProcStat } from './proc.ts';
@@ -68,6 +69,7 @@ const CGROUP_JOIN_SCRIPT =
 
 export class LocalDriver implements ComputeDriver {
   readonly name = 'local';
+  readonly enforcesDiskLimit = true;
   private readonly stateDir: string;
   private readonly supervisorEntry: string;
   private readonly repoRoot: string;
@@ -123,6 +125,7 @@ export class LocalDriver implements ComputeDriver {
     const handles = [parseHandle(handle), await readHandleFile(dir)].filter((h): h is LocalHandle => h !== null);
     await this.killSandbox(dir, handles);
     await this.removeCgroups(sandboxId);
+    await unmountDisk(dir);
   }
 
   async start(spec: LaunchSpec, handle: ComputeHandle | null): Promise<ComputeHandle> {
@@ -146,8 +149,9 @@ export class LocalDriver implements ComputeDriver {
       // The workload's home and only writable place: its own uid's (set again on every start,
       // since the workload user may differ from the last run's). Only the directory itself: a
       // recursive chown would follow whatever the workload left in it.
+      // Its own filesystem (disk.ts), so filling it cannot fill the host's disk.
       const work = path.join(dir, 'work');
-      await fsp.mkdir(work, { recursive: true, mode: 0o755 });
+      await mountDisk(dir, spec.limits?.diskBytes ?? DEFAULT_DISK_BYTES, user);
       await fsp.lchown(work, user.uid, user.gid);
       // The credential only ever exists as this file; the sandbox sees a read-only bind of it.
       // root:root 0600: readable by the supervisor (root), not by the workload.
@@ -197,6 +201,7 @@ export class LocalDriver implements ComputeDriver {
       else {
         await this.killSandbox(dir, handle ? [handle] : []).catch(() => false);
         if (cgroupsMade) await this.removeCgroups(spec.sandboxId).catch(() => false);
+        await unmountDisk(dir).catch(() => false);
       }
       throw err;
     }
@@ -256,8 +261,11 @@ export class LocalDriver implements ComputeDriver {
     } catch {
       // already gone
     }
+    // Unmounted first: removing the directory would otherwise empty the sandbox's filesystem
+    // file by file and then fail on the mount point.
+    const hadDisk = await unmountDisk(dir);
     if (existed) await fsp.rm(dir, { recursive: true, force: true });
-    return existed || killed;
+    return existed || killed || hadDisk;
   }
 
   /**

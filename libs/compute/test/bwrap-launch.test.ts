@@ -100,7 +100,7 @@ describe('buildBwrapArgs', () => {
     for (const p of ['/proc /proc', '/run /run', '/tmp /tmp', '/sandbox /sandbox', '/weird.sock']) {
       expect(joined).not.toContain(`--ro-bind ${p}`);
     }
-    expect(joined).toContain('--dev /dev --proc /proc --perms 1777 --tmpfs /tmp --tmpfs /run');
+    expect(joined).toContain('--dev /dev --perms 1777 --size 67108864 --tmpfs /dev/shm --proc /proc --perms 1777 --size 1073741824 --tmpfs /tmp --tmpfs /run');
     expect(joined).toContain('--tmpfs /var/lib/sandgate --bind /var/lib/sandgate/sandboxes/sb-1234567890/work /sandbox');
     expect(joined).toContain('--ro-bind /var/lib/sandgate/sandboxes/sb-1234567890/credential /run/sandgate/credential');
     expect(joined).toContain('--remount-ro / --chdir /sandbox');

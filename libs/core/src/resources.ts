@@ -10,6 +10,8 @@ export interface ParsedLimits {
   cpuMillis?: number;
   memoryBytes?: number;
   pids?: number;
+  /** limits.ephemeral-storage: the size of the sandbox's writable disk. */
+  diskBytes?: number;
 }
 
 /** Below these a sandbox cannot even start its supervisor. */
@@ -19,10 +21,12 @@ export const MIN_MEMORY_BYTES = 16 * 1024 * 1024;
 export const MAX_CPU_MILLIS = 1024 * 1000;
 export const MAX_MEMORY_BYTES = 2 ** 50;
 export const MIN_PIDS = 16;
+/** ext4 needs room for its own metadata below this. */
+export const MIN_DISK_BYTES = 64 * 1024 * 1024;
 export const MAX_PIDS = 1 << 22;
 
 const WHERE = 'spec.template.resources';
-const SUPPORTED = '(only limits.cpu, limits.memory and limits.pids are enforced)';
+const SUPPORTED = '(only limits.cpu, limits.memory, limits.pids and limits.ephemeral-storage are enforced)';
 
 const BINARY_SUFFIX: Record<string, number> = { Ki: 10, Mi: 20, Gi: 30, Ti: 40, Pi: 50, Ei: 60 };
 const DECIMAL_SUFFIX: Record<string, number> = { n: -9, u: -6, m: -3, '': 0, k: 3, M: 6, G: 9, T: 12, P: 15, E: 18 };
@@ -67,12 +71,12 @@ export function parseCpuMillis(value: JsonValue, at = `${WHERE}.limits.cpu`): nu
 }
 
 /** Memory in bytes, rounded up (`256Mi`, `1Gi`, `512M`, `1e9`, plain bytes). */
-export function parseMemoryBytes(value: JsonValue, at = `${WHERE}.limits.memory`): number {
+export function parseMemoryBytes(value: JsonValue, at = `${WHERE}.limits.memory`, min = MIN_MEMORY_BYTES): number {
   const text = quantityText(value, at);
   const q = parseQuantity(text);
   if (!q) throw invalid(`${at} '${text}' is not a valid memory quantity: use bytes or a quantity such as 256Mi, 1Gi or 512M`);
   const bytes = ceilDiv(q.num, q.den);
-  if (bytes < BigInt(MIN_MEMORY_BYTES)) throw invalid(`${at} '${text}' is below the minimum 16Mi`);
+  if (bytes < BigInt(min)) throw invalid(`${at} '${text}' is below the minimum ${formatMemory(min)}`);
   if (bytes > BigInt(MAX_MEMORY_BYTES)) throw invalid(`${at} '${text}' is above the maximum 1Pi`);
   return Number(bytes);
 }
@@ -102,6 +106,7 @@ export function limitsFromStruct(fields: Record<string, JsonValue>): ParsedLimit
       if (name === 'cpu') out.cpuMillis = parseCpuMillis(quantity, at);
       else if (name === 'memory') out.memoryBytes = parseMemoryBytes(quantity, at);
       else if (name === 'pids') out.pids = parsePids(quantity, at);
+      else if (name === 'ephemeral-storage') out.diskBytes = parseMemoryBytes(quantity, at, MIN_DISK_BYTES);
       else throw invalid(`${at} is not supported by sandgate ${SUPPORTED}`);
     }
   }

@@ -55,12 +55,16 @@ describe('template.resources', () => {
   it('as upstream CLI sends it: {limits: {cpu, memory}} with string values', () => {
     expect(parseResources(encodeStruct({ limits: { cpu: '0.5', memory: '256Mi' } }))).toEqual({ cpuMillis: 500, memoryBytes: 256 * 2 ** 20 });
     expect(parseResources(encodeStruct({ limits: { pids: 64 } }))).toEqual({ pids: 64 });
+    expect(parseResources(encodeStruct({ limits: { 'ephemeral-storage': '1Gi' } }))).toEqual({ diskBytes: 2 ** 30 });
+    expect(refusal(() => parseResources(encodeStruct({ limits: { 'ephemeral-storage': '10Mi' } }))).message).toBe(
+      "spec.template.resources.limits.ephemeral-storage '10Mi' is below the minimum 64Mi",
+    );
     expect(parseResources(undefined)).toEqual({});
     expect(parseResources(Buffer.alloc(0))).toEqual({});
   });
   it('unknown keys, requests and bad shapes are refused naming them', () => {
     expect(refusal(() => parseResources(encodeStruct({ limits: { 'nvidia.com/gpu': '1' } }))).message).toBe(
-      'spec.template.resources.limits.nvidia.com/gpu is not supported by sandgate (only limits.cpu, limits.memory and limits.pids are enforced)',
+      'spec.template.resources.limits.nvidia.com/gpu is not supported by sandgate (only limits.cpu, limits.memory, limits.pids and limits.ephemeral-storage are enforced)',
     );
     expect(refusal(() => parseResources(encodeStruct({ requests: { cpu: '1' } }))).message).toMatch(/^spec\.template\.resources\.requests is not supported by sandgate/);
     expect(refusal(() => parseResources(encodeStruct({ cpu: '1' }))).message).toMatch(/^spec\.template\.resources\.cpu is not supported by sandgate/);

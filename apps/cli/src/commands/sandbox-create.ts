@@ -1,7 +1,7 @@
-// sandgate sandbox create [--name N] [--detach] [--env K=V]... [--label k=v]... [--image I] [--tty] [--policy FILE] [--cpu C] [--memory M] [-o json] [-- CMD...]
+// sandgate sandbox create [--name N] [--detach] [--env K=V]... [--label k=v]... [--image I] [--tty] [--policy FILE] [--cpu C] [--memory M] [--disk D] [-o json] [-- CMD...]
 import { UsageError, parseCommand, parseInteger, parseKeyValues, parseOutput, type Env } from '../args.ts';
 import { SandboxPhase, encodeStruct, type Sandbox } from '@sandgate/protocols';
-import { GatewayError, parseCpuMillis, parseMemoryBytes } from '@sandgate/core';
+import { GatewayError, MIN_DISK_BYTES, parseCpuMillis, parseMemoryBytes } from '@sandgate/core';
 import { readPolicyFile } from '../policy-file.ts';
 import { status as Status } from '@grpc/grpc-js';
 import { isServiceError, SandboxNotReadyError } from '../client.ts';
@@ -26,6 +26,7 @@ export const OPTIONS = {
   policy: { type: 'string' },
   cpu: { type: 'string' },
   memory: { type: 'string' },
+  disk: { type: 'string' },
   output: { type: 'string', short: 'o' },
 } as const;
 
@@ -44,10 +45,10 @@ export interface CreateArgs {
 
 /**
  * `--cpu`/`--memory` → template.resources as upstream's CLI sends them: a Struct
- * `{limits: {cpu, memory}}` with the quantities as written. Checked here first so a typo is a
+ * `{limits: {cpu, memory}}` with the quantities as written (`--disk` adds `ephemeral-storage`). Checked here first so a typo is a
  * usage error; the gateway checks them again (the same rules).
  */
-function resourcesStruct(cpu: string | undefined, memory: string | undefined): Buffer | undefined {
+function resourcesStruct(cpu: string | undefined, memory: string | undefined, disk: string | undefined): Buffer | undefined {
   const limits: Record<string, string> = {};
   try {
     if (cpu !== undefined) {
@@ -57,6 +58,11 @@ function resourcesStruct(cpu: string | undefined, memory: string | undefined): B
     if (memory !== undefined) {
       parseMemoryBytes(memory, '--memory');
       limits.memory = memory.trim();
+    }
+    if (disk !== undefined) {
+      // Kubernetes' name for a container's writable-disk limit.
+      parseMemoryBytes(disk, '--disk', MIN_DISK_BYTES);
+      limits['ephemeral-storage'] = disk.trim();
     }
   } catch (err) {
     if (err instanceof GatewayError) throw new UsageError(err.message, 'sandbox create');
@@ -80,7 +86,7 @@ export function parseCreateArgs(argv: string[]): CreateArgs {
   // Detached ephemeral sandboxes are the gateway's to delete; an attached one is deleted by us
   // after we have shown its output and exit, so the gateway must not race us to it.
   const noKeep = Boolean(values['no-keep']);
-  const resources = resourcesStruct(values.cpu, values.memory);
+  const resources = resourcesStruct(values.cpu, values.memory, values.disk);
   const template =
     values.image !== undefined || resources
       ? { template: { ...(values.image !== undefined ? { image: values.image } : {}), ...(resources ? { resources } : {}), labels: {}, annotations: {}, environment: {} } }

@@ -50,8 +50,11 @@ export class SandboxService {
   }
 
   async create(req: CreateSandboxRequest): Promise<SandboxResponse> {
-    const { request, workspace } = validateCreate(req);
+    const { request, workspace, limits } = validateCreate(req);
     const { store, driver, log } = this.deps;
+    if (limits.diskBytes !== undefined && !driver.enforcesDiskLimit) {
+      throw invalid(`spec.template.resources.limits.ephemeral-storage is not supported by the ${driver.name} driver (it cannot cap a sandbox's disk)`);
+    }
     const spec = request.spec;
     spec.template = spec.template ?? { labels: {}, annotations: {}, environment: {} };
     if (!spec.template.image) spec.template.image = this.deps.defaultImage;
