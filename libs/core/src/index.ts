@@ -7,3 +7,4 @@ export * from './exit-codes.ts';
 export * from './names.ts';
 export * from './lifecycle.ts';
 export * from './debug-breaks.ts';
+export * from './egress.ts';
