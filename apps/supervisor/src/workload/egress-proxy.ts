@@ -24,6 +24,8 @@ const MAX_HEAD_BYTES = 16 * 1024;
 const HEAD_TIMEOUT_MS = 30_000;
 const CONNECT_TIMEOUT_MS = 10_000;
 const LOOKUP_TIMEOUT_MS = 10_000;
+/** Connections the proxy serves at once: a workload opening sockets in a loop must not exhaust the supervisor's descriptors. */
+export const MAX_PROXY_CONNECTIONS = 1024;
 
 const policyType = messageType('openshell.sandbox.v1.SandboxPolicy');
 
@@ -136,6 +138,7 @@ export class EgressProxy {
     this.log = log.child({ component: 'egress' });
     // Half-closes pass through (a client that sent its whole request may still read the answer).
     (server as net.Server & { allowHalfOpen: boolean }).allowHalfOpen = true;
+    server.maxConnections = MAX_PROXY_CONNECTIONS;
     server.on('connection', (socket: net.Socket) => this.onConnection(socket));
     server.on('error', (err) => this.log.warn('egress proxy socket error', { err: err.message }));
   }
