@@ -89,6 +89,9 @@ describe('workload confinement (uid, network namespace, egress proxy, cgroups)',
   let egressServer: ChildProcess | undefined;
   let hostServer: net.Server | undefined;
   let hostPort = 0;
+  /** The same kind of service on the host's side of the veth pair: one of the host's own addresses. */
+  let hostIfServer: net.Server | undefined;
+  let hostIfPort = 0;
   let innerPort = 0;
   let innerExec: ExecConn | undefined;
   let controlMessages: () => Array<Record<string, unknown>>;
@@ -146,6 +149,9 @@ describe('workload confinement (uid, network namespace, egress proxy, cgroups)',
     hostServer = net.createServer((c) => c.end('host-secret\n'));
     await new Promise<void>((r) => hostServer!.listen(0, '127.0.0.1', r));
     hostPort = (hostServer.address() as net.AddressInfo).port;
+    hostIfServer = net.createServer((c) => c.end('host-secret\n'));
+    await new Promise<void>((r) => hostIfServer!.listen(0, `${subnet}.1`, r));
+    hostIfPort = (hostIfServer.address() as net.AddressInfo).port;
 
     gw = await new FakeGateway({ heartbeatIntervalMs: 500 }).start();
     sup = startSupervisor({
@@ -172,6 +178,7 @@ describe('workload confinement (uid, network namespace, egress proxy, cgroups)',
     gw?.stop();
     killTagged(PREFIX);
     hostServer?.close();
+    hostIfServer?.close();
     egressServer?.kill('SIGKILL');
     try {
       execFileSync('ip', ['netns', 'del', netns], { stdio: 'ignore' });
@@ -355,11 +362,15 @@ describe('workload confinement (uid, network namespace, egress proxy, cgroups)',
 
     // UpdateConfig: 8081 only. New connections follow at once; the answer names the revision.
     const control = gw.liveControl()!;
-    control.call.write({ policy_update: { policy: policyBytes([{ host: '**.nowhere.test', port: 8080 }, { port: 8081, allowed_ips: [`${subnet}.0/30`] }]), revision: 2 } } as GatewayMessage);
+    control.call.write({ policy_update: { policy: policyBytes([{ host: '**.nowhere.test', port: 8080 }, { ports: [8081, hostIfPort], allowed_ips: [`${subnet}.0/30`] }]), revision: 2 } } as GatewayMessage);
     await waitFor('policy_applied 2', () => controlMessages().find((m) => (m.policy_applied as { revision?: number } | undefined)?.revision === 2));
     expect(controlMessages().find((m) => (m.policy_applied as { revision?: number } | undefined)?.revision === 2)!.policy_applied).toEqual({ revision: 2 });
     expect((await run(['curl', '-sS', '-p', '--max-time', '5', url(8081)])).out).toBe('egress-ok 8081\n');
     expect((await run(['curl', '-sS', '-p', '--max-time', '1', url(8080)])).exit.exit_code ?? 0).toBe(56);
+    // allowed_ips covering an address of the host itself (where the gateway's ports would answer): still refused.
+    const hostOwn = await run(['curl', '-sS', '--max-time', '1', `http://${subnet}.1:${hostIfPort}/`]);
+    expect(hostOwn.out).toMatch(/sandgate: egress refused: .*address of the sandbox's host|host's own addresses/);
+    expect(hostOwn.out).not.toContain('host-secret');
 
     // Bytes that do not decode: refused with a reason, the previous policy stays.
     control.call.write({ policy_update: { policy: Buffer.from([0xff, 0xff, 0xff]), revision: 3 } } as GatewayMessage);
