@@ -109,8 +109,14 @@ export class ConfinedLauncher implements WorkloadLauncher {
       setpriv: findTool('setpriv'),
       env: findTool('env'),
     };
+    // Checked once here so a driver mistake stops the sandbox at start, not every exec with 125.
     for (const d of isolation.cgroupDirs) {
       if (d.includes(':')) throw new Error(`workload cgroup directory ${JSON.stringify(d)} contains ':'`);
+      try {
+        fs.accessSync(`${d}/cgroup.procs`, fs.constants.W_OK);
+      } catch (err) {
+        throw new Error(`workload cgroup ${d} cannot be joined: ${(err as Error).message}`);
+      }
     }
   }
 
