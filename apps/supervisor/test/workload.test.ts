@@ -260,6 +260,12 @@ describe('workload confinement (uid, network namespace, egress proxy, cgroups)',
     // Every descriptor the supervisor holds (gateway connections, IPC, the proxy) stays with it.
     const fds = await run(['ls', '/proc/self/fd']);
     expect(fds.out.trim().split(/\s+/).map(Number).sort()).toEqual([0, 1, 2, 3]);
+    // Nor another exec's terminal: a PTY exec next to a running one gets only its own.
+    const other = await gw.openExec({ exec_id: newId(), argv: ['sleep', '30'], tty: true, workdir: home });
+    const ptyFds = await run(['ls', '/proc/self/fd'], { tty: true });
+    expect(ptyFds.out.trim().split(/\s+/).map(Number).sort()).toEqual([0, 1, 2, 3]);
+    other.send({ signal: { signo: 9 } });
+    await other.waitExit();
     const env = await run(['env']);
     expect(env.out).not.toMatch(/SANDGATE_(CREDENTIAL|GATEWAY|POLICY|WORKLOAD)/);
     expect(env.out).not.toContain('wl-secret');
