@@ -281,6 +281,35 @@ describe('workload confinement (uid, network namespace, egress proxy, cgroups)',
     expect(metadata.out).toBe('403');
   });
 
+  it('sends no UDP out of the sandbox either: not to the host loopback, not past the namespace', async () => {
+    const dgram = await import('node:dgram');
+    const got: string[] = [];
+    const sockets = await Promise.all(
+      ['127.0.0.1', `${subnet}.1`].map(
+        (addr) =>
+          new Promise<import('node:dgram').Socket>((resolve) => {
+            const u = dgram.createSocket('udp4');
+            u.on('message', (m) => got.push(`${addr}: ${m}`));
+            u.bind(0, addr, () => resolve(u));
+          }),
+      ),
+    );
+    try {
+      const [lo, veth] = sockets.map((u) => u.address().port);
+      const script = `
+        const d = require('dgram');
+        const send = (host, port) => new Promise((r) => { const s = d.createSocket('udp4'); s.send('escape', port, host, (e) => { console.log(host + ' ' + (e ? e.code : 'sent')); s.close(); r(); }); });
+        send('127.0.0.1', ${lo}).then(() => send('${subnet}.1', ${veth}));`;
+      const r = await run([NODE, '-e', script]);
+      // Loopback is the sandbox's own (nobody listens there); the host side has no route at all.
+      expect(r.out).toBe(`127.0.0.1 sent\n${subnet}.1 ENETUNREACH\n`);
+      await new Promise((res) => setTimeout(res, 300));
+      expect(got).toEqual([]);
+    } finally {
+      for (const u of sockets) u.close();
+    }
+  });
+
   it('serves the sandbox its own loopback: an exec, ForwardTcp and ssh -L reach a server another exec started', async () => {
     innerPort = await freePort();
     const server = `require('net').createServer((c) => c.end('inner-banner\\n')).listen(${innerPort}, '127.0.0.1', () => console.log('listening'))`;
