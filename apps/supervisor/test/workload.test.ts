@@ -234,6 +234,20 @@ describe('workload confinement (uid, network namespace, egress proxy, cgroups)',
     expect(notFound.exit.exit_code ?? 0).toBe(127);
     expect(notFound.err).toBe('definitely-not-a-command-xyz: command not found\n');
 
+    // What root may run or enter but the workload may not is refused like a shell would refuse it.
+    const priv = path.join(dir, 'root-only');
+    fs.mkdirSync(priv, { mode: 0o700 });
+    fs.writeFileSync(path.join(priv, 'tool'), '#!/bin/sh\necho ran\n', { mode: 0o755 });
+    fs.writeFileSync(path.join(dir, 'root-tool'), '#!/bin/sh\necho ran\n', { mode: 0o700 });
+    for (const file of [path.join(priv, 'tool'), path.join(dir, 'root-tool')]) {
+      const denied = await run([file]);
+      expect(denied.exit.exit_code ?? 0).toBe(126);
+      expect(denied.err).toBe(`${file}: Permission denied\n`);
+    }
+    const badCwd = await run(['true'], { workdir: priv });
+    expect(badCwd.exit.exit_code ?? 0).toBe(126);
+    expect(badCwd.err).toBe(`true: ${priv}: Permission denied\n`);
+
     // A user environment that would hijack a root process is only applied after the uid drop.
     const hijack = await run(['/bin/sh', '-c', 'echo "$LD_PRELOAD"; /usr/bin/id -u'], { env: { LD_PRELOAD: '/nonexistent/evil.so', PATH: '/nowhere' } });
     expect(hijack.exit.exit_code ?? 0).toBe(0);

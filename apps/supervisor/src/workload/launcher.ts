@@ -69,6 +69,8 @@ export interface WorkloadLauncher {
   oomKills(): number | undefined;
   /** The name confined processes run under, for USER/LOGNAME where the sandbox sets none. */
   readonly userName: string;
+  /** Whose permissions the preflight checks (the workload's, not the supervisor's). */
+  readonly identity: { uid: number; gid: number };
 }
 
 /** Finds a tool by absolute path (never through the workload's PATH); throws naming what is missing. */
@@ -111,6 +113,7 @@ export function readOomKills(dir: string): number | undefined {
 
 export class ConfinedLauncher implements WorkloadLauncher {
   readonly userName = 'sandbox';
+  readonly identity: { uid: number; gid: number };
   private readonly isolation: WorkloadIsolation;
   private readonly netnsPath: string;
   private readonly proxyPort: number | undefined;
@@ -119,6 +122,7 @@ export class ConfinedLauncher implements WorkloadLauncher {
   /** `netnsPath` and `proxyPort` are set when the network is isolated. */
   constructor(isolation: WorkloadIsolation, network?: { netnsPath: string; proxyPort: number }) {
     this.isolation = isolation;
+    this.identity = { uid: isolation.uid, gid: isolation.gid };
     this.netnsPath = network?.netnsPath ?? '';
     this.proxyPort = network?.proxyPort;
     this.tools = {
