@@ -8,13 +8,8 @@ import { backoffDelay, DEFAULT_BACKOFF, type BackoffOptions } from './backoff.ts
 import { callMetadata, createGatewayClient, type GatewayClient } from './gateway-client.ts';
 import type { Logger } from './log.ts';
 
-/** `policy_update` / `policy_applied` (sandgate.proto fields 8), until the shared TS types name them. */
-export interface PolicyUpdate {
-  policy?: Buffer;
-  revision?: number;
-}
-type GatewayMessageWithPolicy = GatewayMessage & { policy_update?: PolicyUpdate };
-type SupervisorMessageWithPolicy = SupervisorMessage & { policy_applied?: { revision?: number; error?: string } };
+/** `policy_update` (sandgate.proto GatewayMessage field 8). */
+export type PolicyUpdate = NonNullable<GatewayMessage['policy_update']>;
 
 /** One live control session; execs opened through it use the same client, hence the same replica. */
 export interface GatewayConnection {
@@ -210,7 +205,7 @@ export class ControlSession {
     });
   }
 
-  private onMessage(attempt: Attempt, msg: GatewayMessageWithPolicy, md: grpc.Metadata): void {
+  private onMessage(attempt: Attempt, msg: GatewayMessage, md: grpc.Metadata): void {
     if (attempt.closed) return;
     attempt.lastSeen = Date.now();
     if (msg.hello_ack) {
@@ -255,7 +250,7 @@ export class ControlSession {
       }
       if (error) this.log.warn('policy update refused, keeping the previous policy', { revision: update.revision, error });
       else this.log.info('policy updated', { revision: update.revision });
-      const applied: SupervisorMessageWithPolicy = { policy_applied: { revision: update.revision ?? 0, error } };
+      const applied: SupervisorMessage = { policy_applied: { revision: update.revision ?? 0, error } };
       this.send(attempt, applied);
     } else if (msg.main_exit_ack) {
       this.onAck('main_exit', msg.main_exit_ack.instance_id);
