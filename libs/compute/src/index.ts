@@ -3,3 +3,4 @@ export type { ComputeDriver, ComputeHandle, ComputeState, LaunchSpec, ObservedCo
 export { LocalDriver, type LocalDriverOptions } from './local-driver.ts';
 export type { LocalHandle } from './validate.ts';
 export { DockerDriver, DEFAULT_IMAGE as DEFAULT_DOCKER_IMAGE, DEFAULT_NETWORK as DEFAULT_DOCKER_NETWORK, type DockerDriverOptions, type DockerHandle } from './docker-driver.ts';
+export { ensureSandboxNetwork, type SandboxNetwork } from './docker/network.ts';
