@@ -4,6 +4,8 @@ import { execFileSync } from 'node:child_process';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Redis } from 'ioredis';
 import { status as grpcStatus } from '@grpc/grpc-js';
+import Docker from 'dockerode';
+import { DEFAULT_DOCKER_NETWORK, ensureSandboxNetwork } from '@sandgate/compute';
 import { SandboxPhase } from '@sandgate/protocols';
 import { Cluster, repoRoot, runCli } from '../harness/cluster.ts';
 import { startRedis, type TestRedis } from '../harness/redis.ts';
@@ -26,7 +28,10 @@ beforeAll(async () => {
   execFileSync('bash', [`${repoRoot}/scripts/build-sandbox-image.sh`], { stdio: 'ignore' });
   redis = await startRedis();
   r = redis.client();
-  cluster = await Cluster.start({ redisUrl: redis.url, replicas: 3, driver: 'docker' });
+  // Sandbox containers are on sandgate's bridge, not the host's network: the replicas listen on
+  // the bridge's host address (which the host itself reaches too), not on loopback only.
+  const { gateway } = await ensureSandboxNetwork(new Docker(), DEFAULT_DOCKER_NETWORK);
+  cluster = await Cluster.start({ redisUrl: redis.url, replicas: 3, driver: 'docker', host: gateway });
 }, 180_000);
 
 afterAll(async () => {
@@ -133,10 +138,15 @@ describe('docker driver through the gateway', () => {
       ),
     );
     const ids = created.map((c) => c.sandbox.metadata.id);
+    let phases = '';
     await waitFor('all Ready', async () => {
       const res = await unaryCall<{ sandboxes: { metadata: { name: string }; status: { phase?: number } }[] }>(clients[0]!, 'ListSandboxes', {});
-      return res.sandboxes.filter((s) => names.includes(s.metadata.name) && s.status.phase === SandboxPhase.READY).length === 20;
-    }, 240_000, 500);
+      const ours = res.sandboxes.filter((s) => names.includes(s.metadata.name));
+      phases = JSON.stringify(Object.entries(Object.groupBy(ours, (s) => String(s.status.phase ?? 0))).map(([p, l]) => [p, l!.length]));
+      return ours.filter((s) => s.status.phase === SandboxPhase.READY).length === 20;
+    }, 240_000, 500).catch((err: unknown) => {
+      throw new Error(`${String(err)}; phases (phase, count): ${phases}; replica logs:\n${cluster.logs()}`);
+    });
     await Promise.all(names.map((name, i) => unaryCall(clients[i % 3]!, 'DeleteSandbox', { name })));
     for (const c of clients) c.close();
     // No container, volume or Redis key of theirs is left (the event streams expire on their own).

@@ -1,0 +1,138 @@
+// Issue 12 on the docker driver: a sandbox container holds its workload in. Every attack is tried
+// for real through `sandbox exec` (the workload's path: the supervisor's wrapper, the workload's
+// uid, its own network namespace) against a real dockerd, a real Redis and real replicas; each
+// expectation fails if the attack works. Fails loudly (never skips) without an engine.
+import { execFileSync, spawnSync } from 'node:child_process';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import Docker from 'dockerode';
+import { DEFAULT_DOCKER_NETWORK, ensureSandboxNetwork } from '@sandgate/compute';
+import { Cluster, repoRoot, runCli } from '../harness/cluster.ts';
+import { startRedis, type TestRedis } from '../harness/redis.ts';
+import { waitFor } from '../harness/wait.ts';
+
+let redis: TestRedis;
+let cluster: Cluster;
+let bridge: string;
+const ids: string[] = [];
+
+const docker = (...args: string[]) => execFileSync('docker', args, { encoding: 'utf8' }).trim();
+const containerOf = (id: string) => docker('ps', '-q', '--filter', `label=sandgate.sandbox-id=${id}`);
+const gw = () => cluster.replicas[0]!.grpcAddress;
+
+interface SandboxJson {
+  metadata: { id: string; name: string };
+  status: { phase: string };
+}
+
+async function create(name: string, args: string[]): Promise<SandboxJson> {
+  const res = await runCli(['sandbox', 'create', '--name', name, '--detach', '-o', 'json', ...args], { gateway: gw(), timeoutMs: 120_000 });
+  expect(res.code, res.stderr).toBe(0);
+  const sb = JSON.parse(res.stdout.toString()) as SandboxJson;
+  ids.push(sb.metadata.id);
+  expect(sb.status.phase).toBe('SANDBOX_PHASE_READY');
+  return sb;
+}
+
+async function exec(name: string, script: string): Promise<{ code: number | null; out: string }> {
+  const res = await runCli(['sandbox', 'exec', name, '--', 'bash', '-c', script], { gateway: gw(), timeoutMs: 90_000 });
+  return { code: res.code, out: res.stdout.toString() + res.stderr };
+}
+
+/** A TCP connect from inside the sandbox (bash's /dev/tcp): `connected`, or why not. */
+async function probe(name: string, host: string, port: number): Promise<string> {
+  const r = await exec(name, `timeout 2 bash -c 'exec 3<>/dev/tcp/${host}/${port}' 2>&1 && echo connected || echo "failed $?"`);
+  return r.out.trim();
+}
+
+beforeAll(async () => {
+  docker('info', '--format', '{{.ServerVersion}}');
+  execFileSync('bash', [`${repoRoot}/scripts/build-sandbox-image.sh`], { stdio: 'ignore' });
+  redis = await startRedis();
+  bridge = (await ensureSandboxNetwork(new Docker(), DEFAULT_DOCKER_NETWORK)).gateway;
+  cluster = await Cluster.start({ redisUrl: redis.url, replicas: 2, driver: 'docker', host: bridge });
+}, 180_000);
+
+afterAll(async () => {
+  if (cluster) {
+    for (const name of ['dki-a', 'dki-b', 'dki-oom']) await runCli(['sandbox', 'delete', name], { gateway: gw() }).catch(() => undefined);
+    await cluster.stop();
+  }
+  // Whatever a failed delete left: this file's containers and volumes.
+  for (const id of ids) {
+    spawnSync('docker', ['rm', '-f', `sandgate-${id}`]);
+    spawnSync('docker', ['volume', 'rm', '-f', `sandgate-${id}`]);
+  }
+  cluster?.cleanup();
+  await redis?.stop();
+}, 120_000);
+
+describe('docker sandboxes hold their workload in', () => {
+  it('the container: its own network, the supervisor capabilities only, no Docker socket; the workload: uid 10001, no credential', async () => {
+    const a = await create('dki-a', ['--', 'sleep', 'infinity']);
+    const c = containerOf(a.metadata.id);
+    const hc = JSON.parse(docker('inspect', '-f', '{{json .HostConfig}}', c)) as Record<string, any>;
+    expect(hc.NetworkMode).toBe(DEFAULT_DOCKER_NETWORK);
+    expect(hc.NetworkMode).not.toBe('host');
+    expect(hc.CapDrop).toEqual(['ALL']);
+    expect([...hc.CapAdd].sort()).toEqual(['CAP_KILL', 'CAP_NET_ADMIN', 'CAP_SETGID', 'CAP_SETUID', 'CAP_SYS_ADMIN', 'CAP_SYS_PTRACE']);
+    expect(hc.SecurityOpt).toEqual(['no-new-privileges']);
+    expect(hc.Privileged).toBe(false);
+    expect(hc.PidsLimit).toBe(1024);
+    expect(docker('inspect', '-f', '{{json .Mounts}}', c)).not.toMatch(/docker\.sock/);
+
+    expect((await exec('dki-a', 'id -u; id -g')).out).toBe('10001\n10001\n');
+    expect((await exec('dki-a', 'grep CapEff /proc/self/status')).out).toMatch(/CapEff:\s+0000000000000000/);
+    const cred = await exec('dki-a', 'cat /run/sandgate/credential');
+    expect(cred.code).not.toBe(0);
+    expect(cred.out).toMatch(/Permission denied/);
+    const sup = await exec('dki-a', 'cat /proc/$(pgrep -f apps/supervisor/src/main.ts | head -1)/environ');
+    expect(sup.code).not.toBe(0);
+    expect(sup.out).toMatch(/Permission denied/);
+    expect((await exec('dki-a', 'ls -ld /var/run/docker.sock /run/docker.sock 2>&1; echo rc=$?')).out).toMatch(/No such file/);
+    // The workload's own files: /sandbox is its uid's.
+    expect((await exec('dki-a', 'echo mine > /sandbox/f && stat -c %u /sandbox /sandbox/f')).out).toBe('10001\n10001\n');
+  });
+
+  it('connections to Redis, the replicas and another sandbox are refused from inside; the sandbox loopback works', async () => {
+    await create('dki-b', ['--', 'sleep', 'infinity']);
+    // A server in sandbox B's container (its supervisor's side, as root): the host reaches it, A must not.
+    const b = containerOf(ids[ids.length - 1]!);
+    const ipB = docker('inspect', '-f', `{{ (index .NetworkSettings.Networks "${DEFAULT_DOCKER_NETWORK}").IPAddress }}`, b);
+    spawnSync('docker', ['exec', '-d', b, '/opt/sandgate/node/bin/node', '-e', "require('net').createServer((s)=>s.end('B\\n')).listen(7000,'0.0.0.0')"]);
+    await waitFor('B serving to the host', () => spawnSync('bash', ['-c', `exec 3<>/dev/tcp/${ipB}/7000`]).status === 0, 15_000);
+
+    const targets: [string, string, number][] = [
+      ['redis on loopback', '127.0.0.1', redis.port],
+      ['redis via the bridge', bridge, redis.port],
+      ['replica gRPC', bridge, cluster.replicas[0]!.grpcPort],
+      ['replica HTTP', bridge, cluster.replicas[0]!.httpPort],
+      ['replica peer', bridge, cluster.replicas[1]!.peerPort],
+      ['replica gRPC on loopback', '127.0.0.1', cluster.replicas[0]!.grpcPort],
+      ['sandbox B', ipB, 7000],
+    ];
+    for (const [what, host, port] of targets) {
+      const r = await probe('dki-a', host, port);
+      expect(r, `${what} (${host}:${port})`).not.toContain('connected');
+      // Refused or unreachable at once, not a 2 s hang (timeout's status 124).
+      expect(r, `${what} (${host}:${port}) must fail fast`).not.toContain('failed 124');
+    }
+    // The sandbox's own loopback works: a server inside it is reachable from inside it.
+    const own = await exec(
+      'dki-a',
+      "/opt/sandgate/node/bin/node -e \"require('net').createServer((s)=>s.end('own\\n')).listen(7100,'127.0.0.1',()=>{require('net').connect(7100,'127.0.0.1').on('data',(d)=>{process.stdout.write(d);process.exit(0)})})\"",
+    );
+    expect(own.out).toBe('own\n');
+  });
+
+  it('--memory 64Mi: a 300 MiB allocation is OOM-killed (exit 137), the sandbox keeps serving', async () => {
+    const sb = await create('dki-oom', ['--memory', '64Mi', '--cpu', '0.5', '--', 'sleep', 'infinity']);
+    const c = containerOf(sb.metadata.id);
+    const hc = JSON.parse(docker('inspect', '-f', '{{json .HostConfig}}', c)) as Record<string, any>;
+    expect(hc.Memory).toBe(64 * 1024 * 1024);
+    expect(hc.MemorySwap).toBe(64 * 1024 * 1024);
+    expect(hc.NanoCpus).toBe(500_000_000);
+    const hog = await exec('dki-oom', 'head -c 314572800 /dev/zero | tail > /dev/null');
+    expect(hog.code).toBe(137);
+    expect((await exec('dki-oom', 'echo still here')).out).toBe('still here\n');
+  });
+});
