@@ -44,6 +44,7 @@ import {
 } from './docker/launch.ts';
 import { assertGatewayReachable, DEFAULT_NETWORK, endpointsForBridge, ensureSandboxNetwork, type SandboxNetwork } from './docker/network.ts';
 import { demuxDockerStream, describeFailure, elfInterpreter, tailLines } from './docker/diagnose.ts';
+import { DockerCgroups } from './docker/cgroups.ts';
 
 export { DEFAULT_IMAGE } from './docker/launch.ts';
 export { DEFAULT_NETWORK } from './docker/network.ts';
@@ -68,6 +69,15 @@ export interface DockerDriverOptions {
    * inter-container communication off). Default `sandgate`.
    */
   network?: string;
+  /**
+   * Where the limits go. `workload` (default when the engine uses the cgroupfs cgroup driver): the
+   * workload's own cgroups beside the container (docker/cgroups.ts), the supervisor outside them.
+   * `container`: HostConfig limits on the whole container, the supervisor counted in (the only
+   * way with the systemd cgroup driver, chosen then by default).
+   */
+  limitsOn?: 'workload' | 'container';
+  /** Workload cgroups (tests pass their own); default: this host's, under `sandgate-docker`. */
+  cgroups?: DockerCgroups;
 }
 
 /** The docker driver's handle, as persisted by the gateway. */
@@ -92,6 +102,9 @@ export class DockerDriver implements ComputeDriver {
   private readonly networkName: string;
   private runtimeCache: Runtime | null = null;
   private networkCache: Promise<SandboxNetwork> | null = null;
+  private readonly limitsOn: 'workload' | 'container' | undefined;
+  private cgroupsCache: Promise<DockerCgroups | null> | null = null;
+  private readonly cgroupsOpt: DockerCgroups | undefined;
 
   constructor(opts: DockerDriverOptions) {
     if (!opts.stateDir) throw new Error('DockerDriver: stateDir is required');
@@ -111,6 +124,11 @@ export class DockerDriver implements ComputeDriver {
     assertLimits(opts.limits, 'DockerDriver limits');
     this.limits = { ...opts.limits };
     this.networkName = opts.network ?? DEFAULT_NETWORK;
+    if (opts.limitsOn !== undefined && opts.limitsOn !== 'workload' && opts.limitsOn !== 'container') {
+      throw new Error(`DockerDriver: limitsOn must be workload or container (got ${JSON.stringify(opts.limitsOn)})`);
+    }
+    this.limitsOn = opts.limitsOn;
+    this.cgroupsOpt = opts.cgroups;
     if (!/^[A-Za-z0-9][A-Za-z0-9_.-]*$/.test(this.networkName)) {
       throw new Error(`DockerDriver: network must be a Docker network name (got ${JSON.stringify(opts.network)})`);
     }
@@ -153,6 +171,8 @@ export class DockerDriver implements ComputeDriver {
     const gatewayEndpoints = endpointsForBridge(spec.gatewayEndpoints, network.gateway);
     await assertGatewayReachable(spec.gatewayEndpoints, network.gateway);
     const dir = path.join(this.stateDir, 'docker', id);
+    const cg = await this.cgroups();
+    const dirs = cg ? cg.dirs(id) : [];
     return {
       spec: { ...spec, command, gatewayEndpoints },
       image,
@@ -162,9 +182,37 @@ export class DockerDriver implements ComputeDriver {
       credentialHostPath: path.join(dir, CREDENTIAL_FILE),
       network: network.name,
       limits,
-      // Docker limits the container as a whole (HostConfig): no workload cgroups to join.
-      workload: { uid: user.uid, gid: user.gid, isolateNetwork: true, cgroupDirs: [] },
+      cgroups: cg ? { parent: cg.cgroupParent(id), dirs, hostNamespace: cg.anyV2 } : undefined,
+      workload: { uid: user.uid, gid: user.gid, isolateNetwork: true, cgroupDirs: dirs.map((d) => d.containerDir) },
     };
+  }
+
+  /**
+   * The workload cgroups, or null when the limits are the container's: decided once, from the
+   * option or else the engine's cgroup driver (a CgroupParent path needs cgroupfs).
+   */
+  private cgroups(): Promise<DockerCgroups | null> {
+    if (!this.cgroupsCache) {
+      const p = (async () => {
+        if (this.limitsOn === 'container') return null;
+        if (this.limitsOn === undefined) {
+          const info = (await this.docker.info()) as { CgroupDriver?: string };
+          if (info.CgroupDriver !== 'cgroupfs') return null;
+        }
+        return this.cgroupsOpt ?? DockerCgroups.detect();
+      })();
+      this.cgroupsCache = p;
+      p.catch(() => {
+        if (this.cgroupsCache === p) this.cgroupsCache = null;
+      });
+    }
+    return this.cgroupsCache;
+  }
+
+  /** Makes the plan's workload cgroups (again) with its limits: before every container start. */
+  private async ensureCgroups(plan: LaunchPlan): Promise<void> {
+    const cg = await this.cgroups();
+    if (cg) await cg.ensure(plan.spec.sandboxId, plan.limits);
   }
 
   /** The sandbox network, made once per driver (and by whichever replica comes first). */
@@ -191,6 +239,7 @@ export class DockerDriver implements ComputeDriver {
       credentialHostPath: plan.credentialHostPath,
       network: plan.network,
       limits: plan.limits,
+      cgroups: plan.cgroups,
       workload: plan.workload,
     });
   }
@@ -205,6 +254,7 @@ export class DockerDriver implements ComputeDriver {
     try {
       await fsp.mkdir(plan.dir, { recursive: true, mode: 0o700 });
       await writeCredential(plan.credentialHostPath, plan.spec.credential);
+      await this.ensureCgroups(plan);
       // Creating an existing volume is a no-op in Docker (a restart reuses the kept one).
       await this.docker.createVolume({ Name: volumeName(id), Labels: labelsFor(id) });
       try {
@@ -266,6 +316,8 @@ export class DockerDriver implements ComputeDriver {
     }
     if (await this.removeContainers(sandboxId, [...ids])) existed = true;
     if (await this.removeVolume(sandboxId)) existed = true;
+    const cg = await this.cgroups();
+    if (cg) await cg.remove(sandboxId);
     const dir = path.join(this.stateDir, 'docker', sandboxId);
     await fsp.rm(dir, { recursive: true, force: true });
     return existed;
@@ -328,6 +380,8 @@ export class DockerDriver implements ComputeDriver {
       if (sameLaunch(info, wanted)) {
         await this.stop(id, { containerId: info.Id });
         await writeCredential(plan.credentialHostPath, spec.credential);
+        // Gone after a reboot (cgroupfs is not persistent), and the limits may have changed.
+        await this.ensureCgroups(plan);
         try {
           await this.docker.getContainer(info.Id).start();
         } catch (err) {
@@ -563,6 +617,7 @@ interface LaunchPlan {
   credentialHostPath: string;
   network: string;
   limits: ResourceLimits;
+  cgroups: { parent: string; dirs: { hostDir: string; containerDir: string }[]; hostNamespace: boolean } | undefined;
   workload: WorkloadIsolation;
 }
 
@@ -584,6 +639,7 @@ function sameLaunch(info: Dockerode.ContainerInspectInfo, wanted: Dockerode.Cont
   const num = (v: number | undefined) => (v === undefined || v === 0 ? null : v);
   return (
     h.NetworkMode === w.NetworkMode &&
+    (h.CgroupParent ?? '') === (w.CgroupParent ?? '') &&
     same([...(h.CapAdd ?? [])].sort(), [...(w.CapAdd ?? [])].sort()) &&
     same(h.CapDrop, w.CapDrop) &&
     same(h.SecurityOpt, w.SecurityOpt) &&

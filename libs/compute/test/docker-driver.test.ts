@@ -154,6 +154,7 @@ describe('container definition (pure)', () => {
     const workload = { uid: 10001, gid: 10001, isolateNetwork: true, cgroupDirs: [] };
     const env = buildContainerEnv(s, workload);
     expect(env).toEqual([
+      'HOME=/sandbox',
       'FOO=bar',
       'SANDGATE_GATEWAY=lb:8080',
       'SANDGATE_SANDBOX_ID=abc',
@@ -200,6 +201,18 @@ describe('container definition (pure)', () => {
     expect(hc.Binds).toBeUndefined();
     const noLimits = buildContainerCreateOptions({ ...launch, limits: { pids: 64 } }).HostConfig!;
     expect([noLimits.NanoCpus, noLimits.Memory, noLimits.MemorySwap, noLimits.PidsLimit]).toEqual([undefined, undefined, undefined, 64]);
+
+    // With workload cgroups the limits are theirs: none on the container, which holds the supervisor.
+    const dirs = [{ hostDir: '/sys/fs/cgroup/memory/sandgate-docker/abc/workload', containerDir: '/run/sandgate/cgroup/memory' }];
+    const cg = buildContainerCreateOptions({
+      ...launch,
+      limits: { cpuMillis: 1500, memoryBytes: 512 * 1024 * 1024, pids: 64 },
+      cgroups: { parent: '/sandgate-docker/abc', dirs, hostNamespace: false },
+    }).HostConfig!;
+    expect(cg.CgroupParent).toBe('/sandgate-docker/abc');
+    expect([cg.NanoCpus, cg.Memory, cg.MemorySwap, cg.PidsLimit]).toEqual([undefined, undefined, undefined, 1024]);
+    expect(cg.Mounts?.at(-1)).toEqual({ Type: 'bind', Source: dirs[0]!.hostDir, Target: '/run/sandgate/cgroup/memory', ReadOnly: false });
+    expect((cg as Record<string, unknown>).CgroupnsMode).toBeUndefined();
   });
 
   it('rewrites loopback gateway endpoints to the bridge gateway, leaves the others', () => {
@@ -266,7 +279,19 @@ describe('docker driver (real dockerd)', () => {
     expect(info.Config.User).toBe('0:0');
     const mounts = Object.fromEntries(info.Mounts.map((m) => [m.Destination, m]));
     // No Docker socket (nor any other host path) inside.
-    expect(Object.keys(mounts).sort()).toEqual(['/opt/sandgate/app', '/opt/sandgate/node/bin/node', '/run/sandgate/credential', '/sandbox']);
+    expect(Object.keys(mounts).sort()).toEqual([
+      '/opt/sandgate/app',
+      '/opt/sandgate/node/bin/node',
+      '/run/sandgate/cgroup/cpu',
+      '/run/sandgate/cgroup/memory',
+      '/run/sandgate/cgroup/pids',
+      '/run/sandgate/credential',
+      '/sandbox',
+    ]);
+    // The workload cgroup binds are this sandbox's own cgroup directories, nothing else of the host's.
+    for (const c of ['cpu', 'memory', 'pids']) {
+      expect(mounts[`/run/sandgate/cgroup/${c}`]!.Source).toMatch(new RegExp(`^/sys/fs/cgroup/[a-z,]+/sandgate-docker/${s.sandboxId}/workload$`));
+    }
     expect(info.HostConfig.Binds ?? []).toEqual([]);
     expect(mounts['/opt/sandgate/node/bin/node']).toMatchObject({ Type: 'bind', RW: false });
     expect(mounts['/opt/sandgate/app']).toMatchObject({ Type: 'bind', RW: false, Source: fs.realpathSync(repoRoot) });
@@ -313,7 +338,7 @@ describe('docker driver (real dockerd)', () => {
     expect(r.env.SANDGATE_WORKLOAD_UID).toBe('10001');
     expect(r.env.SANDGATE_WORKLOAD_GID).toBe('10001');
     expect(r.env.SANDGATE_NETWORK_ISOLATION).toBe('1');
-    expect(r.env.SANDGATE_WORKLOAD_CGROUPS).toBe('');
+    expect(r.env.SANDGATE_WORKLOAD_CGROUPS).toMatch(/^\/run\/sandgate\/cgroup\//);
     expect(r.env.SANDGATE_CREDENTIAL_FILE).toBe('/run/sandgate/credential');
     expect(r.env.SANDGATE_SANDBOX_ID).toBe(s.sandboxId);
     expect(r.env.SANDGATE_MAIN_TTY).toBe('0');
@@ -332,15 +357,44 @@ describe('docker driver (real dockerd)', () => {
     await expect(driver.create(s)).rejects.toThrow(/already exists/);
   });
 
-  it('applies resource limits and falls back to the image command', async () => {
+  it('puts the limits on the workload cgroups (cgroupfs engines), falls back to the image command, removes the cgroups on delete', async () => {
     const s = spec('limits', { command: [] });
     const handle = (await driver.create({ ...s, limits: { cpuMillis: 500, memoryBytes: 256 * 1024 * 1024, pids: 128 } })) as unknown as DockerHandle;
+    const info = await docker.getContainer(handle.containerId).inspect();
+    expect(info.Config.Cmd).toEqual(['/bin/bash']); // the sandbox image's CMD
+    expect(info.HostConfig.CgroupParent).toBe(`/sandgate-docker/${s.sandboxId}`);
+    // The container (the supervisor) is not limited by them…
+    expect(info.HostConfig.Memory ?? 0).toBe(0);
+    expect(info.HostConfig.NanoCpus ?? 0).toBe(0);
+    // …its workload cgroups are, and the supervisor is told to put workload processes there.
+    const cg = (c: string, f: string) => fs.readFileSync(`/sys/fs/cgroup/${c}/sandgate-docker/${s.sandboxId}/workload/${f}`, 'utf8').trim();
+    expect(cg('memory', 'memory.limit_in_bytes')).toBe(String(256 * 1024 * 1024));
+    expect(cg('memory', 'memory.memsw.limit_in_bytes')).toBe(String(256 * 1024 * 1024));
+    expect(cg('cpu', 'cpu.cfs_quota_us')).toBe('50000');
+    expect(cg('cpu', 'cpu.cfs_period_us')).toBe('100000');
+    expect(cg('pids', 'pids.max')).toBe('128');
+    const r = await report(handle.container);
+    expect(r.env.SANDGATE_WORKLOAD_CGROUPS.split(':').sort()).toEqual(['/run/sandgate/cgroup/cpu', '/run/sandgate/cgroup/memory', '/run/sandgate/cgroup/pids']);
+    expect(dockerExec(handle.container, ['cat', '/run/sandgate/cgroup/memory/memory.limit_in_bytes']).trim()).toBe(String(256 * 1024 * 1024));
+    // The workload's uid cannot change them.
+    expect(asWorkload(handle.container, ['sh', '-c', 'echo 999999999 > /run/sandgate/cgroup/memory/memory.limit_in_bytes']).status).not.toBe(0);
+    expect(await driver.delete(s.sandboxId, handle as any)).toBe(true);
+    const left = execFileSync('sh', ['-c', `ls -d /sys/fs/cgroup/*/sandgate-docker/${s.sandboxId} 2>/dev/null || true`], { encoding: 'utf8' });
+    expect(left).toBe('');
+  });
+
+  it('limitsOn container: the limits are HostConfig limits on the whole container', async () => {
+    const whole = new DockerDriver({ stateDir, repoRoot, supervisorEntry: fakeSupervisor, network: NETWORK, limitsOn: 'container' });
+    const s = spec('whole');
+    const handle = (await whole.create({ ...s, limits: { cpuMillis: 500, memoryBytes: 256 * 1024 * 1024, pids: 128 } })) as unknown as DockerHandle;
     const info = await docker.getContainer(handle.containerId).inspect();
     expect(info.HostConfig.NanoCpus).toBe(500_000_000);
     expect(info.HostConfig.Memory).toBe(256 * 1024 * 1024);
     expect(info.HostConfig.MemorySwap).toBe(256 * 1024 * 1024);
     expect(info.HostConfig.PidsLimit).toBe(128);
-    expect(info.Config.Cmd).toEqual(['/bin/bash']); // the sandbox image's CMD
+    expect(info.HostConfig.CgroupParent ?? '').toBe('');
+    expect((await report(handle.container)).env.SANDGATE_WORKLOAD_CGROUPS).toBe('');
+    expect(await whole.delete(s.sandboxId, handle as any)).toBe(true);
   });
 
   it('stop keeps the files, start finds them with a new credential, delete removes container and volume', async () => {

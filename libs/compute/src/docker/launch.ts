@@ -5,6 +5,7 @@ import path from 'node:path';
 import type Dockerode from 'dockerode';
 import { SANDBOX_CREDENTIAL_PATH, type WorkloadIsolation } from '@sandgate/protocols/contract';
 import { DEFAULT_PIDS_LIMIT, supervisorEnvironmentFor, type LaunchSpec, type ResourceLimits } from '../driver.ts';
+import type { WorkloadCgroup } from './cgroups.ts';
 
 /** Every container and volume sandgate makes carries these labels. */
 export const LABEL_MANAGED = 'sandgate.managed';
@@ -107,7 +108,9 @@ export function assertWorkloadUser(u: { uid: number; gid: number }, what: string
  * only the path of its file.
  */
 export function buildContainerEnv(spec: LaunchSpec, workload?: WorkloadIsolation): string[] {
-  return Object.entries(supervisorEnvironmentFor(spec, workload)).map(([k, v]) => `${k}=${v}`);
+  // HOME: the workload's own directory (as the local driver does), not Docker's default /root,
+  // which the workload's uid cannot read; the sandbox's environment may still set another.
+  return Object.entries({ HOME: SANDBOX_DIR, ...supervisorEnvironmentFor(spec, workload) }).map(([k, v]) => `${k}=${v}`);
 }
 
 export interface ContainerLaunch {
@@ -129,6 +132,12 @@ export interface ContainerLaunch {
   network: string;
   /** Effective limits: the spec's over the driver's defaults. */
   limits: ResourceLimits;
+  /**
+   * The workload's own cgroups (docker/cgroups.ts), which then carry the limits, under
+   * `cgroupParent`. Absent (engines with the systemd cgroup driver): the limits are the
+   * container's, the supervisor counted in.
+   */
+  cgroups?: { parent: string; dirs: WorkloadCgroup[]; hostNamespace: boolean };
   /** The workload's identity and confinement, handed to the supervisor. */
   workload: WorkloadIsolation;
 }
@@ -162,16 +171,26 @@ export function buildContainerCreateOptions(l: ContainerLaunch): Dockerode.Conta
       // files at /sandbox are copied in.
       { Type: 'volume', Source: volumeName(id), Target: SANDBOX_DIR },
     ],
-    // The whole container (supervisor included) shares these; a fork bomb stops at the pids cap.
-    PidsLimit: r.pids ?? DEFAULT_PIDS_LIMIT,
+    // The supervisor's side: the workload cgroups carry the workload's own pids cap.
+    PidsLimit: l.cgroups ? DEFAULT_PIDS_LIMIT : (r.pids ?? DEFAULT_PIDS_LIMIT),
     // The supervisor logs to stdout; bounded, and json-file so failureReason can read it back.
     LogConfig: { Type: 'json-file', Config: { 'max-size': '10m', 'max-file': '2' } },
   };
-  if (r.cpuMillis !== undefined) hostConfig.NanoCpus = r.cpuMillis * 1_000_000;
-  if (r.memoryBytes !== undefined) {
-    hostConfig.Memory = r.memoryBytes;
-    // Equal to Memory: no swap on top of the limit (a memory hog is killed, not swapped out).
-    hostConfig.MemorySwap = r.memoryBytes;
+  if (l.cgroups) {
+    // The container (tini, the supervisor, its netns agent) in <parent>/<container id>, the
+    // workload's cgroups beside it in <parent>/workload, bound in read-write for the wrapper to
+    // join; the limits are written there, so the supervisor stays outside them.
+    hostConfig.CgroupParent = l.cgroups.parent;
+    for (const d of l.cgroups.dirs) hostConfig.Mounts!.push({ Type: 'bind', Source: d.hostDir, Target: d.containerDir, ReadOnly: false });
+    // v2: joining a cgroup outside the container's own cgroup namespace is refused.
+    if (l.cgroups.hostNamespace) (hostConfig as Record<string, unknown>).CgroupnsMode = 'host';
+  } else {
+    if (r.cpuMillis !== undefined) hostConfig.NanoCpus = r.cpuMillis * 1_000_000;
+    if (r.memoryBytes !== undefined) {
+      hostConfig.Memory = r.memoryBytes;
+      // Equal to Memory: no swap on top of the limit (a memory hog is killed, not swapped out).
+      hostConfig.MemorySwap = r.memoryBytes;
+    }
   }
   return {
     name: containerName(id),
