@@ -3,6 +3,7 @@
 // uid, its own network namespace) against a real dockerd, a real Redis and real replicas; each
 // expectation fails if the attack works. Fails loudly (never skips) without an engine.
 import { execFileSync, spawnSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import Docker from 'dockerode';
 import { DEFAULT_DOCKER_NETWORK, ensureSandboxNetwork } from '@sandgate/compute';
@@ -127,12 +128,16 @@ describe('docker sandboxes hold their workload in', () => {
   it('--memory 64Mi: a 300 MiB allocation is OOM-killed (exit 137), the sandbox keeps serving', async () => {
     const sb = await create('dki-oom', ['--memory', '64Mi', '--cpu', '0.5', '--', 'sleep', 'infinity']);
     const c = containerOf(sb.metadata.id);
-    const hc = JSON.parse(docker('inspect', '-f', '{{json .HostConfig}}', c)) as Record<string, any>;
-    expect(hc.Memory).toBe(64 * 1024 * 1024);
-    expect(hc.MemorySwap).toBe(64 * 1024 * 1024);
-    expect(hc.NanoCpus).toBe(500_000_000);
+    // The limits hold the workload's cgroups (this engine has the cgroupfs driver), not the supervisor's container.
+    const cg = (ctl: string, f: string) => readFileSync(`/sys/fs/cgroup/${ctl}/sandgate-docker/${sb.metadata.id}/workload/${f}`, 'utf8').trim();
+    expect(cg('memory', 'memory.limit_in_bytes')).toBe(String(64 * 1024 * 1024));
+    expect(cg('cpu', 'cpu.cfs_quota_us')).toBe('50000');
+    expect(cg('pids', 'pids.max')).toBe('1024');
+    expect((await exec('dki-oom', 'cat /proc/self/cgroup')).out).toMatch(new RegExp(`memory:/sandgate-docker/${sb.metadata.id}/workload`));
     const hog = await exec('dki-oom', 'head -c 314572800 /dev/zero | tail > /dev/null');
     expect(hog.code).toBe(137);
+    expect(cg('memory', 'memory.oom_control')).toMatch(/oom_kill [1-9]/);
     expect((await exec('dki-oom', 'echo still here')).out).toBe('still here\n');
+    expect(docker('inspect', '-f', '{{.HostConfig.Memory}}', c)).toBe('0');
   });
 });
