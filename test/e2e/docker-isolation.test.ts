@@ -75,7 +75,7 @@ describe('docker sandboxes hold their workload in', () => {
     expect(hc.NetworkMode).toBe(DEFAULT_DOCKER_NETWORK);
     expect(hc.NetworkMode).not.toBe('host');
     expect(hc.CapDrop).toEqual(['ALL']);
-    expect([...hc.CapAdd].sort()).toEqual(['CAP_KILL', 'CAP_NET_ADMIN', 'CAP_SETGID', 'CAP_SETUID', 'CAP_SYS_ADMIN', 'CAP_SYS_PTRACE']);
+    expect([...hc.CapAdd].sort()).toEqual(['CAP_DAC_READ_SEARCH', 'CAP_KILL', 'CAP_NET_ADMIN', 'CAP_SETGID', 'CAP_SETUID', 'CAP_SYS_ADMIN', 'CAP_SYS_PTRACE']);
     expect(hc.SecurityOpt).toEqual(['no-new-privileges']);
     expect(hc.Privileged).toBe(false);
     expect(hc.PidsLimit).toBe(1024);

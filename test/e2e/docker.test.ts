@@ -1,6 +1,6 @@
 // Issue 6 acceptance: the docker driver behind three replicas, against a real dockerd.
 // .ci/run starts dockerd and builds the sandbox image; without an engine this file fails loudly.
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawnSync } from 'node:child_process';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Redis } from 'ioredis';
 import { status as grpcStatus } from '@grpc/grpc-js';
@@ -74,9 +74,14 @@ describe('docker driver through the gateway', () => {
     const t = await runCli(['sandbox', 'exec', 'dk-basic', '--timeout', '2', '--', 'sh', '-c', 'sleep 611 & setsid sleep 612 & sleep 613'], {
       gateway: gw(1),
     });
-    expect(t.code).toBe(124);
+    const logsOf = () => spawnSync('docker', ['logs', '--tail', '30', labelled(sb.metadata.id)[0]!], { encoding: 'utf8' });
+    expect(t.code, `${t.stderr} ${t.stdout.toString()}\n${logsOf().stdout}${logsOf().stderr}`).toBe(124);
     const container = labelled(sb.metadata.id)[0]!;
-    await waitFor('no sleep 61x left in the container', () => !/sleep 61[123]/.test(docker('top', container, '-eo', 'pid,args')), 5_000);
+    await waitFor('no sleep 61x left in the container', () => !/sleep 61[123]/.test(docker('top', container, '-eo', 'pid,args')), 5_000).catch(
+      (err: unknown) => {
+        throw new Error(`${String(err)}:\n${docker('exec', container, 'ps', '-eo', 'pid,ppid,pgid,sid,uid,stat,args')}`);
+      },
+    );
   });
 
   it('stop keeps files, start finds them, delete removes container and volume, a second delete is NOT_FOUND', async () => {

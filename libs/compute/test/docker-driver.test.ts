@@ -26,8 +26,8 @@ const NO_LIBSTDCXX_IMAGE = 'sandgate-test-nolibstdcxx:latest';
 const PREFIX = `dt${process.pid}-`;
 // A sandbox network of this run's own: created by the driver, removed in afterAll.
 const NETWORK = `sgt-net-${process.pid}`;
-/** CapEff of a process holding exactly SUPERVISOR_CAPABILITIES (KILL 5, SETGID 6, SETUID 7, NET_ADMIN 12, SYS_PTRACE 19, SYS_ADMIN 21). */
-const SUPERVISOR_CAP_MASK = '00000000002810e0';
+/** CapEff of a process holding exactly SUPERVISOR_CAPABILITIES (DAC_READ_SEARCH 2, KILL 5, SETGID 6, SETUID 7, NET_ADMIN 12, SYS_PTRACE 19, SYS_ADMIN 21). */
+const SUPERVISOR_CAP_MASK = '00000000002810e4';
 
 const docker = new Docker();
 let stateDir: string;
@@ -187,7 +187,7 @@ describe('container definition (pure)', () => {
     const hc = opts.HostConfig!;
     expect(hc.NetworkMode).toBe('sandgate');
     expect(hc.CapDrop).toEqual(['ALL']);
-    expect(hc.CapAdd).toEqual(['CAP_SYS_ADMIN', 'CAP_NET_ADMIN', 'CAP_SETUID', 'CAP_SETGID', 'CAP_KILL', 'CAP_SYS_PTRACE']);
+    expect(hc.CapAdd).toEqual(['CAP_SYS_ADMIN', 'CAP_NET_ADMIN', 'CAP_SETUID', 'CAP_SETGID', 'CAP_KILL', 'CAP_SYS_PTRACE', 'CAP_DAC_READ_SEARCH']);
     expect(hc.SecurityOpt).toEqual(['no-new-privileges']);
     expect(hc.OomScoreAdj).toBe(0);
     expect(hc.Privileged).toBeUndefined();

@@ -39,8 +39,11 @@ export const SUPERVISOR_CAPABILITIES = [
   // Signalling workload processes, which run as another uid (exec timeouts, cancel, stop).
   'CAP_KILL',
   // Reading /proc/<pid>/environ of workload processes (another uid) to find an exec's escaped
-  // processes by SANDGATE_EXEC_ID, and the netns agent's /proc/<pid>/ns/net.
+  // processes (setsid, daemonised) by SANDGATE_EXEC_ID and kill them: the ptrace access check…
   'CAP_SYS_PTRACE',
+  // …and the file's own mode (0400, the workload's uid) both refuse a root without these two.
+  // Read-only: unlike CAP_DAC_OVERRIDE it never lets the supervisor write the workload's files.
+  'CAP_DAC_READ_SEARCH',
 ] as const;
 
 /**
