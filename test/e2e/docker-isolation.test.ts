@@ -3,7 +3,10 @@
 // uid, its own network namespace) against a real dockerd, a real Redis and real replicas; each
 // expectation fails if the attack works. Fails loudly (never skips) without an engine.
 import { execFileSync, spawnSync } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { spawn, type ChildProcess } from 'node:child_process';
+import os from 'node:os';
+import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import Docker from 'dockerode';
 import { DEFAULT_DOCKER_NETWORK, ensureSandboxNetwork } from '@sandgate/compute';
@@ -15,6 +18,14 @@ let redis: TestRedis;
 let cluster: Cluster;
 let bridge: string;
 const ids: string[] = [];
+// A test network namespace (only this file's) holding the egress targets: a veth pair in
+// 10.233.<n>.0/30, host side .1, namespace side .2. Never any outside address.
+const NETNS = `sgdk${process.pid % 100000}`;
+const VETH = `vdk${process.pid % 100000}`;
+const SUBNET = `10.233.${process.pid % 250}`;
+const TARGET = `${SUBNET}.2`;
+let nsServer: ChildProcess | undefined;
+let tmp: string;
 
 const docker = (...args: string[]) => execFileSync('docker', args, { encoding: 'utf8' }).trim();
 const containerOf = (id: string) => docker('ps', '-q', '--filter', `label=sandgate.sandbox-id=${id}`);
@@ -51,11 +62,21 @@ beforeAll(async () => {
   redis = await startRedis();
   bridge = (await ensureSandboxNetwork(new Docker(), DEFAULT_DOCKER_NETWORK)).gateway;
   cluster = await Cluster.start({ redisUrl: redis.url, replicas: 2, driver: 'docker', host: bridge });
+  tmp = mkdtempSync(path.join(os.tmpdir(), 'sg-dki-'));
+  const sh = (cmd: string) => execFileSync('sh', ['-c', cmd], { stdio: 'pipe' });
+  sh(`ip netns add ${NETNS}`);
+  sh(`ip link add ${VETH}a type veth peer name ${VETH}b && ip link set ${VETH}b netns ${NETNS}`);
+  sh(`ip addr add ${SUBNET}.1/30 dev ${VETH}a && ip link set ${VETH}a up`);
+  sh(`ip netns exec ${NETNS} sh -c 'ip addr add ${TARGET}/30 dev ${VETH}b && ip link set ${VETH}b up && ip link set lo up'`);
+  // Two servers in the namespace: 8443 (the policy allows it) and 8444 (it does not).
+  nsServer = spawn('ip', ['netns', 'exec', NETNS, process.execPath, '-e',
+    "for (const p of [8443, 8444]) require('net').createServer((s) => s.end('hello-egress-' + p + '\\n')).listen(p, '0.0.0.0');"], { stdio: 'ignore' });
+  await waitFor('test netns servers', () => spawnSync('bash', ['-c', `exec 3<>/dev/tcp/${TARGET}/8443`]).status === 0, 10_000);
 }, 180_000);
 
 afterAll(async () => {
   if (cluster) {
-    for (const name of ['dki-a', 'dki-b', 'dki-oom']) await runCli(['sandbox', 'delete', name], { gateway: gw() }).catch(() => undefined);
+    for (const name of ['dki-a', 'dki-b', 'dki-oom', 'dki-egress']) await runCli(['sandbox', 'delete', name], { gateway: gw() }).catch(() => undefined);
     await cluster.stop();
   }
   // Whatever a failed delete left: this file's containers and volumes.
@@ -65,6 +86,10 @@ afterAll(async () => {
   }
   cluster?.cleanup();
   await redis?.stop();
+  nsServer?.kill('SIGKILL');
+  spawnSync('ip', ['link', 'del', `${VETH}a`]);
+  spawnSync('ip', ['netns', 'del', NETNS]);
+  if (tmp) rmSync(tmp, { recursive: true, force: true });
 }, 120_000);
 
 describe('docker sandboxes hold their workload in', () => {
@@ -123,6 +148,28 @@ describe('docker sandboxes hold their workload in', () => {
       "/opt/sandgate/node/bin/node -e \"require('net').createServer((s)=>s.end('own\\n')).listen(7100,'127.0.0.1',()=>{require('net').connect(7100,'127.0.0.1').on('data',(d)=>{process.stdout.write(d);process.exit(0)})})\"",
     );
     expect(own.out).toBe('own\n');
+  });
+
+  it('egress only per policy: through the proxy, an allowed server in a test netns is reached, another port is refused at once', async () => {
+    const policy = path.join(tmp, 'policy.yaml');
+    writeFileSync(policy, `network_policies:\n  test:\n    name: test\n    endpoints:\n      - host: "${TARGET}"\n        port: 8443\n`);
+    await create('dki-egress', ['--policy', policy, '--', 'sleep', 'infinity']);
+    // CONNECT through the proxy the workload is given (HTTP_PROXY), with bash alone.
+    const connect = (port: number) =>
+      exec(
+        'dki-egress',
+        `p=\${HTTP_PROXY##*:}; p=\${p%%/*}; exec 3<>/dev/tcp/127.0.0.1/$p || exit 9; ` +
+          `printf 'CONNECT ${TARGET}:${port} HTTP/1.1\\r\\nHost: ${TARGET}:${port}\\r\\n\\r\\n' >&3; timeout 5 head -c 300 <&3`,
+      );
+    const allowed = await connect(8443);
+    expect(allowed.out).toMatch(/^HTTP\/1\.1 200/);
+    expect(allowed.out).toContain('hello-egress-8443');
+    // Refused with a status line (not a hang: `timeout 5` would leave the output empty).
+    const denied = await connect(8444);
+    expect(denied.out).toMatch(/^HTTP\/1\.1 403/);
+    expect(denied.out).not.toContain('hello-egress');
+    // Directly, without the proxy, not even the allowed server: the workload has no route out.
+    expect(await probe('dki-egress', TARGET, 8443)).not.toContain('connected');
   });
 
   it('--memory 64Mi: a 300 MiB allocation is OOM-killed (exit 137), the sandbox keeps serving', async () => {
