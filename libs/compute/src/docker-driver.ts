@@ -263,6 +263,8 @@ export class DockerDriver implements ComputeDriver {
         if (statusOf(err) === 409) {
           throw new AlreadyExists(`sandbox ${id} already exists (a container named ${containerName(id)} was created concurrently)`);
         }
+        // The sandbox network was removed behind the driver's back: made again on the next try.
+        if (statusOf(err) === 404 && /network/i.test(errMessage(err))) this.networkCache = null;
         throw new Error(`sandbox ${id}: docker could not create the container: ${errMessage(err)}`);
       }
       await this.ownSandboxDir(container, plan);
