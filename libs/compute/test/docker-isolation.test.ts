@@ -15,6 +15,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { LaunchSpec } from '../src/driver.ts';
 import { DockerDriver, type DockerHandle } from '../src/docker-driver.ts';
 import { DEFAULT_IMAGE, NODE_IN_CONTAINER } from '../src/docker/launch.ts';
+import { ensureSandboxNetwork } from '../src/docker/network.ts';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const repoRoot = path.resolve(here, '../../..');
@@ -131,13 +132,15 @@ describe('docker sandbox isolation (real dockerd)', () => {
     const ipB = await containerIp(hb.container);
     // B's server is up: B itself and the host reach it.
     await waitFor('B serving', () => connectFrom(hb.container, '10001', '127.0.0.1', 7000) === 'connected');
-    expect(await new Promise((resolve) => {
-      const s = net.connect({ host: ipB, port: 7000 }, () => {
-        resolve('connected');
-        s.destroy();
+    const fromHost = () =>
+      new Promise<string | undefined>((resolve) => {
+        const s = net.connect({ host: ipB, port: 7000 }, () => {
+          resolve('connected');
+          s.destroy();
+        });
+        s.on('error', (e: NodeJS.ErrnoException) => resolve(e.code));
       });
-      s.on('error', (e: NodeJS.ErrnoException) => resolve(e.code));
-    })).toBe('connected');
+    await waitFor(`the host reaching B at ${ipB}:7000`, async () => (await fromHost()) === 'connected', 10_000);
 
     // From A, as the workload's uid: the host's loopback services are not on this loopback…
     expect(connectFrom(ha.container, '10001', '127.0.0.1', hostPort)).toBe('ECONNREFUSED');
@@ -151,8 +154,30 @@ describe('docker sandbox isolation (real dockerd)', () => {
     // listener bound there.
     const envGateway = execFileSync('docker', ['exec', ha.container, 'sh', '-c', 'echo $SANDGATE_GATEWAY'], { encoding: 'utf8' }).trim();
     expect(envGateway).toBe(`${bridgeGateway}:1`);
-    expect(connectFrom(ha.container, '0', bridgeGateway, gatewayPort)).toBe('connected');
+    const viaBridge = connectFrom(ha.container, '0', bridgeGateway, gatewayPort);
+    expect(viaBridge, `supervisor side of A → ${bridgeGateway}:${gatewayPort}`).toBe('connected');
   }, 90_000);
+
+  it('the sandbox network: made once by concurrent callers; an existing one that lets containers talk is refused', async () => {
+    const name = `sgi-race-${process.pid}`;
+    try {
+      // Five "replicas" at once, each with its own client: one network results, all agree on it.
+      const got = await Promise.all(Array.from({ length: 5 }, () => ensureSandboxNetwork(new Docker(), name)));
+      expect(new Set(got.map((n) => n.id)).size).toBe(1);
+      const same = (await docker.listNetworks({ filters: { name: [name] } })).filter((n) => n.Name === name);
+      expect(same).toHaveLength(1);
+    } finally {
+      spawnSync('docker', ['network', 'rm', name]);
+    }
+    const open = `sgi-open-${process.pid}`;
+    execFileSync('docker', ['network', 'create', open]);
+    try {
+      const d = new DockerDriver({ stateDir, repoRoot, supervisorEntry: fakeSupervisor, network: open });
+      await expect(d.create(spec('open-net'))).rejects.toThrow(/network sgi-open-\d+ exists but lets containers reach each other/);
+    } finally {
+      spawnSync('docker', ['network', 'rm', open]);
+    }
+  });
 
   it('refuses a launch whose loopback-only gateway the containers could never reach, saying how to fix it', async () => {
     const loopbackOnly = await listen('127.0.0.1');
