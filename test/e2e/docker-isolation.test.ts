@@ -9,7 +9,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import Docker from 'dockerode';
-import { DEFAULT_DOCKER_NETWORK, ensureSandboxNetwork } from '@sandgate/compute';
+import { DEFAULT_DOCKER_NETWORK, DockerDriver, ensureSandboxNetwork } from '@sandgate/compute';
 import { Cluster, repoRoot, runCli } from '../harness/cluster.ts';
 import { startRedis, type TestRedis } from '../harness/redis.ts';
 import { waitFor } from '../harness/wait.ts';
@@ -79,10 +79,10 @@ afterAll(async () => {
     for (const name of ['dki-a', 'dki-b', 'dki-oom', 'dki-egress']) await runCli(['sandbox', 'delete', name], { gateway: gw() }).catch(() => undefined);
     await cluster.stop();
   }
-  // Whatever a failed delete left: this file's containers and volumes.
-  for (const id of ids) {
-    spawnSync('docker', ['rm', '-f', `sandgate-${id}`]);
-    spawnSync('docker', ['volume', 'rm', '-f', `sandgate-${id}`]);
+  // Whatever a failed delete left (container, volume, workload cgroups), through the driver.
+  if (cluster) {
+    const driver = new DockerDriver({ stateDir: cluster.stateDir, repoRoot, supervisorEntry: `${repoRoot}/apps/supervisor/src/main.ts` });
+    for (const id of ids) await driver.delete(id, null).catch(() => false);
   }
   cluster?.cleanup();
   await redis?.stop();

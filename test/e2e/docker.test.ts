@@ -5,7 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Redis } from 'ioredis';
 import { status as grpcStatus } from '@grpc/grpc-js';
 import Docker from 'dockerode';
-import { DEFAULT_DOCKER_NETWORK, ensureSandboxNetwork } from '@sandgate/compute';
+import { DEFAULT_DOCKER_NETWORK, DockerDriver, ensureSandboxNetwork } from '@sandgate/compute';
 import { SandboxPhase } from '@sandgate/protocols';
 import { Cluster, repoRoot, runCli } from '../harness/cluster.ts';
 import { startRedis, type TestRedis } from '../harness/redis.ts';
@@ -36,6 +36,12 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await cluster?.stop();
+  // Through the driver, so a sandbox left behind by a failed test loses its workload cgroups too.
+  if (cluster) {
+    const driver = new DockerDriver({ stateDir: cluster.stateDir, repoRoot, supervisorEntry: `${repoRoot}/apps/supervisor/src/main.ts` });
+    const ids = labelled().map((c) => docker('inspect', '-f', '{{ index .Config.Labels "sandgate.sandbox-id" }}', c));
+    for (const id of ids) await driver.delete(id, null).catch(() => false);
+  }
   for (const c of labelled()) docker('rm', '-f', c);
   for (const v of volumes()) docker('volume', 'rm', '-f', v);
   cluster?.cleanup();

@@ -345,6 +345,14 @@ export class DockerDriver implements ComputeDriver {
       seen.add(id);
       out.push({ sandboxId: id, handle: { volume: v.Name }, state: 'gone' });
     }
+    // Workload cgroups without container or volume (a container removed behind the driver's
+    // back): gone as well, so that reconciliation's delete removes them.
+    const cg = await this.cgroups();
+    for (const id of cg ? await cg.list() : []) {
+      if (!validId(id) || seen.has(id)) continue;
+      seen.add(id);
+      out.push({ sandboxId: id, handle: {}, state: 'gone' });
+    }
     return out;
   }
 

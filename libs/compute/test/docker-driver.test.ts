@@ -378,7 +378,12 @@ describe('docker driver (real dockerd)', () => {
     expect(dockerExec(handle.container, ['cat', '/run/sandgate/cgroup/memory/memory.limit_in_bytes']).trim()).toBe(String(256 * 1024 * 1024));
     // The workload's uid cannot change them.
     expect(asWorkload(handle.container, ['sh', '-c', 'echo 999999999 > /run/sandgate/cgroup/memory/memory.limit_in_bytes']).status).not.toBe(0);
-    expect(await driver.delete(s.sandboxId, handle as any)).toBe(true);
+    // Container and volume removed behind the driver's back: the cgroups left are reported gone…
+    execFileSync('docker', ['rm', '-f', handle.container]);
+    execFileSync('docker', ['volume', 'rm', '-f', `sandgate-${s.sandboxId}`]);
+    expect((await driver.list()).find((o) => o.sandboxId === s.sandboxId)?.state).toBe('gone');
+    // …and reconciliation's delete removes them, in every hierarchy.
+    await driver.delete(s.sandboxId, null);
     const left = execFileSync('sh', ['-c', `ls -d /sys/fs/cgroup/*/sandgate-docker/${s.sandboxId} 2>/dev/null || true`], { encoding: 'utf8' });
     expect(left).toBe('');
   });

@@ -178,6 +178,14 @@ export class DockerCgroups {
     }
   }
 
+  /** Sandbox ids that have workload cgroups (in the first hierarchy: they are made in all). */
+  async list(): Promise<string[]> {
+    const h = this.hierarchies[0];
+    if (!h) return [];
+    const entries = await fsp.readdir(path.join(h.mount, this.parent), { withFileTypes: true }).catch(() => []);
+    return entries.filter((e) => e.isDirectory()).map((e) => e.name);
+  }
+
   /**
    * Removes the sandbox's cgroups once its container is gone. Processes still in the workload
    * cgroup (the container's PID namespace is being torn down) are waited for, then SIGKILLed.
