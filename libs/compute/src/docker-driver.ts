@@ -13,8 +13,10 @@
 // off (docker/network.ts), never the host's; the supervisor runs as root with only the few
 // capabilities it needs (SUPERVISOR_CAPABILITIES) and no-new-privileges, and runs every workload
 // process as the workload's uid, without capabilities, in a network namespace of its own
-// (WorkloadIsolation in its environment). Memory, CPU and pids limits are the container's
-// (HostConfig), from the spec's limits over the driver's defaults.
+// (WorkloadIsolation in its environment). Memory, CPU and pids limits (the spec's over the
+// driver's defaults) are on the workload's own cgroups beside the container (docker/cgroups.ts),
+// so the supervisor stays outside them; HostConfig limits on the whole container only where the
+// engine's cgroup driver is systemd (or limitsOn: 'container').
 //
 // Lifetime: the container belongs to no replica; any replica talking to the same engine finds it
 // again by name (sandgate-<id>) or label (sandgate.sandbox-id=<id>). Restarts are sandgate's, so
