@@ -388,6 +388,16 @@ describe('docker driver (real dockerd)', () => {
     expect(left).toBe('');
   });
 
+  it("the policy's workload user: /sandbox is given to it and the supervisor is told; root is refused", async () => {
+    const s = spec('user', { workloadUser: { uid: 12345, gid: 23456 } });
+    const handle = (await driver.create(s)) as unknown as DockerHandle;
+    const r = await report(handle.container);
+    expect([r.env.SANDGATE_WORKLOAD_UID, r.env.SANDGATE_WORKLOAD_GID]).toEqual(['12345', '23456']);
+    expect(dockerExec(handle.container, ['stat', '-c', '%u:%g', '/sandbox']).trim()).toBe('12345:23456');
+    expect(await driver.delete(s.sandboxId, handle as any)).toBe(true);
+    await expect(driver.create(spec('root', { workloadUser: { uid: 0, gid: 0 } }))).rejects.toThrow(/workloadUser\.uid must be a numeric id other than 0/);
+  });
+
   it('limitsOn container: the limits are HostConfig limits on the whole container', async () => {
     const whole = new DockerDriver({ stateDir, repoRoot, supervisorEntry: fakeSupervisor, network: NETWORK, limitsOn: 'container' });
     const s = spec('whole');
