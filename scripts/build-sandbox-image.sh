@@ -12,7 +12,9 @@
 # What goes in: the files (`dpkg -L`) of a few packages and of everything they depend on — a
 # shell (bash, dash as /bin/sh), coreutils, procps (ps, kill, top), grep, sed, findutils, tar,
 # gzip, and glibc + libstdc++ + libgcc (what the Node binary that runs the supervisor needs,
-# see deploy/README.md) — minus documentation, plus /etc/passwd, /etc/group and the usual
+# see deploy/README.md), util-linux (unshare, nsenter, setpriv) and iproute2 (ip), which the
+# supervisor uses to confine the workload (its own network namespace, a non-root uid, no
+# capabilities) — minus documentation, plus /etc/passwd, /etc/group and the usual
 # empty directories. No package manager, no init: the supervisor is bind-mounted in by the
 # docker driver and Docker's own init (HostConfig.Init) reaps zombies.
 #
@@ -35,6 +37,9 @@ log() { printf 'build-sandbox-image: %s\n' "$*" >&2; }
 ROOT_PACKAGES=(
   base-files bash dash coreutils procps grep sed findutils tar gzip debianutils ncurses-base ncurses-bin hostname
   libc6 libc-bin libstdc++6 libgcc-s1
+  # The supervisor's workload confinement: `unshare --net` for the netns agent, `nsenter --net`
+  # and `setpriv` in the fixed wrapper every workload process starts through, `ip` for lo.
+  util-linux iproute2
 )
 # shellcheck disable=SC2206
 EXTRA_PACKAGES=(${SANDGATE_IMAGE_PACKAGES:-})
@@ -120,23 +125,26 @@ done
 mkdir -p etc root home tmp run proc sys dev sandbox var/tmp var/log usr/local/bin opt
 chmod 1777 tmp var/tmp
 chmod 0700 root
+# The workload's user (SANDBOX_UID/SANDBOX_GID in @sandgate/protocols/contract) owns its work
+# directory; the docker driver also chowns the /sandbox volume, for images that lack this.
+chown 10001:10001 sandbox
 [ -e bin/sh ] || ln -s dash usr/bin/sh
 cat >etc/passwd <<'EOF'
 root:x:0:0:root:/root:/bin/bash
 nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin
-sandbox:x:1000:1000:sandbox:/sandbox:/bin/bash
+sandbox:x:10001:10001:sandbox:/sandbox:/bin/bash
 EOF
 cat >etc/group <<'EOF'
 root:x:0:
 tty:x:5:
 nogroup:x:65534:
-sandbox:x:1000:
+sandbox:x:10001:
 EOF
 printf 'passwd: files\ngroup: files\nshadow: files\nhosts: files dns\n' >etc/nsswitch.conf
 printf 'root:*::0:99999:7:::\n' >etc/shadow && chmod 0640 etc/shadow
 # The dynamic linker's cache, so that libraries are found without LD_LIBRARY_PATH.
 if [ -x /sbin/ldconfig ]; then /sbin/ldconfig -r "$STAGE" 2>/dev/null || true; fi
-for need in usr/bin/sh usr/bin/bash usr/bin/ps usr/bin/sleep usr/lib64/ld-linux-x86-64.so.2; do
+for need in usr/bin/sh usr/bin/bash usr/bin/ps usr/bin/sleep usr/bin/unshare usr/bin/nsenter usr/bin/setpriv usr/sbin/ip usr/lib64/ld-linux-x86-64.so.2; do
   if [ ! -e "$need" ] && [ ! -L "$need" ]; then
     case "$need" in usr/lib64/*) [ "$ARCH" = amd64 ] || continue ;; esac
     log "assembled root filesystem lacks /$need"; exit 1

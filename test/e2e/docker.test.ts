@@ -1,9 +1,11 @@
 // Issue 6 acceptance: the docker driver behind three replicas, against a real dockerd.
 // .ci/run starts dockerd and builds the sandbox image; without an engine this file fails loudly.
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawnSync } from 'node:child_process';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Redis } from 'ioredis';
 import { status as grpcStatus } from '@grpc/grpc-js';
+import Docker from 'dockerode';
+import { DEFAULT_DOCKER_NETWORK, DockerDriver, ensureSandboxNetwork } from '@sandgate/compute';
 import { SandboxPhase } from '@sandgate/protocols';
 import { Cluster, repoRoot, runCli } from '../harness/cluster.ts';
 import { startRedis, type TestRedis } from '../harness/redis.ts';
@@ -26,11 +28,20 @@ beforeAll(async () => {
   execFileSync('bash', [`${repoRoot}/scripts/build-sandbox-image.sh`], { stdio: 'ignore' });
   redis = await startRedis();
   r = redis.client();
-  cluster = await Cluster.start({ redisUrl: redis.url, replicas: 3, driver: 'docker' });
+  // Sandbox containers are on sandgate's bridge, not the host's network: the replicas listen on
+  // the bridge's host address (which the host itself reaches too), not on loopback only.
+  const { gateway } = await ensureSandboxNetwork(new Docker(), DEFAULT_DOCKER_NETWORK);
+  cluster = await Cluster.start({ redisUrl: redis.url, replicas: 3, driver: 'docker', host: gateway });
 }, 180_000);
 
 afterAll(async () => {
   await cluster?.stop();
+  // Through the driver, so a sandbox left behind by a failed test loses its workload cgroups too.
+  if (cluster) {
+    const driver = new DockerDriver({ stateDir: cluster.stateDir, repoRoot, supervisorEntry: `${repoRoot}/apps/supervisor/src/main.ts` });
+    const ids = labelled().map((c) => docker('inspect', '-f', '{{ index .Config.Labels "sandgate.sandbox-id" }}', c));
+    for (const id of ids) await driver.delete(id, null).catch(() => false);
+  }
   for (const c of labelled()) docker('rm', '-f', c);
   for (const v of volumes()) docker('volume', 'rm', '-f', v);
   cluster?.cleanup();
@@ -69,9 +80,14 @@ describe('docker driver through the gateway', () => {
     const t = await runCli(['sandbox', 'exec', 'dk-basic', '--timeout', '2', '--', 'sh', '-c', 'sleep 611 & setsid sleep 612 & sleep 613'], {
       gateway: gw(1),
     });
-    expect(t.code).toBe(124);
+    const logsOf = () => spawnSync('docker', ['logs', '--tail', '30', labelled(sb.metadata.id)[0]!], { encoding: 'utf8' });
+    expect(t.code, `${t.stderr} ${t.stdout.toString()}\n${logsOf().stdout}${logsOf().stderr}`).toBe(124);
     const container = labelled(sb.metadata.id)[0]!;
-    await waitFor('no sleep 61x left in the container', () => !/sleep 61[123]/.test(docker('top', container, '-eo', 'pid,args')), 5_000);
+    await waitFor('no sleep 61x left in the container', () => !/sleep 61[123]/.test(docker('top', container, '-eo', 'pid,args')), 5_000).catch(
+      (err: unknown) => {
+        throw new Error(`${String(err)}:\n${docker('exec', container, 'ps', '-eo', 'pid,ppid,pgid,sid,uid,stat,args')}`);
+      },
+    );
   });
 
   it('stop keeps files, start finds them, delete removes container and volume, a second delete is NOT_FOUND', async () => {
@@ -133,10 +149,15 @@ describe('docker driver through the gateway', () => {
       ),
     );
     const ids = created.map((c) => c.sandbox.metadata.id);
+    let phases = '';
     await waitFor('all Ready', async () => {
       const res = await unaryCall<{ sandboxes: { metadata: { name: string }; status: { phase?: number } }[] }>(clients[0]!, 'ListSandboxes', {});
-      return res.sandboxes.filter((s) => names.includes(s.metadata.name) && s.status.phase === SandboxPhase.READY).length === 20;
-    }, 240_000, 500);
+      const ours = res.sandboxes.filter((s) => names.includes(s.metadata.name));
+      phases = JSON.stringify(Object.entries(Object.groupBy(ours, (s) => String(s.status.phase ?? 0))).map(([p, l]) => [p, l!.length]));
+      return ours.filter((s) => s.status.phase === SandboxPhase.READY).length === 20;
+    }, 240_000, 500).catch((err: unknown) => {
+      throw new Error(`${String(err)}; phases (phase, count): ${phases}; replica logs:\n${cluster.logs()}`);
+    });
     await Promise.all(names.map((name, i) => unaryCall(clients[i % 3]!, 'DeleteSandbox', { name })));
     for (const c of clients) c.close();
     // No container, volume or Redis key of theirs is left (the event streams expire on their own).

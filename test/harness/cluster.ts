@@ -32,6 +32,12 @@ export interface ClusterOptions {
   /** What supervisors dial (e.g. a load balancer); defaults to every replica's address. */
   supervisorEndpoint?: string;
   driver?: 'local' | 'docker';
+  /**
+   * Where replicas listen (and what clients and supervisors dial). Default 127.0.0.1. The docker
+   * test uses the sandbox network's bridge address: containers are not on the host's network, so
+   * they reach host listeners only there.
+   */
+  host?: string;
 }
 
 export class Cluster {
@@ -41,6 +47,7 @@ export class Cluster {
   private readonly env: Record<string, string>;
   private readonly endpointOverride: string | undefined;
   driver: 'local' | 'docker' = 'local';
+  host = '127.0.0.1';
 
   private constructor(redisUrl: string, env: Record<string, string>, endpointOverride: string | undefined) {
     this.redisUrl = redisUrl;
@@ -52,6 +59,7 @@ export class Cluster {
   static async start(opts: ClusterOptions): Promise<Cluster> {
     const cluster = new Cluster(opts.redisUrl, opts.env ?? {}, opts.supervisorEndpoint);
     cluster.driver = opts.driver ?? 'local';
+    cluster.host = opts.host ?? '127.0.0.1';
     const n = opts.replicas ?? 3;
     const ports = await freePorts(n * 3);
     for (let i = 0; i < n; i++) {
@@ -61,8 +69,8 @@ export class Cluster {
         grpcPort,
         httpPort,
         peerPort,
-        grpcAddress: `127.0.0.1:${grpcPort}`,
-        httpUrl: `http://127.0.0.1:${httpPort}`,
+        grpcAddress: `${cluster.host}:${grpcPort}`,
+        httpUrl: `http://${cluster.host}:${httpPort}`,
         proc: null,
         logs: [],
       });
@@ -89,8 +97,8 @@ export class Cluster {
       grpcPort: grpcPort!,
       httpPort: httpPort!,
       peerPort: peerPort!,
-      grpcAddress: `127.0.0.1:${grpcPort}`,
-      httpUrl: `http://127.0.0.1:${httpPort}`,
+      grpcAddress: `${this.host}:${grpcPort}`,
+      httpUrl: `http://${this.host}:${httpPort}`,
       proc: null,
       logs: [],
       env: opts.env,
@@ -106,7 +114,7 @@ export class Cluster {
     const args = [
       cliBin,
       'gateway',
-      '--host', '127.0.0.1',
+      '--host', this.host,
       '--grpc-port', String(r.grpcPort),
       '--http-port', String(r.httpPort),
       '--peer-port', String(r.peerPort),

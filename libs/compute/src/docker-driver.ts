@@ -5,9 +5,18 @@
 // repository root (apps/supervisor + node_modules) are bind-mounted read-only at /opt/sandgate/…
 // and the container's ENTRYPOINT is `node …/apps/supervisor/src/main.ts --`, its CMD the sandbox
 // command. Docker's init (HostConfig.Init, tini) runs in front as PID 1 and reaps zombies. The
-// credential is a 0600 file under <stateDir>/docker/<id>/ bind-mounted read-only at
+// credential is a root-owned 0600 file under <stateDir>/docker/<id>/ bind-mounted read-only at
 // /run/sandgate/credential, never an environment variable. See deploy/README.md for which images
 // can run the supervisor.
+//
+// Confinement: the container is on sandgate's own bridge network with inter-container traffic
+// off (docker/network.ts), never the host's; the supervisor runs as root with only the few
+// capabilities it needs (SUPERVISOR_CAPABILITIES) and no-new-privileges, and runs every workload
+// process as the workload's uid, without capabilities, in a network namespace of its own
+// (WorkloadIsolation in its environment). Memory, CPU and pids limits (the spec's over the
+// driver's defaults) are on the workload's own cgroups beside the container (docker/cgroups.ts),
+// so the supervisor stays outside them; HostConfig limits on the whole container only where the
+// engine's cgroup driver is systemd (or limitsOn: 'container').
 //
 // Lifetime: the container belongs to no replica; any replica talking to the same engine finds it
 // again by name (sandgate-<id>) or label (sandgate.sandbox-id=<id>). Restarts are sandgate's, so
@@ -19,24 +28,28 @@ import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import Docker from 'dockerode';
 import type Dockerode from 'dockerode';
-import type { ComputeDriver, ComputeHandle, ComputeState, LaunchSpec, ObservedCompute } from './driver.ts';
+import { SANDBOX_GID, SANDBOX_UID, type WorkloadIsolation } from '@sandgate/protocols/contract';
+import type { ComputeDriver, ComputeHandle, ComputeState, LaunchSpec, ObservedCompute, ResourceLimits } from './driver.ts';
 import { assertLaunchSpec, assertSandboxId } from './validate.ts';
 import {
-  assertResources,
+  assertLimits,
+  assertWorkloadUser,
   buildContainerCreateOptions,
   containerName,
   DEFAULT_IMAGE,
   LABEL_MANAGED,
   LABEL_SANDBOX_ID,
   labelsFor,
-  numericImageUser,
+  SANDBOX_DIR,
   STOP_TIMEOUT_S,
   volumeName,
-  type DockerResources,
 } from './docker/launch.ts';
+import { assertGatewayReachable, DEFAULT_NETWORK, endpointsForBridge, ensureSandboxNetwork, type SandboxNetwork } from './docker/network.ts';
 import { demuxDockerStream, describeFailure, elfInterpreter, tailLines } from './docker/diagnose.ts';
+import { DockerCgroups } from './docker/cgroups.ts';
 
-export { DEFAULT_IMAGE, type DockerResources } from './docker/launch.ts';
+export { DEFAULT_IMAGE } from './docker/launch.ts';
+export { DEFAULT_NETWORK } from './docker/network.ts';
 
 export interface DockerDriverOptions {
   /** Host directory for per-sandbox state (the credential files live in <stateDir>/docker/<id>/). */
@@ -51,12 +64,23 @@ export interface DockerDriverOptions {
   defaultImage?: string;
   /** A dockerode client. Default: `new Docker()` (DOCKER_HOST, else /var/run/docker.sock). */
   docker?: Dockerode;
-  /** Default limits for every sandbox; a launch spec's `resources` overrides them field by field. */
-  resources?: DockerResources;
+  /** Default limits for every sandbox; a launch spec's `limits` override them field by field. */
+  limits?: ResourceLimits;
+  /**
+   * The user-defined bridge network sandbox containers join (created when missing, with
+   * inter-container communication off). Default `sandgate`.
+   */
+  network?: string;
+  /**
+   * Where the limits go. `workload` (default when the engine uses the cgroupfs cgroup driver): the
+   * workload's own cgroups beside the container (docker/cgroups.ts), the supervisor outside them.
+   * `container`: HostConfig limits on the whole container, the supervisor counted in (the only
+   * way with the systemd cgroup driver, chosen then by default).
+   */
+  limitsOn?: 'workload' | 'container';
+  /** Workload cgroups (tests pass their own); default: this host's, under `sandgate-docker`. */
+  cgroups?: DockerCgroups;
 }
-
-/** A launch spec with optional per-sandbox limits (the template's resources). */
-export type DockerLaunchSpec = LaunchSpec & { resources?: DockerResources };
 
 /** The docker driver's handle, as persisted by the gateway. */
 export interface DockerHandle {
@@ -78,8 +102,13 @@ export class DockerDriver implements ComputeDriver {
   private readonly supervisorEntry: string;
   private readonly repoRoot: string;
   private readonly nodePath: string;
-  private readonly resources: DockerResources;
+  private readonly limits: ResourceLimits;
+  private readonly networkName: string;
   private runtimeCache: Runtime | null = null;
+  private networkCache: Promise<SandboxNetwork> | null = null;
+  private readonly limitsOn: 'workload' | 'container' | undefined;
+  private cgroupsCache: Promise<DockerCgroups | null> | null = null;
+  private readonly cgroupsOpt: DockerCgroups | undefined;
 
   constructor(opts: DockerDriverOptions) {
     if (!opts.stateDir) throw new Error('DockerDriver: stateDir is required');
@@ -96,12 +125,21 @@ export class DockerDriver implements ComputeDriver {
     this.nodePath = opts.nodePath ?? process.execPath;
     if (!path.isAbsolute(this.nodePath)) throw new Error('DockerDriver: nodePath must be an absolute path');
     this.defaultImage = opts.defaultImage || DEFAULT_IMAGE;
-    assertResources(opts.resources, 'DockerDriver resources');
-    this.resources = { ...opts.resources };
+    assertLimits(opts.limits, 'DockerDriver limits');
+    this.limits = { ...opts.limits };
+    this.networkName = opts.network ?? DEFAULT_NETWORK;
+    if (opts.limitsOn !== undefined && opts.limitsOn !== 'workload' && opts.limitsOn !== 'container') {
+      throw new Error(`DockerDriver: limitsOn must be workload or container (got ${JSON.stringify(opts.limitsOn)})`);
+    }
+    this.limitsOn = opts.limitsOn;
+    this.cgroupsOpt = opts.cgroups;
+    if (!/^[A-Za-z0-9][A-Za-z0-9_.-]*$/.test(this.networkName)) {
+      throw new Error(`DockerDriver: network must be a Docker network name (got ${JSON.stringify(opts.network)})`);
+    }
     this.docker = opts.docker ?? new Docker();
   }
 
-  async create(spec: DockerLaunchSpec): Promise<ComputeHandle> {
+  async create(spec: LaunchSpec): Promise<ComputeHandle> {
     const plan = await this.plan(spec);
     const id = spec.sandboxId;
     const existing = await this.containersOf(id);
@@ -115,7 +153,7 @@ export class DockerDriver implements ComputeDriver {
   }
 
   /** Everything a container for `spec` needs, checked: runtime paths, image, command, limits. */
-  private async plan(spec: DockerLaunchSpec): Promise<LaunchPlan> {
+  private async plan(spec: LaunchSpec): Promise<LaunchPlan> {
     assertSandboxId(spec.sandboxId);
     const id = spec.sandboxId;
     const image = (spec.image ?? '').trim() || this.defaultImage;
@@ -129,19 +167,69 @@ export class DockerDriver implements ComputeDriver {
         : [...(imageInfo.Config?.Entrypoint ?? []), ...(imageInfo.Config?.Cmd ?? [])];
     if (command.length === 0) throw new Error(`sandbox ${id}: no command given and image ${image} has no ENTRYPOINT/CMD`);
     assertLaunchSpec({ ...spec, command });
-    assertResources(spec.resources, 'resources');
-    const resources: DockerResources = { ...this.resources, ...stripUndefined(spec.resources ?? {}) };
+    assertLimits(spec.limits, 'limits');
+    const limits: ResourceLimits = { ...this.limits, ...stripUndefined(spec.limits ?? {}) };
+    const user = spec.workloadUser ?? { uid: SANDBOX_UID, gid: SANDBOX_GID };
+    assertWorkloadUser(user, 'workloadUser');
+    const network = await this.network();
+    const gatewayEndpoints = endpointsForBridge(spec.gatewayEndpoints, network.gateway);
+    await assertGatewayReachable(spec.gatewayEndpoints, network.gateway);
     const dir = path.join(this.stateDir, 'docker', id);
+    const cg = await this.cgroups();
+    const dirs = cg ? cg.dirs(id) : [];
     return {
-      spec: { ...spec, command },
+      spec: { ...spec, command, gatewayEndpoints },
       image,
-      imageUser: imageInfo.Config?.User ?? '',
       command,
       runtime: rt,
       dir,
       credentialHostPath: path.join(dir, CREDENTIAL_FILE),
-      resources,
+      network: network.name,
+      limits,
+      cgroups: cg ? { parent: cg.cgroupParent(id), dirs, hostNamespace: cg.anyV2 } : undefined,
+      workload: { uid: user.uid, gid: user.gid, isolateNetwork: true, cgroupDirs: dirs.map((d) => d.containerDir) },
     };
+  }
+
+  /**
+   * The workload cgroups, or null when the limits are the container's: decided once, from the
+   * option or else the engine's cgroup driver (a CgroupParent path needs cgroupfs).
+   */
+  private cgroups(): Promise<DockerCgroups | null> {
+    if (!this.cgroupsCache) {
+      const p = (async () => {
+        if (this.limitsOn === 'container') return null;
+        if (this.limitsOn === undefined) {
+          const info = (await this.docker.info()) as { CgroupDriver?: string };
+          if (info.CgroupDriver !== 'cgroupfs') return null;
+        }
+        return this.cgroupsOpt ?? DockerCgroups.detect();
+      })();
+      this.cgroupsCache = p;
+      p.catch(() => {
+        if (this.cgroupsCache === p) this.cgroupsCache = null;
+      });
+    }
+    return this.cgroupsCache;
+  }
+
+  /** Makes the plan's workload cgroups (again) with its limits: before every container start. */
+  private async ensureCgroups(plan: LaunchPlan): Promise<void> {
+    const cg = await this.cgroups();
+    if (cg) await cg.ensure(plan.spec.sandboxId, plan.limits);
+  }
+
+  /** The sandbox network, made once per driver (and by whichever replica comes first). */
+  private network(): Promise<SandboxNetwork> {
+    if (!this.networkCache) {
+      const p = ensureSandboxNetwork(this.docker, this.networkName);
+      this.networkCache = p;
+      // A failure is not cached: the next create tries again (the engine may have come up).
+      p.catch(() => {
+        if (this.networkCache === p) this.networkCache = null;
+      });
+    }
+    return this.networkCache;
   }
 
   private createOptions(plan: LaunchPlan): Dockerode.ContainerCreateOptions {
@@ -153,7 +241,10 @@ export class DockerDriver implements ComputeDriver {
       appHostPath: plan.runtime.appHostPath,
       supervisorRelPath: plan.runtime.supervisorRelPath,
       credentialHostPath: plan.credentialHostPath,
-      resources: plan.resources,
+      network: plan.network,
+      limits: plan.limits,
+      cgroups: plan.cgroups,
+      workload: plan.workload,
     });
   }
 
@@ -166,7 +257,8 @@ export class DockerDriver implements ComputeDriver {
     let container: Dockerode.Container | null = null;
     try {
       await fsp.mkdir(plan.dir, { recursive: true, mode: 0o700 });
-      await writeCredential(plan.credentialHostPath, plan.spec.credential, plan.imageUser);
+      await writeCredential(plan.credentialHostPath, plan.spec.credential);
+      await this.ensureCgroups(plan);
       // Creating an existing volume is a no-op in Docker (a restart reuses the kept one).
       await this.docker.createVolume({ Name: volumeName(id), Labels: labelsFor(id) });
       try {
@@ -175,8 +267,11 @@ export class DockerDriver implements ComputeDriver {
         if (statusOf(err) === 409) {
           throw new AlreadyExists(`sandbox ${id} already exists (a container named ${containerName(id)} was created concurrently)`);
         }
+        // The sandbox network was removed behind the driver's back: made again on the next try.
+        if (statusOf(err) === 404 && /network/i.test(errMessage(err))) this.networkCache = null;
         throw new Error(`sandbox ${id}: docker could not create the container: ${errMessage(err)}`);
       }
+      await this.ownSandboxDir(container, plan);
       try {
         await container.start();
       } catch (err) {
@@ -191,6 +286,22 @@ export class DockerDriver implements ComputeDriver {
         else if (container) await this.removeContainers(id, [container.id]).catch(() => {});
       }
       throw err;
+    }
+  }
+
+  /**
+   * Gives the /sandbox volume's root to the workload's uid/gid. Docker fills a new volume from the
+   * image (owner included) when the container is created; the image's /sandbox is usually root's.
+   * Done through the engine's archive API (a one-entry tar whose `sandbox/` directory carries the
+   * owner), so it needs no host access to /var/lib/docker. Only the directory itself: files the
+   * image put there keep their owners.
+   */
+  private async ownSandboxDir(container: Dockerode.Container, plan: LaunchPlan): Promise<void> {
+    const tar = directoryTar(SANDBOX_DIR.slice(1), plan.workload.uid, plan.workload.gid, 0o755);
+    try {
+      await container.putArchive(tar, { path: '/' });
+    } catch (err) {
+      throw new Error(`sandbox ${plan.spec.sandboxId}: cannot give ${SANDBOX_DIR} to uid ${plan.workload.uid}: ${errMessage(err)}`);
     }
   }
 
@@ -211,6 +322,8 @@ export class DockerDriver implements ComputeDriver {
     }
     if (await this.removeContainers(sandboxId, [...ids])) existed = true;
     if (await this.removeVolume(sandboxId)) existed = true;
+    const cg = await this.cgroups();
+    if (cg) await cg.remove(sandboxId);
     const dir = path.join(this.stateDir, 'docker', sandboxId);
     await fsp.rm(dir, { recursive: true, force: true });
     return existed;
@@ -235,6 +348,14 @@ export class DockerDriver implements ComputeDriver {
       if (!validId(id) || seen.has(id)) continue;
       seen.add(id);
       out.push({ sandboxId: id, handle: { volume: v.Name }, state: 'gone' });
+    }
+    // Workload cgroups without container or volume (a container removed behind the driver's
+    // back): gone as well, so that reconciliation's delete removes them.
+    const cg = await this.cgroups();
+    for (const id of cg ? await cg.list() : []) {
+      if (!validId(id) || seen.has(id)) continue;
+      seen.add(id);
+      out.push({ sandboxId: id, handle: {}, state: 'gone' });
     }
     return out;
   }
@@ -264,7 +385,7 @@ export class DockerDriver implements ComputeDriver {
    * endpoint), or the container vanished but its volume did not, a new container is made on the
    * kept /sandbox volume instead. Returns the (possibly new) handle.
    */
-  async start(spec: DockerLaunchSpec, handle: ComputeHandle | null): Promise<ComputeHandle> {
+  async start(spec: LaunchSpec, handle: ComputeHandle | null): Promise<ComputeHandle> {
     const plan = await this.plan(spec);
     const id = spec.sandboxId;
     const info = await this.findContainer(id, handle);
@@ -272,7 +393,9 @@ export class DockerDriver implements ComputeDriver {
       const wanted = this.createOptions(plan);
       if (sameLaunch(info, wanted)) {
         await this.stop(id, { containerId: info.Id });
-        await writeCredential(plan.credentialHostPath, spec.credential, plan.imageUser);
+        await writeCredential(plan.credentialHostPath, spec.credential);
+        // Gone after a reboot (cgroupfs is not persistent), and the limits may have changed.
+        await this.ensureCgroups(plan);
         try {
           await this.docker.getContainer(info.Id).start();
         } catch (err) {
@@ -499,24 +622,69 @@ export class DockerDriver implements ComputeDriver {
 class AlreadyExists extends Error {}
 
 interface LaunchPlan {
-  spec: DockerLaunchSpec;
+  spec: LaunchSpec;
   image: string;
-  imageUser: string;
   command: string[];
   runtime: Runtime;
   /** <stateDir>/docker/<id> */
   dir: string;
   credentialHostPath: string;
-  resources: DockerResources;
+  network: string;
+  limits: ResourceLimits;
+  cgroups: { parent: string; dirs: { hostDir: string; containerDir: string }[]; hostNamespace: boolean } | undefined;
+  workload: WorkloadIsolation;
 }
 
-/** Whether a container was made from the same image, command and sandgate environment. */
+/**
+ * Whether a container was made from the same image, command, sandgate environment, network,
+ * limits and confinement. A container made by an older sandgate (the host's network, all of
+ * Docker's default capabilities) never matches, so a restart replaces it with a confined one.
+ */
 function sameLaunch(info: Dockerode.ContainerInspectInfo, wanted: Dockerode.ContainerCreateOptions): boolean {
   if (info.Config.Image !== wanted.Image) return false;
   if (JSON.stringify(info.Config.Cmd ?? []) !== JSON.stringify(wanted.Cmd ?? [])) return false;
   if (JSON.stringify(info.Config.Entrypoint ?? []) !== JSON.stringify(wanted.Entrypoint ?? [])) return false;
+  if ((info.Config.User ?? '') !== (wanted.User ?? '')) return false;
   const have = new Set(info.Config.Env ?? []);
-  return (wanted.Env ?? []).every((e) => have.has(e));
+  if (!(wanted.Env ?? []).every((e) => have.has(e))) return false;
+  const h = info.HostConfig as Dockerode.HostConfig;
+  const w = wanted.HostConfig ?? {};
+  const same = (a: unknown, b: unknown) => JSON.stringify(a ?? null) === JSON.stringify(b ?? null);
+  const num = (v: number | undefined) => (v === undefined || v === 0 ? null : v);
+  return (
+    h.NetworkMode === w.NetworkMode &&
+    (h.CgroupParent ?? '') === (w.CgroupParent ?? '') &&
+    same([...(h.CapAdd ?? [])].sort(), [...(w.CapAdd ?? [])].sort()) &&
+    same(h.CapDrop, w.CapDrop) &&
+    same(h.SecurityOpt, w.SecurityOpt) &&
+    num(h.NanoCpus) === num(w.NanoCpus) &&
+    num(h.Memory) === num(w.Memory) &&
+    num(h.MemorySwap) === num(w.MemorySwap) &&
+    (h.PidsLimit ?? null) === (w.PidsLimit ?? null) &&
+    (h.OomScoreAdj ?? 0) === (w.OomScoreAdj ?? 0)
+  );
+}
+
+/** A tar archive of one directory entry `name/` owned by uid:gid with `mode`. */
+function directoryTar(name: string, uid: number, gid: number, mode: number): Buffer {
+  const header = Buffer.alloc(512, 0);
+  const field = (value: string, offset: number, length: number) => header.write(value, offset, length, 'ascii');
+  const octal = (n: number, length: number) => n.toString(8).padStart(length - 1, '0') + '\0';
+  field(`${name}/`, 0, 100);
+  field(octal(mode, 8), 100, 8);
+  field(octal(uid, 8), 108, 8);
+  field(octal(gid, 8), 116, 8);
+  field(octal(0, 12), 124, 12); // size
+  field(octal(Math.floor(Date.now() / 1000), 12), 136, 12); // mtime
+  field('        ', 148, 8); // checksum placeholder: spaces while summing
+  field('5', 156, 1); // typeflag: directory
+  field('ustar\0', 257, 6);
+  field('00', 263, 2);
+  let sum = 0;
+  for (const b of header) sum += b;
+  field(sum.toString(8).padStart(6, '0') + '\0 ', 148, 8);
+  // Two zero blocks end the archive.
+  return Buffer.concat([header, Buffer.alloc(1024, 0)]);
 }
 
 interface Runtime {
@@ -563,14 +731,13 @@ function validId(id: string | undefined): id is string {
   }
 }
 
-async function writeCredential(file: string, credential: string, imageUser: string | undefined): Promise<void> {
-  // Written whole, then renamed: a container started later bind-mounts the complete file.
+async function writeCredential(file: string, credential: string): Promise<void> {
+  // Written whole, then renamed: a container started later bind-mounts the complete file. Owned
+  // by whoever runs the driver (root, for the engine's socket) and 0600: inside the container
+  // (no user namespace) only root, i.e. the supervisor, reads it; never the workload's uid.
   const tmp = `${file}.${process.pid}.tmp`;
   await fsp.writeFile(tmp, credential, { mode: 0o600 });
   await fsp.chmod(tmp, 0o600);
-  // An image whose USER is numeric runs the supervisor as that user: it must be able to read it.
-  const u = numericImageUser(imageUser);
-  if (u && u.uid !== 0) await fsp.chown(tmp, u.uid, u.gid);
   await fsp.rename(tmp, file);
 }
 

@@ -2,4 +2,5 @@
 export type { ComputeDriver, ComputeHandle, ComputeState, LaunchSpec, ObservedCompute } from './driver.ts';
 export { LocalDriver, type LocalDriverOptions } from './local-driver.ts';
 export type { LocalHandle } from './validate.ts';
-export { DockerDriver, DEFAULT_IMAGE as DEFAULT_DOCKER_IMAGE, type DockerDriverOptions, type DockerHandle, type DockerLaunchSpec, type DockerResources } from './docker-driver.ts';
+export { DockerDriver, DEFAULT_IMAGE as DEFAULT_DOCKER_IMAGE, DEFAULT_NETWORK as DEFAULT_DOCKER_NETWORK, type DockerDriverOptions, type DockerHandle } from './docker-driver.ts';
+export { ensureSandboxNetwork, type SandboxNetwork } from './docker/network.ts';

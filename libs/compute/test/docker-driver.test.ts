@@ -12,17 +12,22 @@ import Docker from 'dockerode';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { LaunchSpec } from '../src/driver.ts';
 import { DockerDriver, type DockerHandle } from '../src/docker-driver.ts';
-import { buildContainerCreateOptions, buildContainerEnv, DEFAULT_IMAGE } from '../src/docker/launch.ts';
+import { buildContainerCreateOptions, buildContainerEnv, DEFAULT_IMAGE, SUPERVISOR_CAPABILITIES } from '../src/docker/launch.ts';
+import { endpointsForBridge } from '../src/docker/network.ts';
 import { demuxDockerStream, describeFailure, elfInterpreter } from '../src/docker/diagnose.ts';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const repoRoot = path.resolve(here, '../../..');
-const fakeSupervisor = path.join(here, 'fixtures', 'fake-supervisor.mjs');
+const fakeSupervisor = path.join(here, 'docker-fake-supervisor.mjs');
 const realSupervisor = path.join(repoRoot, 'apps', 'supervisor', 'src', 'main.ts');
 const NO_NODE_IMAGE = 'sandgate-test-nonode:latest';
 const NO_LIBSTDCXX_IMAGE = 'sandgate-test-nolibstdcxx:latest';
 // Every sandbox id of this run starts with this, so checks for leftovers ignore other runs.
 const PREFIX = `dt${process.pid}-`;
+// A sandbox network of this run's own: created by the driver, removed in afterAll.
+const NETWORK = `sgt-net-${process.pid}`;
+/** CapEff of a process holding exactly SUPERVISOR_CAPABILITIES (DAC_READ_SEARCH 2, KILL 5, SETGID 6, SETUID 7, NET_ADMIN 12, SYS_PTRACE 19, SYS_ADMIN 21). */
+const SUPERVISOR_CAP_MASK = '00000000002810e4';
 
 const docker = new Docker();
 let stateDir: string;
@@ -50,6 +55,12 @@ function dockerExec(container: string, argv: string[]): string {
   return execFileSync('docker', ['exec', container, ...argv], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
 }
 
+/** Runs argv in the container as the workload's uid (what the supervisor's wrapper does, minus the netns). */
+function asWorkload(container: string, argv: string[]): { status: number | null; out: string } {
+  const r = spawnSync('docker', ['exec', '--user', '10001:10001', container, ...argv], { encoding: 'utf8' });
+  return { status: r.status, out: r.stdout + r.stderr };
+}
+
 async function waitFor<T>(what: string, fn: () => Promise<T | null | undefined | false>, timeoutMs = 15_000): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   let last: unknown;
@@ -66,8 +77,8 @@ async function waitFor<T>(what: string, fn: () => Promise<T | null | undefined |
 }
 
 /** The fake supervisor's report, read from inside the container. */
-async function report(container: string): Promise<Record<string, any>> {
-  return waitFor(`report.json in ${container}`, async () => JSON.parse(dockerExec(container, ['cat', '/sandbox/report.json'])));
+async function report(container: string, timeoutMs = 15_000): Promise<Record<string, any>> {
+  return waitFor(`report in ${container}`, async () => JSON.parse(dockerExec(container, ['cat', '/run/sandgate-report.json'])), timeoutMs);
 }
 
 async function labelled(kind: 'containers' | 'volumes'): Promise<string[]> {
@@ -115,8 +126,8 @@ beforeAll(async () => {
   if (imp2.status !== 0) throw new Error(`docker import failed: ${imp2.stderr}`);
 
   stateDir = fs.mkdtempSync(path.join(os.tmpdir(), 'sg-docker-'));
-  driver = new DockerDriver({ stateDir, repoRoot, supervisorEntry: fakeSupervisor });
-  realDriver = new DockerDriver({ stateDir, repoRoot, supervisorEntry: realSupervisor });
+  driver = new DockerDriver({ stateDir, repoRoot, supervisorEntry: fakeSupervisor, network: NETWORK });
+  realDriver = new DockerDriver({ stateDir, repoRoot, supervisorEntry: realSupervisor, network: NETWORK });
 }, 180_000);
 
 afterAll(async () => {
@@ -125,6 +136,7 @@ afterAll(async () => {
   }
   if (stateDir) fs.rmSync(stateDir, { recursive: true, force: true });
   spawnSync('docker', ['rmi', NO_NODE_IMAGE, NO_LIBSTDCXX_IMAGE], { encoding: 'utf8' });
+  spawnSync('docker', ['network', 'rm', NETWORK], { encoding: 'utf8' });
 }, 120_000);
 
 describe('container definition (pure)', () => {
@@ -139,8 +151,10 @@ describe('container definition (pure)', () => {
       credential: 'TOPSECRET',
       logLevel: '',
     };
-    const env = buildContainerEnv(s);
+    const workload = { uid: 10001, gid: 10001, isolateNetwork: true, cgroupDirs: [] };
+    const env = buildContainerEnv(s, workload);
     expect(env).toEqual([
+      'HOME=/sandbox',
       'FOO=bar',
       'SANDGATE_GATEWAY=lb:8080',
       'SANDGATE_SANDBOX_ID=abc',
@@ -149,8 +163,13 @@ describe('container definition (pure)', () => {
       'SANDGATE_LOG_LEVEL=info',
       'SANDGATE_DEBUG_BREAK=',
       'SANDGATE_DEBUG_UNSAFE=0',
+      'SANDGATE_WORKLOAD_UID=10001',
+      'SANDGATE_WORKLOAD_GID=10001',
+      'SANDGATE_NETWORK_ISOLATION=1',
+      'SANDGATE_WORKLOAD_CGROUPS=',
+      'SANDGATE_POLICY=',
     ]);
-    const opts = buildContainerCreateOptions({
+    const launch = {
       spec: s,
       image: 'x',
       command: ['true'],
@@ -158,14 +177,49 @@ describe('container definition (pure)', () => {
       appHostPath: '/repo',
       supervisorRelPath: 'apps/supervisor/src/main.ts',
       credentialHostPath: '/state/docker/abc/credential',
-      resources: { cpus: 1.5, memoryBytes: 512 * 1024 * 1024 },
-    });
+      network: 'sandgate',
+      workload,
+    };
+    const opts = buildContainerCreateOptions({ ...launch, limits: { cpuMillis: 1500, memoryBytes: 512 * 1024 * 1024 } });
     expect(JSON.stringify(opts)).not.toContain('TOPSECRET');
     expect(opts.Entrypoint).toEqual(['/opt/sandgate/node/bin/node', '/opt/sandgate/app/apps/supervisor/src/main.ts', '--']);
-    expect(opts.HostConfig?.NanoCpus).toBe(1_500_000_000);
-    expect(opts.HostConfig?.Memory).toBe(536870912);
-    expect(opts.HostConfig?.MemorySwap).toBe(536870912);
-    expect(opts.HostConfig?.PidsLimit).toBe(4096);
+    expect(opts.User).toBe('0:0');
+    const hc = opts.HostConfig!;
+    expect(hc.NetworkMode).toBe('sandgate');
+    expect(hc.CapDrop).toEqual(['ALL']);
+    expect(hc.CapAdd).toEqual(['CAP_SYS_ADMIN', 'CAP_NET_ADMIN', 'CAP_SETUID', 'CAP_SETGID', 'CAP_KILL', 'CAP_SYS_PTRACE', 'CAP_DAC_READ_SEARCH']);
+    expect(hc.SecurityOpt).toEqual(['no-new-privileges']);
+    expect(hc.OomScoreAdj).toBe(0);
+    expect(hc.Privileged).toBeUndefined();
+    expect(hc.NanoCpus).toBe(1_500_000_000);
+    expect(hc.Memory).toBe(536870912);
+    expect(hc.MemorySwap).toBe(536870912);
+    expect(hc.PidsLimit).toBe(1024); // DEFAULT_PIDS_LIMIT of driver.ts
+    // Nothing but the runtime, the credential and the volume: no Docker socket, no host path.
+    expect(hc.Mounts?.map((m) => m.Target)).toEqual(['/opt/sandgate/node/bin/node', '/opt/sandgate/app', '/run/sandgate/credential', '/sandbox']);
+    expect(JSON.stringify(opts)).not.toMatch(/docker\.sock/);
+    expect(hc.Binds).toBeUndefined();
+    const noLimits = buildContainerCreateOptions({ ...launch, limits: { pids: 64 } }).HostConfig!;
+    expect([noLimits.NanoCpus, noLimits.Memory, noLimits.MemorySwap, noLimits.PidsLimit]).toEqual([undefined, undefined, undefined, 64]);
+
+    // With workload cgroups the limits are theirs: none on the container, which holds the supervisor.
+    const dirs = [{ hostDir: '/sys/fs/cgroup/memory/sandgate-docker/abc/workload', containerDir: '/run/sandgate/cgroup/memory' }];
+    const cg = buildContainerCreateOptions({
+      ...launch,
+      limits: { cpuMillis: 1500, memoryBytes: 512 * 1024 * 1024, pids: 64 },
+      cgroups: { parent: '/sandgate-docker/abc', dirs, hostNamespace: false },
+    }).HostConfig!;
+    expect(cg.CgroupParent).toBe('/sandgate-docker/abc');
+    expect([cg.NanoCpus, cg.Memory, cg.MemorySwap, cg.PidsLimit]).toEqual([undefined, undefined, undefined, 1024]);
+    expect(cg.Mounts?.at(-1)).toEqual({ Type: 'bind', Source: dirs[0]!.hostDir, Target: '/run/sandgate/cgroup/memory', ReadOnly: false });
+    expect((cg as Record<string, unknown>).CgroupnsMode).toBeUndefined();
+  });
+
+  it('rewrites loopback gateway endpoints to the bridge gateway, leaves the others', () => {
+    expect(endpointsForBridge('127.0.0.1:7001, localhost:7002,[::1]:7003,127.9.9.9:7004', '172.30.0.1')).toBe(
+      '172.30.0.1:7001,172.30.0.1:7002,172.30.0.1:7003,172.30.0.1:7004',
+    );
+    expect(endpointsForBridge('lb.example:443,10.0.0.5:8080,172.30.0.1:9', '172.30.0.1')).toBe('lb.example:443,10.0.0.5:8080,172.30.0.1:9');
   });
 
   it('decodes docker log frames and finds the node binary loader', () => {
@@ -197,7 +251,7 @@ describe('container definition (pure)', () => {
 });
 
 describe('docker driver (real dockerd)', () => {
-  it('creates a running container with labels, read-only mounts, init, host network and the credential as a file', async () => {
+  it('creates a confined container: labels, read-only mounts, init, its own network, few capabilities, the credential as a root-only file', async () => {
     const s = spec('basic', {
       environment: { FOO: 'bar', SANDGATE_GATEWAY: 'evil:1', SANDGATE_CREDENTIAL_FILE: '/etc/passwd' },
     });
@@ -210,9 +264,35 @@ describe('docker driver (real dockerd)', () => {
     expect(info.Config.Labels).toMatchObject({ 'sandgate.managed': 'true', 'sandgate.sandbox-id': s.sandboxId });
     expect(info.HostConfig.Init).toBe(true);
     expect(info.HostConfig.RestartPolicy?.Name).toBe('no');
-    expect(info.HostConfig.NetworkMode).toBe('host');
-    expect(info.HostConfig.PidsLimit).toBe(4096);
+    // Its own bridge, made by the driver with inter-container traffic off; never the host's.
+    expect(info.HostConfig.NetworkMode).toBe(NETWORK);
+    expect(Object.keys(info.NetworkSettings.Networks)).toEqual([NETWORK]);
+    const net = await docker.getNetwork(NETWORK).inspect();
+    expect(net.Driver).toBe('bridge');
+    expect(net.Options).toMatchObject({ 'com.docker.network.bridge.enable_icc': 'false' });
+    expect(net.Labels).toMatchObject({ 'sandgate.managed': 'true' });
+    expect(info.HostConfig.CapDrop).toEqual(['ALL']);
+    expect([...(info.HostConfig.CapAdd ?? [])].sort()).toEqual([...SUPERVISOR_CAPABILITIES].sort());
+    expect(info.HostConfig.SecurityOpt).toEqual(['no-new-privileges']);
+    expect(info.HostConfig.Privileged).toBe(false);
+    expect(info.HostConfig.PidsLimit).toBe(1024);
+    expect(info.Config.User).toBe('0:0');
     const mounts = Object.fromEntries(info.Mounts.map((m) => [m.Destination, m]));
+    // No Docker socket (nor any other host path) inside.
+    expect(Object.keys(mounts).sort()).toEqual([
+      '/opt/sandgate/app',
+      '/opt/sandgate/node/bin/node',
+      '/run/sandgate/cgroup/cpu',
+      '/run/sandgate/cgroup/memory',
+      '/run/sandgate/cgroup/pids',
+      '/run/sandgate/credential',
+      '/sandbox',
+    ]);
+    // The workload cgroup binds are this sandbox's own cgroup directories, nothing else of the host's.
+    for (const c of ['cpu', 'memory', 'pids']) {
+      expect(mounts[`/run/sandgate/cgroup/${c}`]!.Source).toMatch(new RegExp(`^/sys/fs/cgroup/[a-z,]+/sandgate-docker/${s.sandboxId}/workload$`));
+    }
+    expect(info.HostConfig.Binds ?? []).toEqual([]);
     expect(mounts['/opt/sandgate/node/bin/node']).toMatchObject({ Type: 'bind', RW: false });
     expect(mounts['/opt/sandgate/app']).toMatchObject({ Type: 'bind', RW: false, Source: fs.realpathSync(repoRoot) });
     expect(mounts['/run/sandgate/credential']).toMatchObject({ Type: 'bind', RW: false });
@@ -223,27 +303,53 @@ describe('docker driver (real dockerd)', () => {
     expect(JSON.stringify(info.Config)).not.toContain(s.credential);
     const credFile = mounts['/run/sandgate/credential'].Source;
     expect(fs.statSync(credFile).mode & 0o777).toBe(0o600);
+    expect(fs.statSync(credFile).uid).toBe(0);
     expect(credFile.startsWith(fs.realpathSync(stateDir) + '/docker/') || credFile.startsWith(stateDir + '/docker/')).toBe(true);
 
     const r = await report(handle.container);
+    // The supervisor: root, exactly the supervisor's capabilities, no-new-privileges, seccomp on.
+    expect(r.uid).toBe(0);
+    expect(r.capEff).toBe(SUPERVISOR_CAP_MASK);
+    expect(r.capBnd).toBe(SUPERVISOR_CAP_MASK);
+    expect(r.noNewPrivs).toBe('1');
+    expect(r.seccomp).toBe('2');
+    expect(r.oomScoreAdj).toBe(0);
     expect(r.credential).toBe(s.credential);
     expect(r.credentialWrite).toBe('EROFS');
-    expect(r.sandboxWrite).toBe('ok');
+    // /sandbox is the workload's: root without CAP_DAC_OVERRIDE cannot write there, uid 10001 can.
+    expect(r.sandboxWrite).toBe('EACCES');
+    expect(dockerExec(handle.container, ['stat', '-c', '%u:%g %a', '/sandbox']).trim()).toBe('10001:10001 755');
+    expect(asWorkload(handle.container, ['sh', '-c', 'echo mine > /sandbox/w && cat /sandbox/w'])).toEqual({ status: 0, out: 'mine\n' });
+    // The workload's uid cannot read the credential (root 0600), nor the supervisor's /proc.
+    const cred = asWorkload(handle.container, ['cat', '/run/sandgate/credential']);
+    expect(cred.status).not.toBe(0);
+    expect(cred.out).toMatch(/Permission denied/);
+    expect(cred.out).not.toContain(s.credential);
+    const environ = asWorkload(handle.container, ['cat', `/proc/${r.pid}/environ`]);
+    expect(environ.status).not.toBe(0);
+    expect(asWorkload(handle.container, ['sh', '-c', 'test -e /var/run/docker.sock || test -e /run/docker.sock; echo $?']).out.trim()).toBe('1');
     expect(r.cwd).toBe('/sandbox');
-    expect(r.argv.slice(1)).toEqual(['/opt/sandgate/app/libs/compute/test/fixtures/fake-supervisor.mjs', '--', 'sleep', '100000']);
+    expect(r.argv.slice(1)).toEqual(['/opt/sandgate/app/libs/compute/test/docker-fake-supervisor.mjs', '--', 'sleep', '100000']);
     expect(r.env.FOO).toBe('bar');
-    expect(r.env.SANDGATE_GATEWAY).toBe('127.0.0.1:1');
+    // Loopback endpoints are the host's: rewritten to the bridge's gateway address.
+    const bridgeGateway = net.IPAM?.Config?.[0]?.Gateway;
+    expect(bridgeGateway).toMatch(/^\d+\.\d+\.\d+\.\d+$/);
+    expect(r.env.SANDGATE_GATEWAY).toBe(`${bridgeGateway}:1`);
+    expect(r.env.SANDGATE_WORKLOAD_UID).toBe('10001');
+    expect(r.env.SANDGATE_WORKLOAD_GID).toBe('10001');
+    expect(r.env.SANDGATE_NETWORK_ISOLATION).toBe('1');
+    expect(r.env.SANDGATE_WORKLOAD_CGROUPS).toMatch(/^\/run\/sandgate\/cgroup\//);
     expect(r.env.SANDGATE_CREDENTIAL_FILE).toBe('/run/sandgate/credential');
     expect(r.env.SANDGATE_SANDBOX_ID).toBe(s.sandboxId);
     expect(r.env.SANDGATE_MAIN_TTY).toBe('0');
     expect(Object.values(r.env)).not.toContain(s.credential);
-    // Docker's init is PID 1 and the supervisor its child; host networking: the host's interfaces.
+    // Docker's init is PID 1 and the supervisor its child; a network namespace that is not the host's.
     expect(r.pid).not.toBe(1);
     expect(dockerExec(handle.container, ['cat', '/proc/1/cmdline']).split('\0')[0]).toBe('/sbin/docker-init');
     const ps = dockerExec(handle.container, ['ps', '-eo', 'pid,args']);
     expect(ps).toMatch(/fake-supervisor\.mjs -- sleep 100000/);
     expect(ps).toMatch(/\bsleep 100000/);
-    expect(fs.readlinkSync('/proc/self/ns/net')).toBe(
+    expect(fs.readlinkSync('/proc/self/ns/net')).not.toBe(
       (await waitFor('net ns', async () => dockerExec(handle.container, ['readlink', '/proc/self/ns/net']).trim())),
     );
 
@@ -251,21 +357,67 @@ describe('docker driver (real dockerd)', () => {
     await expect(driver.create(s)).rejects.toThrow(/already exists/);
   });
 
-  it('applies resource limits and falls back to the image command', async () => {
+  it('puts the limits on the workload cgroups (cgroupfs engines), falls back to the image command, removes the cgroups on delete', async () => {
     const s = spec('limits', { command: [] });
-    const handle = (await driver.create({ ...s, resources: { cpus: 0.5, memoryBytes: 256 * 1024 * 1024, pids: 128 } } as LaunchSpec)) as unknown as DockerHandle;
+    const handle = (await driver.create({ ...s, limits: { cpuMillis: 500, memoryBytes: 256 * 1024 * 1024, pids: 128 } })) as unknown as DockerHandle;
+    const info = await docker.getContainer(handle.containerId).inspect();
+    expect(info.Config.Cmd).toEqual(['/bin/bash']); // the sandbox image's CMD
+    expect(info.HostConfig.CgroupParent).toBe(`/sandgate-docker/${s.sandboxId}`);
+    // The container (the supervisor) is not limited by them…
+    expect(info.HostConfig.Memory ?? 0).toBe(0);
+    expect(info.HostConfig.NanoCpus ?? 0).toBe(0);
+    // …its workload cgroups are, and the supervisor is told to put workload processes there.
+    const cg = (c: string, f: string) => fs.readFileSync(`/sys/fs/cgroup/${c}/sandgate-docker/${s.sandboxId}/workload/${f}`, 'utf8').trim();
+    expect(cg('memory', 'memory.limit_in_bytes')).toBe(String(256 * 1024 * 1024));
+    expect(cg('memory', 'memory.memsw.limit_in_bytes')).toBe(String(256 * 1024 * 1024));
+    expect(cg('cpu', 'cpu.cfs_quota_us')).toBe('50000');
+    expect(cg('cpu', 'cpu.cfs_period_us')).toBe('100000');
+    expect(cg('pids', 'pids.max')).toBe('128');
+    const r = await report(handle.container);
+    expect(r.env.SANDGATE_WORKLOAD_CGROUPS.split(':').sort()).toEqual(['/run/sandgate/cgroup/cpu', '/run/sandgate/cgroup/memory', '/run/sandgate/cgroup/pids']);
+    expect(dockerExec(handle.container, ['cat', '/run/sandgate/cgroup/memory/memory.limit_in_bytes']).trim()).toBe(String(256 * 1024 * 1024));
+    // The workload's uid cannot change them.
+    expect(asWorkload(handle.container, ['sh', '-c', 'echo 999999999 > /run/sandgate/cgroup/memory/memory.limit_in_bytes']).status).not.toBe(0);
+    // Container and volume removed behind the driver's back: the cgroups left are reported gone…
+    execFileSync('docker', ['rm', '-f', handle.container]);
+    execFileSync('docker', ['volume', 'rm', '-f', `sandgate-${s.sandboxId}`]);
+    expect((await driver.list()).find((o) => o.sandboxId === s.sandboxId)?.state).toBe('gone');
+    // …and reconciliation's delete removes them, in every hierarchy.
+    await driver.delete(s.sandboxId, null);
+    const left = execFileSync('sh', ['-c', `ls -d /sys/fs/cgroup/*/sandgate-docker/${s.sandboxId} 2>/dev/null || true`], { encoding: 'utf8' });
+    expect(left).toBe('');
+  });
+
+  it("the policy's workload user: /sandbox is given to it and the supervisor is told; root is refused", async () => {
+    const s = spec('user', { workloadUser: { uid: 12345, gid: 23456 } });
+    const handle = (await driver.create(s)) as unknown as DockerHandle;
+    const r = await report(handle.container);
+    expect([r.env.SANDGATE_WORKLOAD_UID, r.env.SANDGATE_WORKLOAD_GID]).toEqual(['12345', '23456']);
+    expect(dockerExec(handle.container, ['stat', '-c', '%u:%g', '/sandbox']).trim()).toBe('12345:23456');
+    expect(await driver.delete(s.sandboxId, handle as any)).toBe(true);
+    await expect(driver.create(spec('root', { workloadUser: { uid: 0, gid: 0 } }))).rejects.toThrow(/workloadUser\.uid must be a numeric id other than 0/);
+  });
+
+  it('limitsOn container: the limits are HostConfig limits on the whole container', async () => {
+    const whole = new DockerDriver({ stateDir, repoRoot, supervisorEntry: fakeSupervisor, network: NETWORK, limitsOn: 'container' });
+    const s = spec('whole');
+    const handle = (await whole.create({ ...s, limits: { cpuMillis: 500, memoryBytes: 256 * 1024 * 1024, pids: 128 } })) as unknown as DockerHandle;
     const info = await docker.getContainer(handle.containerId).inspect();
     expect(info.HostConfig.NanoCpus).toBe(500_000_000);
     expect(info.HostConfig.Memory).toBe(256 * 1024 * 1024);
+    expect(info.HostConfig.MemorySwap).toBe(256 * 1024 * 1024);
     expect(info.HostConfig.PidsLimit).toBe(128);
-    expect(info.Config.Cmd).toEqual(['/bin/bash']); // the sandbox image's CMD
+    expect(info.HostConfig.CgroupParent ?? '').toBe('');
+    expect((await report(handle.container)).env.SANDGATE_WORKLOAD_CGROUPS).toBe('');
+    expect(await whole.delete(s.sandboxId, handle as any)).toBe(true);
   });
 
   it('stop keeps the files, start finds them with a new credential, delete removes container and volume', async () => {
     const s = spec('lifecycle');
     const handle = (await driver.create(s)) as unknown as DockerHandle;
     await report(handle.container);
-    dockerExec(handle.container, ['sh', '-c', 'echo kept > /sandbox/keep.txt; echo layer > /root/layer.txt']);
+    expect(asWorkload(handle.container, ['sh', '-c', 'echo kept > /sandbox/keep.txt']).status).toBe(0);
+    dockerExec(handle.container, ['sh', '-c', 'echo layer > /root/layer.txt']);
 
     await driver.stop(s.sandboxId, handle as any);
     expect(await driver.inspect(s.sandboxId, handle as any)).toBe('stopped');
@@ -283,7 +435,9 @@ describe('docker driver (real dockerd)', () => {
     const h3 = (await driver.start({ ...s, credential: 'third', gatewayEndpoints: '127.0.0.1:2' }, h2 as any)) as unknown as DockerHandle;
     expect(h3.containerId).not.toBe(handle.containerId);
     expect(dockerExec(h3.container, ['cat', '/sandbox/keep.txt']).trim()).toBe('kept');
-    expect(dockerExec(h3.container, ['sh', '-c', 'echo $SANDGATE_GATEWAY']).trim()).toBe('127.0.0.1:2');
+    expect(dockerExec(h3.container, ['sh', '-c', 'echo $SANDGATE_GATEWAY']).trim()).toMatch(/^\d+\.\d+\.\d+\.\d+:2$/);
+    // The kept volume still belongs to the workload's uid in the new container.
+    expect(dockerExec(h3.container, ['stat', '-c', '%u:%g', '/sandbox']).trim()).toBe('10001:10001');
 
     expect(await driver.delete(s.sandboxId, h3 as any)).toBe(true);
     await expect(docker.getContainer(h3.containerId).inspect()).rejects.toMatchObject({ statusCode: 404 });
@@ -345,15 +499,16 @@ describe('docker driver (real dockerd)', () => {
     const listed = new Map((await driver.list()).map((o) => [o.sandboxId, o.state]));
     for (const s of specs) expect(listed.get(s.sandboxId)).toBe('running');
     // Each one's supervisor actually ran in its own container.
-    await Promise.all(specs.map(async (s) => expect((await report(`sandgate-${s.sandboxId}`)).env.SANDGATE_SANDBOX_ID).toBe(s.sandboxId)));
+    // 20 node processes starting at once on a small machine: generous.
+    await Promise.all(specs.map(async (s) => expect((await report(`sandgate-${s.sandboxId}`, 90_000)).env.SANDGATE_SANDBOX_ID).toBe(s.sandboxId)));
     const deleted = await Promise.all(specs.map((s, i) => driver.delete(s.sandboxId, handles[i])));
     expect(deleted.every(Boolean)).toBe(true);
     const left = [...(await labelled('containers')), ...(await labelled('volumes'))].filter((id) => id.includes('many-'));
     expect(left).toEqual([]);
-  }, 120_000);
+  }, 240_000);
 
   it('runs the real supervisor: node, node_modules and node-pty work inside the image', async () => {
-    const s = spec('real', { command: ['sh', '-c', 'tty > /sandbox/tty.txt; exec sleep 100000'], tty: true, logLevel: 'debug' });
+    const s = spec('real', { command: ['sh', '-c', 'tty > /tmp/tty.txt; exec sleep 100000'], tty: true, logLevel: 'debug' });
     const handle = (await realDriver.create(s)) as unknown as DockerHandle;
     // No gateway listens on 127.0.0.1:1: the supervisor keeps dialling and stays up.
     const logs = await waitFor(
@@ -367,9 +522,9 @@ describe('docker driver (real dockerd)', () => {
       15_000,
     );
     expect(logs).toMatch(/"msg":"supervisor starting"/);
-    expect(logs).toMatch(/ECONNREFUSED 127\.0\.0\.1:1/);
+    expect(logs).toMatch(/ECONNREFUSED \d+\.\d+\.\d+\.\d+:1\b/);
     // The main process got a PTY from node-pty.
-    expect(await waitFor('tty.txt', async () => dockerExec(handle.container, ['cat', '/sandbox/tty.txt']).trim())).toMatch(/^\/dev\/pts\/\d+$/);
+    expect(await waitFor('tty.txt', async () => dockerExec(handle.container, ['cat', '/tmp/tty.txt']).trim())).toMatch(/^\/dev\/pts\/\d+$/);
     expect(await realDriver.inspect(s.sandboxId, handle as any)).toBe('running');
     expect(await realDriver.failureReason(s.sandboxId, handle as any)).toBeNull();
     // The real supervisor shuts down cleanly on docker stop.

@@ -3,8 +3,9 @@
 // read and unit-tested in one place.
 import path from 'node:path';
 import type Dockerode from 'dockerode';
-import { SANDBOX_CREDENTIAL_PATH } from '@sandgate/protocols/contract';
-import { supervisorEnvironmentFor, type LaunchSpec } from '../driver.ts';
+import { SANDBOX_CREDENTIAL_PATH, type WorkloadIsolation } from '@sandgate/protocols/contract';
+import { DEFAULT_PIDS_LIMIT, supervisorEnvironmentFor, type LaunchSpec, type ResourceLimits } from '../driver.ts';
+import type { WorkloadCgroup } from './cgroups.ts';
 
 /** Every container and volume sandgate makes carries these labels. */
 export const LABEL_MANAGED = 'sandgate.managed';
@@ -18,18 +19,44 @@ export const APP_IN_CONTAINER = '/opt/sandgate/app';
 export const SANDBOX_DIR = '/sandbox';
 
 export const DEFAULT_IMAGE = 'sandgate-sandbox:latest';
-export const DEFAULT_PIDS_LIMIT = 4096;
 /** docker stop's grace period: longer than the supervisor's own 10 s shutdown deadline. */
 export const STOP_TIMEOUT_S = 15;
 
-export interface DockerResources {
-  /** CPU cores (fractions allowed), as `docker run --cpus`. */
-  cpus?: number;
-  /** Memory limit in bytes; swap is not allowed on top of it. */
-  memoryBytes?: number;
-  /** Maximum number of processes/threads in the container. Default 4096. */
-  pids?: number;
-}
+/**
+ * What the supervisor (root inside the container, never the workload) may do, and nothing else:
+ * every other capability Docker grants by default is dropped. Workload processes start through
+ * the supervisor's wrapper (nsenter + setpriv --no-new-privs to a non-root uid), so they hold none.
+ */
+export const SUPERVISOR_CAPABILITIES = [
+  // unshare(CLONE_NEWNET) for the netns agent and setns() in `nsenter --net`: the workload's own
+  // network namespace. Docker's default seccomp profile allows both syscalls only with this cap.
+  'CAP_SYS_ADMIN',
+  // Bringing `lo` up inside the new namespace (netlink RTM_NEWLINK).
+  'CAP_NET_ADMIN',
+  // `setpriv --reuid/--regid/--clear-groups`: switching every workload process to its uid/gid.
+  'CAP_SETUID',
+  'CAP_SETGID',
+  // Signalling workload processes, which run as another uid (exec timeouts, cancel, stop).
+  'CAP_KILL',
+  // Reading /proc/<pid>/environ of workload processes (another uid) to find an exec's escaped
+  // processes (setsid, daemonised) by SANDGATE_EXEC_ID and kill them: the ptrace access check…
+  'CAP_SYS_PTRACE',
+  // …and the file's own mode (0400, the workload's uid) both refuse a root without these two.
+  // Read-only: unlike CAP_DAC_OVERRIDE it never lets the supervisor write the workload's files.
+  'CAP_DAC_READ_SEARCH',
+] as const;
+
+/**
+ * The supervisor's oom_score_adj (Docker sets it on the container's first process; everything the
+ * supervisor starts inherits it): 0, the neutral value, while the workload wrapper raises every
+ * workload process to +500, so the kernel's OOM killer (rss + adj × limit / 1000 inside the
+ * container's memory cgroup) prefers workload processes. Not negative: lowering an adj below 0
+ * needs CAP_SYS_RESOURCE in the engine, which engines running inside a container (CI, this
+ * project's own test machine) lack, and runc then fails every start ("can't get final child's
+ * PID from pipe"). +500 against 0 still leaves a supervisor whose rss exceeds half the memory
+ * limit the likelier victim: limits below ~2× the supervisor's rss (≈ 100 MiB) are tight.
+ */
+export const SUPERVISOR_OOM_SCORE_ADJ = 0;
 
 export function containerName(sandboxId: string): string {
   // Docker names must start with [A-Za-z0-9]; sandbox ids may start with '.', '_' or '-'.
@@ -44,21 +71,36 @@ export function labelsFor(sandboxId: string): Record<string, string> {
   return { [LABEL_MANAGED]: 'true', [LABEL_SANDBOX_ID]: sandboxId, [LABEL_DRIVER]: 'docker' };
 }
 
-export function assertResources(r: DockerResources | undefined, what: string): void {
-  if (!r) return;
-  const check = (k: keyof DockerResources, integer: boolean) => {
-    const v = r[k];
-    if (v === undefined) return;
-    if (typeof v !== 'number' || !Number.isFinite(v) || v <= 0 || (integer && !Number.isSafeInteger(v))) {
-      throw new Error(`${what}.${k} must be a positive ${integer ? 'integer' : 'number'} (got ${JSON.stringify(v)})`);
+/** Docker refuses memory limits below 6 MiB; said before it does, in our words. */
+export const MIN_MEMORY_BYTES = 6 * 1024 * 1024;
+
+export function assertLimits(r: ResourceLimits | undefined, what: string): void {
+  if (r === undefined) return;
+  if (r === null || typeof r !== 'object') throw new Error(`${what} must be an object`);
+  for (const k of Object.keys(r)) {
+    if (k !== 'cpuMillis' && k !== 'memoryBytes' && k !== 'pids') {
+      throw new Error(`${what}.${k} is not a limit the docker driver knows (cpuMillis, memoryBytes, pids)`);
     }
-  };
-  check('cpus', false);
-  check('memoryBytes', true);
-  check('pids', true);
-  // Docker refuses memory limits below 6 MiB; say so before it does, in our words.
-  if (r.memoryBytes !== undefined && r.memoryBytes < 6 * 1024 * 1024) {
+  }
+  for (const k of ['cpuMillis', 'memoryBytes', 'pids'] as const) {
+    const v = r[k];
+    if (v === undefined) continue;
+    if (typeof v !== 'number' || !Number.isSafeInteger(v) || v <= 0) {
+      throw new Error(`${what}.${k} must be a positive integer (got ${JSON.stringify(v)})`);
+    }
+  }
+  if (r.memoryBytes !== undefined && r.memoryBytes < MIN_MEMORY_BYTES) {
     throw new Error(`${what}.memoryBytes must be at least 6 MiB (got ${r.memoryBytes})`);
+  }
+}
+
+/** The workload's uid/gid: the spec's, else SANDBOX_UID/SANDBOX_GID. Never root. */
+export function assertWorkloadUser(u: { uid: number; gid: number }, what: string): void {
+  for (const k of ['uid', 'gid'] as const) {
+    const v = u[k];
+    if (typeof v !== 'number' || !Number.isSafeInteger(v) || v <= 0 || v >= 4294967295) {
+      throw new Error(`${what}.${k} must be a numeric id other than 0 (got ${JSON.stringify(v)})`);
+    }
   }
 }
 
@@ -68,11 +110,14 @@ export function assertResources(r: DockerResources | undefined, what: string): v
  * explicitly, so an image's ENV can neither supply nor change one. The credential is never here:
  * only the path of its file.
  */
-export function buildContainerEnv(spec: LaunchSpec): string[] {
-  return Object.entries(supervisorEnvironmentFor(spec)).map(([k, v]) => `${k}=${v}`);
+export function buildContainerEnv(spec: LaunchSpec, workload?: WorkloadIsolation): string[] {
+  // HOME: the workload's own directory (as the local driver does), not Docker's default /root,
+  // which the workload's uid cannot read; the sandbox's environment may still set another.
+  return Object.entries({ HOME: SANDBOX_DIR, ...supervisorEnvironmentFor(spec, workload) }).map(([k, v]) => `${k}=${v}`);
 }
 
 export interface ContainerLaunch {
+  /** The spec, with gatewayEndpoints as the supervisor on the bridge must dial them. */
   spec: LaunchSpec;
   /** The image actually used (spec.image or the driver's default). */
   image: string;
@@ -86,42 +131,79 @@ export interface ContainerLaunch {
   supervisorRelPath: string;
   /** Host path of the 0600 credential file. */
   credentialHostPath: string;
-  resources: DockerResources;
+  /** The sandbox network (a user-defined bridge, see docker/network.ts). */
+  network: string;
+  /** Effective limits: the spec's over the driver's defaults. */
+  limits: ResourceLimits;
+  /**
+   * The workload's own cgroups (docker/cgroups.ts), which then carry the limits, under
+   * `cgroupParent`. Absent (engines with the systemd cgroup driver): the limits are the
+   * container's, the supervisor counted in.
+   */
+  cgroups?: { parent: string; dirs: WorkloadCgroup[]; hostNamespace: boolean };
+  /** The workload's identity and confinement, handed to the supervisor. */
+  workload: WorkloadIsolation;
 }
 
 /** The body of `POST /containers/create`. */
 export function buildContainerCreateOptions(l: ContainerLaunch): Dockerode.ContainerCreateOptions {
   const id = l.spec.sandboxId;
-  const r = l.resources;
+  const r = l.limits;
   const hostConfig: Dockerode.HostConfig = {
     // Docker's init (tini) is PID 1: it reaps zombies and forwards signals to the supervisor.
     Init: true,
     // sandgate owns restarts; a container that Docker restarted behind its back would confuse it.
     RestartPolicy: { Name: 'no' },
-    // Only loopback is reachable here and the supervisor dials the gateway on 127.0.0.1.
-    NetworkMode: 'host',
+    // A bridge of sandgate's own with inter-container traffic off: not the host's loopback (the
+    // replicas, Redis) and not another sandbox's ports. See docker/network.ts.
+    NetworkMode: l.network,
+    CapDrop: ['ALL'],
+    CapAdd: [...SUPERVISOR_CAPABILITIES],
+    // No setuid binary or file capability in the image can raise a process's privileges; setpriv
+    // only ever lowers them, so the supervisor's wrapper works under it.
+    SecurityOpt: ['no-new-privileges'],
+    OomScoreAdj: SUPERVISOR_OOM_SCORE_ADJ,
+    // Nothing else is mounted: no Docker socket, no host directory but these read-only ones.
     Mounts: [
       { Type: 'bind', Source: l.nodeHostPath, Target: NODE_IN_CONTAINER, ReadOnly: true },
       { Type: 'bind', Source: l.appHostPath, Target: APP_IN_CONTAINER, ReadOnly: true },
+      // root:root 0600 on the host, and so in the container (no user namespace): the supervisor
+      // (root) reads it, the workload's uid cannot.
       { Type: 'bind', Source: l.credentialHostPath, Target: SANDBOX_CREDENTIAL_PATH, ReadOnly: true },
-      // Created (labelled) by the driver beforehand; an image's files at /sandbox are copied in.
+      // Created (labelled) by the driver beforehand and chowned to the workload's uid; an image's
+      // files at /sandbox are copied in.
       { Type: 'volume', Source: volumeName(id), Target: SANDBOX_DIR },
     ],
-    PidsLimit: r.pids ?? DEFAULT_PIDS_LIMIT,
+    // The supervisor's side: the workload cgroups carry the workload's own pids cap.
+    PidsLimit: l.cgroups ? DEFAULT_PIDS_LIMIT : (r.pids ?? DEFAULT_PIDS_LIMIT),
     // The supervisor logs to stdout; bounded, and json-file so failureReason can read it back.
     LogConfig: { Type: 'json-file', Config: { 'max-size': '10m', 'max-file': '2' } },
   };
-  if (r.cpus !== undefined) hostConfig.NanoCpus = Math.round(r.cpus * 1e9);
-  if (r.memoryBytes !== undefined) {
-    hostConfig.Memory = r.memoryBytes;
-    hostConfig.MemorySwap = r.memoryBytes;
+  if (l.cgroups) {
+    // The container (tini, the supervisor, its netns agent) in <parent>/<container id>, the
+    // workload's cgroups beside it in <parent>/workload, bound in read-write for the wrapper to
+    // join; the limits are written there, so the supervisor stays outside them.
+    hostConfig.CgroupParent = l.cgroups.parent;
+    for (const d of l.cgroups.dirs) hostConfig.Mounts!.push({ Type: 'bind', Source: d.hostDir, Target: d.containerDir, ReadOnly: false });
+    // v2: joining a cgroup outside the container's own cgroup namespace is refused.
+    if (l.cgroups.hostNamespace) (hostConfig as Record<string, unknown>).CgroupnsMode = 'host';
+  } else {
+    if (r.cpuMillis !== undefined) hostConfig.NanoCpus = r.cpuMillis * 1_000_000;
+    if (r.memoryBytes !== undefined) {
+      hostConfig.Memory = r.memoryBytes;
+      // Equal to Memory: no swap on top of the limit (a memory hog is killed, not swapped out).
+      hostConfig.MemorySwap = r.memoryBytes;
+    }
   }
   return {
     name: containerName(id),
     Image: l.image,
+    // The supervisor is root whatever the image's USER says: it confines the workload itself
+    // (drops to the workload's uid); a non-root supervisor could not.
+    User: '0:0',
     Entrypoint: [NODE_IN_CONTAINER, path.posix.join(APP_IN_CONTAINER, l.supervisorRelPath), '--'],
     Cmd: l.command,
-    Env: buildContainerEnv(l.spec),
+    Env: buildContainerEnv(l.spec, l.workload),
     WorkingDir: SANDBOX_DIR,
     Labels: labelsFor(id),
     // The supervisor makes its own PTY (node-pty) for a tty main process; the container has none.
@@ -133,12 +215,4 @@ export function buildContainerCreateOptions(l: ContainerLaunch): Dockerode.Conta
     StopTimeout: STOP_TIMEOUT_S,
     HostConfig: hostConfig,
   };
-}
-
-/** `uid[:gid]` from an image's USER when it is numeric; null for names or when unset. */
-export function numericImageUser(user: string | undefined): { uid: number; gid: number } | null {
-  const m = /^(\d+)(?::(\d+))?$/.exec((user ?? '').trim());
-  if (!m) return null;
-  const uid = Number(m[1]);
-  return { uid, gid: m[2] !== undefined ? Number(m[2]) : uid };
 }
