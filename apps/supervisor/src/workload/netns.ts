@@ -14,7 +14,9 @@ import { fileURLToPath } from 'node:url';
 import type { Logger } from '../log.ts';
 
 const AGENT_SCRIPT = path.join(path.dirname(fileURLToPath(import.meta.url)), 'netns-agent.ts');
-const READY_TIMEOUT_MS = 15_000;
+// Generous: the agent is a second Node process, and on a loaded host (the chaos suite, 20
+// sandboxes starting at once on 2 cores) its start-up alone took over 15 s.
+const READY_TIMEOUT_MS = 60_000;
 /** Beyond the connect timeout the agent applies: only guards against a lost answer. */
 const DIAL_ANSWER_MARGIN_MS = 2_000;
 /** What the agent is started with: enough to find `ip`, nothing of the supervisor's. */
