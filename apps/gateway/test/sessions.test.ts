@@ -165,6 +165,39 @@ describe('SessionRegistry', () => {
   });
 });
 
+describe('SessionRegistry: who may speak for a sandbox', () => {
+  it("refuses a hello with a wrong credential, with another sandbox's credential, or for an unknown id, and takes nothing over", async () => {
+    const store = new SandboxStore(client);
+    await store.create(sandbox('victim'), hashCredential(CREDENTIAL));
+    await store.create(sandbox('attacker'), hashCredential('the-attackers-own-credential'));
+    const ownership = new OwnershipStore(client, 60_000);
+    const sessions = registry(store, ownership);
+    try {
+      const attempts: Array<[string, string, string]> = [
+        ['victim', 'guessed', 'a wrong credential'],
+        ['victim', 'the-attackers-own-credential', "another sandbox's valid credential"],
+        ['victim', '', 'no credential'],
+        ['no-such-sandbox', CREDENTIAL, 'an unknown sandbox id'],
+      ];
+      for (const [id, credential, what] of attempts) {
+        const call = new FakeControlCall(id);
+        call.metadata.set('x-sandgate-credential', credential);
+        sessions.handleControl(call as unknown as ControlCall);
+        call.emit('data', { hello: { sandbox_id: id, instance_id: 'evil' } });
+        await waitFor(`the hello with ${what} to be answered`, () => call.error ?? call.helloAck());
+        expect(call.helloAck(), what).toBeUndefined();
+        expect(call.error, what).toMatchObject({ code: Code.PERMISSION_DENIED, details: 'unknown sandbox or bad credential' });
+      }
+      // Nothing was claimed or changed for the victim.
+      expect(sessions.get('victim')).toBeUndefined();
+      expect(await ownership.get('victim')).toBeNull();
+      expect((await store.get('victim'))?.ownerFence ?? 0).toBe(0);
+    } finally {
+      await sessions.drain();
+    }
+  });
+});
+
 /** An ExecChannel call as the supervisor opens it: the test sends its attach frame and ends it. */
 class FakeChannelCall extends EventEmitter {
   readonly metadata = new Metadata();
