@@ -73,8 +73,11 @@ export async function unmountDisk(dir: string): Promise<boolean> {
   try {
     await run('umount', [work]);
   } catch {
-    await run('umount', ['-l', work]).catch((err: unknown) => {
-      throw new Error(`unmounting the sandbox's disk at ${work} failed: ${stderrOf(err)}`);
+    // Busy, or already unmounted by a concurrent delete of the same sandbox (the API and the
+    // durable delete job may race): only a mount that is still there is a failure.
+    if (!(await isMountPoint(work))) return true;
+    await run('umount', ['-l', work]).catch(async (err: unknown) => {
+      if (await isMountPoint(work)) throw new Error(`unmounting the sandbox's disk at ${work} failed: ${stderrOf(err)}`);
     });
   }
   return true;

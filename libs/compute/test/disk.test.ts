@@ -71,6 +71,14 @@ describe('sandbox disk (local driver)', () => {
     }
   });
 
+  it('concurrent unmounts of one sandbox (the API and the delete job racing) all succeed', async () => {
+    const dir = sandboxDir();
+    await mountDisk(dir, 64 * MiB, { uid: 10001, gid: 10001 });
+    const results = await Promise.allSettled([unmountDisk(dir), unmountDisk(dir), unmountDisk(dir), unmountDisk(dir)]);
+    expect(results.map((r) => r.status)).toEqual(['fulfilled', 'fulfilled', 'fulfilled', 'fulfilled']);
+    expect(await isMountPoint(path.join(dir, 'work'))).toBe(false);
+  });
+
   it('leaves a work directory from before disk quotas as it is (legacy), and refuses a size below 64Mi', async () => {
     const dir = sandboxDir();
     fs.mkdirSync(path.join(dir, 'work'));
