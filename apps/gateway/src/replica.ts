@@ -6,10 +6,10 @@ import { Server, ServerCredentials } from '@grpc/grpc-js';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Redis } from 'ioredis';
-import { serviceDefinition } from '@sandgate/protocols';
+import { loopbackHost, serviceDefinition } from '@sandgate/protocols';
 import { ClusterCounter, ClusterCounters, createRedisConnection, OwnershipStore, ReplicaRegistry, SandboxFeed, SandboxLogStore, SandboxStore, sharedPeerSecret, SshSessionStore } from '@sandgate/store';
 import { DockerDriver, LocalDriver, type ComputeDriver } from '@sandgate/compute';
-import { createLogger, Metrics } from '@sandgate/telemetry';
+import { createLogger, Metrics, type Logger } from '@sandgate/telemetry';
 import { JobScheduler, jobConnectionNames, type RunningWorker } from '@sandgate/jobs';
 import type { ReplicaConfig, RunningReplica } from './config.ts';
 import { SessionRegistry, type ControlCall, type ExecChannelCall, type TcpChannelCall } from './sessions/sessions.ts';
@@ -49,6 +49,25 @@ function bindGrpc(server: Server, host: string, port: number): Promise<number> {
   return new Promise((resolve, reject) => {
     server.bindAsync(`${host}:${port}`, ServerCredentials.createInsecure(), (err, bound) => (err ? reject(err) : resolve(bound)));
   });
+}
+
+/**
+ * With the docker driver, supervisors live on sandgate's bridge network and reach a loopback
+ * gateway through the bridge's host address (the driver rewrites loopback endpoints to it). A
+ * replica bound to loopback therefore also listens there, on the same port: `sandgate up
+ * --driver docker` works without a --host, and the gateway is still not on any outside
+ * interface. (Behind a load balancer, the balancer must listen there: deploy/README.md.)
+ */
+async function listenForDockerSupervisors(server: Server, driver: ComputeDriver, host: string, port: number, log: Logger): Promise<void> {
+  if (!(driver instanceof DockerDriver) || loopbackHost(host) === null) return;
+  try {
+    const address = await driver.supervisorAddress();
+    await bindGrpc(server, address, port);
+    log.info('listening for docker supervisors on the sandbox network', { address: `${address}:${port}` });
+  } catch (err) {
+    // No engine yet: creates say so themselves; this replica just is not reachable from containers.
+    log.warn('cannot listen on the docker sandbox network; docker sandboxes will not reach this replica directly', { err });
+  }
 }
 
 export function createDriver(config: Pick<ReplicaConfig, 'driver' | 'stateDir' | 'dockerImage'>): ComputeDriver {
@@ -107,6 +126,7 @@ export async function startReplica(config: ReplicaConfig): Promise<RunningReplic
   const peerServer = new Server(PEER_SERVER_OPTIONS);
   const grpcPort = await bindGrpc(publicServer, config.host, config.grpcPort);
   const grpcAddress = `${config.host}:${grpcPort}`;
+  await listenForDockerSupervisors(publicServer, driver, config.host, grpcPort, log);
   const supervisorEndpoint = config.supervisorEndpoint || grpcAddress;
 
   lifecycle = new LifecycleService({

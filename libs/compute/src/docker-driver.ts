@@ -219,6 +219,15 @@ export class DockerDriver implements ComputeDriver {
     if (cg) await cg.ensure(plan.spec.sandboxId, plan.limits);
   }
 
+  /**
+   * Where supervisors in sandbox containers reach this host: the sandbox network's address on
+   * the host's side of the bridge. A replica whose supervisors dial it directly (`sandgate up`)
+   * also listens there, so the docker driver needs no --host of its own.
+   */
+  async supervisorAddress(): Promise<string> {
+    return (await this.network()).gateway;
+  }
+
   /** The sandbox network, made once per driver (and by whichever replica comes first). */
   private network(): Promise<SandboxNetwork> {
     if (!this.networkCache) {
