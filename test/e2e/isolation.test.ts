@@ -223,7 +223,7 @@ function crossAttackScript(): string {
     `attempt victim_proc_root sh -c 'cat /proc/[0-9]*/root/sandbox/victim-secret /proc/[0-9]*/cwd/victim-secret'`,
     `attempt redis_cli timeout 5 redis-cli -h 127.0.0.1 -p ${redis.port} get sg:peer-secret`,
     `attempt redis_keys timeout 5 redis-cli -h 127.0.0.1 -p ${redis.port} --scan --pattern 'sg:*'`,
-    `attempt redis_raw bash -c ${shq(`exec 3<>/dev/tcp/127.0.0.1/${redis.port} && printf '*2\\r\\n$3\\r\\nGET\\r\\n$14\\r\\nsg:peer-secret\\r\\n' >&3 && timeout 2 head -c 200 <&3`)}`,
+    `attempt redis_raw bash -c ${shq(`exec 3<>/dev/tcp/127.0.0.1/${redis.port} && printf '*2\\r\\n$3\\r\\nGET\\r\\n$14\\r\\nsg:peer-secret\\r\\n*1\\r\\n$4\\r\\nQUIT\\r\\n' >&3 && timeout 3 cat <&3`)}`,
     // The proxy, if any, must not be a way to loopback either (grpc-js and curl honour http_proxy).
     `attempt proxy_loopback sh -c ${shq(`curl -sS -f -m 5 -p -x "\${HTTP_PROXY:-\${http_proxy:-}}" http://127.0.0.1:${cluster.replicas[0]!.httpPort}/readyz`)}`,
   ];
@@ -813,11 +813,45 @@ describe('policy fields sandgate does not enforce are refused, never ignored', (
     for (const part of ["run_as_user must be 'sandbox'", 'path must be absolute', 'read-write path is overly broad: /', "TLD wildcard '*.com'"]) expect(res.stderr).toContain(part);
   });
 
-  it('invalid quantities are refused: --memory lots, --cpu -1', async () => {
+  it('invalid quantities are refused: by the CLI (naming the flag) and by the gateway (INVALID_ARGUMENT)', async () => {
     for (const flags of [['--memory', 'lots'], ['--cpu', '-1']]) {
       const res = await runCli(['sandbox', 'create', '--name', 'badqty', '--detach', ...flags, '--', 'true'], { gateway: gateway() });
       expect(res.code, `${flags.join(' ')} was accepted`).not.toBe(0);
-      expect(res.stderr).toMatch(flags[0] === '--memory' ? /memory/ : /cpu/);
+      expect(res.stderr, 'the flag itself must be known').not.toMatch(/unknown option/i);
+      expect(res.stderr).toContain(flags[0]);
+    }
+    // A client that skips the CLI's check: template.resources as upstream sends it (a Struct).
+    const client = openShellClient(gateway());
+    try {
+      for (const [key, value] of [['memory', 'lots'], ['cpu', '-1']] as const) {
+        const err = (await unaryCall(client, 'CreateSandbox', {
+          name: `badqty-${key}`,
+          spec: { command: ['true'], template: { resources: structBytes({ limits: { [key]: value } }) } },
+        }).then(() => null, (e: unknown) => e)) as { code: number; details: string } | null;
+        expect(err, `resources.limits.${key}=${value} was accepted`).not.toBeNull();
+        expect(err!.code).toBe(3); // INVALID_ARGUMENT
+        expect(err!.details).toContain(key);
+      }
+    } finally {
+      client.close();
     }
   });
 });
+});
+
+/** google.protobuf.Struct bytes for nested objects of strings (how upstream's CLI sends resources). */
+function structBytes(obj: Record<string, unknown>): Buffer {
+  const len = (n: number): Buffer => {
+    const out: number[] = [];
+    while (n > 0x7f) {
+      out.push((n & 0x7f) | 0x80);
+      n >>>= 7;
+    }
+    out.push(n);
+    return Buffer.from(out);
+  };
+  const field = (tag: number, body: Buffer) => Buffer.concat([Buffer.from([(tag << 3) | 2]), len(body.length), body]);
+  const value = (v: unknown): Buffer =>
+    typeof v === 'string' ? field(3, Buffer.from(v)) : field(5, structBytes(v as Record<string, unknown>));
+  return Buffer.concat(Object.entries(obj).map(([k, v]) => field(1, Buffer.concat([field(1, Buffer.from(k)), field(2, value(v))]))));
+}

@@ -93,7 +93,7 @@ export function identityAttackScript(opts: { stateDir: string }): string {
     'attempt root_home ls -A /root',
     'attempt credential cat /run/sandgate/credential',
     "attempt credential_glob sh -c 'cat /run/sandgate/* /run/*/credential'",
-    `attempt state_dir ls -A ${shq(opts.stateDir)}`,
+    `attempt state_dir ls -A ${shq(`${opts.stateDir}/sandboxes`)}`,
     `attempt state_credentials sh -c ${shq(`cat ${shq(opts.stateDir)}/sandboxes/*/credential`)}`,
     "attempt docker_socket sh -c 'test -e /var/run/docker.sock || test -e /run/docker.sock'",
     "attempt write_etc sh -c 'echo x >> /etc/passwd'",
