@@ -1,11 +1,31 @@
 // Text and JSON rendering for client commands. Pure string builders; callers write them out.
-import { phaseName } from '@sandgate/core';
-import { toProto3Json, type Sandbox } from '@sandgate/protocols';
+import { decodePolicy, formatCpu, formatMemory, parseResources, phaseName } from '@sandgate/core';
+import { decodeStruct, toProto3Json, type Sandbox } from '@sandgate/protocols';
 import { readyConditionMessage } from './client.ts';
 
-/** A Sandbox as canonical proto3 JSON (an object, ready for JSON.stringify). */
+/**
+ * A Sandbox as canonical proto3 JSON (an object, ready for JSON.stringify). spec.policy and
+ * template.resources travel as opaque bytes (openshell.proto); they are shown as what they are,
+ * a SandboxPolicy and a Struct, exactly as upstream's full schema renders them.
+ */
 export function sandboxJson(sandbox: Sandbox): unknown {
-  return toProto3Json('openshell.v1.Sandbox', sandbox);
+  const json = toProto3Json('openshell.v1.Sandbox', sandbox) as { spec?: { policy?: unknown; template?: { resources?: unknown } } };
+  const spec = sandbox.spec;
+  if (json.spec && spec?.policy) {
+    try {
+      json.spec.policy = toProto3Json('openshell.sandbox.v1.SandboxPolicy', decodePolicy(spec.policy));
+    } catch {
+      // Not decodable (written by something else): left as base64, still proto3 JSON of bytes.
+    }
+  }
+  if (json.spec?.template && spec?.template?.resources) {
+    try {
+      json.spec.template.resources = decodeStruct(spec.template.resources);
+    } catch {
+      // as above
+    }
+  }
+  return json;
 }
 
 export function formatJson(value: unknown): string {
@@ -47,6 +67,36 @@ export function formatSandboxList(sandboxes: Sandbox[], nowMs: number): string {
   );
 }
 
+/** `cpu 500m, memory 256Mi` from template.resources, or '' when it sets none. */
+function limitsText(sandbox: Sandbox): string {
+  const bytes = sandbox.spec?.template?.resources;
+  if (!bytes) return '';
+  try {
+    const l = parseResources(bytes);
+    return [
+      l.cpuMillis !== undefined ? `cpu ${formatCpu(l.cpuMillis)}` : '',
+      l.memoryBytes !== undefined ? `memory ${formatMemory(l.memoryBytes)}` : '',
+      l.pids !== undefined ? `pids ${l.pids}` : '',
+    ].filter(Boolean).join(', ');
+  } catch {
+    return '<unreadable>';
+  }
+}
+
+/** The create-time policy's endpoints (`api.github.com:443, *.example.com:80,443`), or `none`. */
+function egressText(sandbox: Sandbox): string {
+  const bytes = sandbox.spec?.policy;
+  if (!bytes) return 'none (no policy)';
+  try {
+    const endpoints = Object.values(decodePolicy(bytes).network_policies).flatMap((rule) =>
+      rule.endpoints.map((e) => `${e.host ?? ''}:${(e.ports.length > 0 ? e.ports : [e.port ?? 0]).join(',')}`),
+    );
+    return endpoints.length > 0 ? endpoints.join(', ') : 'none (the policy allows no endpoint)';
+  } catch {
+    return '<unreadable policy>';
+  }
+}
+
 export function formatSandboxDetail(sandbox: Sandbox, nowMs: number): string {
   const meta = sandbox.metadata;
   const created = meta?.created_at_ms ? `${new Date(meta.created_at_ms).toISOString()} (${formatAge(meta.created_at_ms, nowMs)} ago)` : '<unknown>';
@@ -62,6 +112,9 @@ export function formatSandboxDetail(sandbox: Sandbox, nowMs: number): string {
   const message = readyConditionMessage(sandbox);
   if (message) rows.push(['Message', message]);
   if (sandbox.status?.exit_code !== undefined) rows.push(['Exit code', String(sandbox.status.exit_code)]);
+  const limits = limitsText(sandbox);
+  if (limits) rows.push(['Limits', limits]);
+  rows.push(['Egress', egressText(sandbox)]);
   const width = Math.max(...rows.map(([k]) => k.length)) + 1;
   return rows.map(([k, v]) => `${`${k}:`.padEnd(width)}  ${v}`).join('\n') + '\n';
 }

@@ -29,7 +29,7 @@ ${GLOBAL_FLAGS}
 Run 'sandgate COMMAND --help' for a command's flags.
 `,
   sandbox: `Usage:
-  sandgate sandbox create [--name N] [--detach] [--no-keep] [--restart-policy P] [--env K=V]... [--label k=v]... [--image I] [--tty] [-o json] [-- CMD...]
+  sandgate sandbox create [--name N] [--detach] [--no-keep] [--restart-policy P] [--env K=V]... [--label k=v]... [--image I] [--tty] [--policy FILE] [--cpu C] [--memory M] [-o json] [-- CMD...]
   sandgate sandbox get NAME [-o json]
   sandgate sandbox list [-o json] [--selector k=v,...] [--limit N]
   sandgate sandbox delete NAME...
@@ -59,13 +59,18 @@ Flags:
   --label k=v           label (repeatable)
   --image I             image (template.image)
   --tty                 run the main process on a terminal
+  --policy FILE         egress and identity policy: an OpenShell policy file (YAML or JSON:
+                        network_policies: {NAME: {endpoints: [{host, port, ports, allowed_ips}]}},
+                        process: {run_as_user, run_as_group}); without it no egress at all
+  --cpu C               CPU limit: cores or millicores (2, 0.5, 500m; at least 10m)
+  --memory M            memory limit: bytes or a quantity (256Mi, 1Gi, 512M; at least 16Mi)
   -o json               print the sandbox as proto3 JSON (implies --detach)
 ${GLOBAL_FLAGS}
 `,
   'sandbox get': `Usage: sandgate sandbox get NAME [-o json]
 
 Flags:
-  -o json         print the sandbox as proto3 JSON
+  -o json         print the sandbox as proto3 JSON (spec.policy and template.resources decoded)
 ${GLOBAL_FLAGS}
 `,
   'sandbox list': `Usage: sandgate sandbox list [flags]

@@ -9,6 +9,8 @@ import {
   validateSandboxName,
   validateSpecEnvironment,
 } from './validation.ts';
+import { checkPolicy, type SandboxPolicy } from './policy.ts';
+import { parseResources, type ParsedLimits } from './resources.ts';
 
 export const DEFAULT_MAIN_COMMAND = ['/bin/bash', '-l'];
 export const RESTART_POLICY_NEVER = 1;
@@ -44,6 +46,10 @@ export interface CreateInput {
 export interface NormalisedCreate<T extends CreateInput> {
   request: T & { spec: NonNullable<T['spec']> };
   workspace: string;
+  /** spec.policy decoded (absent when the request has none); spec.policy holds the bytes to store. */
+  policy?: SandboxPolicy;
+  /** What template.resources asks the driver to enforce. */
+  limits: ParsedLimits;
 }
 
 export function validateCreate<T extends CreateInput>(req: T): NormalisedCreate<T> {
@@ -72,6 +78,13 @@ export function validateCreate<T extends CreateInput>(req: T): NormalisedCreate<
   if (spec.providers.length > L.MAX_PROVIDERS) {
     throw invalid(`spec.providers has too many entries (${spec.providers.length} > ${L.MAX_PROVIDERS})`);
   }
+  // Decoded, checked for safety and for fields sandgate cannot enforce (each refused by name).
+  let decodedPolicy: SandboxPolicy | undefined;
+  if (spec.policy) {
+    const checked = checkPolicy(spec.policy, 'spec.policy');
+    decodedPolicy = checked.policy;
+    spec.policy = checked.bytes;
+  }
   // sandgate has no provider records, so any named provider cannot exist.
   if (spec.providers.length > 0) {
     throw new GatewayError(Code.FAILED_PRECONDITION, `provider '${spec.providers[0]}' not found`);
@@ -94,5 +107,6 @@ export function validateCreate<T extends CreateInput>(req: T): NormalisedCreate<
       }
     }
   }
-  return { request: req as NormalisedCreate<T>['request'], workspace: normaliseWorkspace(req.workspace) };
+  const limits = parseResources(t?.resources);
+  return { request: req as NormalisedCreate<T>['request'], workspace: normaliseWorkspace(req.workspace), policy: decodedPolicy, limits };
 }

@@ -7,3 +7,5 @@ export * from './exit-codes.ts';
 export * from './names.ts';
 export * from './lifecycle.ts';
 export * from './debug-breaks.ts';
+export * from './policy.ts';
+export * from './resources.ts';

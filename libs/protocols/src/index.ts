@@ -3,3 +3,4 @@ export * from './json.ts';
 export * from './openshell-types.ts';
 export * from './sandgate-types.ts';
 export * from './contract.ts';
+export * from './struct.ts';

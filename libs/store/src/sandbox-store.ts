@@ -37,6 +37,13 @@ export interface StoredSandbox {
   terminalFinal: string;
   /** When the current run was launched (ms epoch): fences the provisioning deadline of older runs. */
   runStartedAtMs: number;
+  /**
+   * The policy UpdateConfig set last (SandboxPolicy bytes), null if none did: then spec.policy,
+   * the create-time policy, is in force. spec.policy stays the baseline live updates are judged by.
+   */
+  policy: Buffer | null;
+  /** The revision of that policy (0 if UpdateConfig never wrote one). */
+  policyRevision: number;
 }
 
 function fromHash(id: string, hash: Record<string, Buffer>): StoredSandbox | null {
@@ -52,6 +59,8 @@ function fromHash(id: string, hash: Record<string, Buffer>): StoredSandbox | nul
     ownerFence: Number(hash.ownfence?.toString() ?? 0),
     terminalFinal: hash.termfinal?.toString() ?? '',
     runStartedAtMs: Number(hash.runstart?.toString() ?? 0),
+    policy: hash.pol !== undefined ? Buffer.from(hash.pol.toString(), 'base64') : null,
+    policyRevision: Number(hash.polrev?.toString() ?? 0),
   };
 }
 
@@ -63,6 +72,8 @@ function withExtraFields(rec: StoredSandbox, extra: Record<string, string>): Sto
   if ('ownfence' in extra) out.ownerFence = Number(extra.ownfence);
   if ('termfinal' in extra) out.terminalFinal = extra.termfinal!;
   if ('runstart' in extra) out.runStartedAtMs = Number(extra.runstart);
+  if ('pol' in extra) out.policy = Buffer.from(extra.pol!, 'base64');
+  if ('polrev' in extra) out.policyRevision = Number(extra.polrev);
   return out;
 }
 

@@ -1,6 +1,8 @@
-// sandgate sandbox create [--name N] [--detach] [--env K=V]... [--label k=v]... [--image I] [--tty] [-o json] [-- CMD...]
+// sandgate sandbox create [--name N] [--detach] [--env K=V]... [--label k=v]... [--image I] [--tty] [--policy FILE] [--cpu C] [--memory M] [-o json] [-- CMD...]
 import { UsageError, parseCommand, parseInteger, parseKeyValues, parseOutput, type Env } from '../args.ts';
-import { SandboxPhase, type Sandbox } from '@sandgate/protocols';
+import { SandboxPhase, encodeStruct, type Sandbox } from '@sandgate/protocols';
+import { GatewayError, parseCpuMillis, parseMemoryBytes } from '@sandgate/core';
+import { readPolicyFile } from '../policy-file.ts';
 import { status as Status } from '@grpc/grpc-js';
 import { isServiceError, SandboxNotReadyError } from '../client.ts';
 import type { CreateSandboxInput } from '../client.ts';
@@ -21,6 +23,9 @@ export const OPTIONS = {
   tty: { type: 'boolean' },
   'no-keep': { type: 'boolean' },
   'restart-policy': { type: 'string' },
+  policy: { type: 'string' },
+  cpu: { type: 'string' },
+  memory: { type: 'string' },
   output: { type: 'string', short: 'o' },
 } as const;
 
@@ -37,7 +42,30 @@ export interface CreateArgs {
   gateway: string | undefined;
 }
 
-/** Parses the flags into a CreateSandbox request (pure). */
+/**
+ * `--cpu`/`--memory` → template.resources as upstream's CLI sends them: a Struct
+ * `{limits: {cpu, memory}}` with the quantities as written. Checked here first so a typo is a
+ * usage error; the gateway checks them again (the same rules).
+ */
+function resourcesStruct(cpu: string | undefined, memory: string | undefined): Buffer | undefined {
+  const limits: Record<string, string> = {};
+  try {
+    if (cpu !== undefined) {
+      parseCpuMillis(cpu, '--cpu');
+      limits.cpu = cpu.trim();
+    }
+    if (memory !== undefined) {
+      parseMemoryBytes(memory, '--memory');
+      limits.memory = memory.trim();
+    }
+  } catch (err) {
+    if (err instanceof GatewayError) throw new UsageError(err.message, 'sandbox create');
+    throw err;
+  }
+  return Object.keys(limits).length > 0 ? encodeStruct({ limits }) : undefined;
+}
+
+/** Parses the flags into a CreateSandbox request (pure but for reading --policy FILE). */
 export function parseCreateArgs(argv: string[]): CreateArgs {
   const { values, positionals, rest } = parseCommand(argv, OPTIONS, 'sandbox create');
   if (positionals.length > 0) {
@@ -52,6 +80,11 @@ export function parseCreateArgs(argv: string[]): CreateArgs {
   // Detached ephemeral sandboxes are the gateway's to delete; an attached one is deleted by us
   // after we have shown its output and exit, so the gateway must not race us to it.
   const noKeep = Boolean(values['no-keep']);
+  const resources = resourcesStruct(values.cpu, values.memory);
+  const template =
+    values.image !== undefined || resources
+      ? { template: { ...(values.image !== undefined ? { image: values.image } : {}), ...(resources ? { resources } : {}), labels: {}, annotations: {}, environment: {} } }
+      : {};
   const request: CreateSandboxInput = {
     name: values.name,
     labels: parseKeyValues(values.label, '--label'),
@@ -59,7 +92,8 @@ export function parseCreateArgs(argv: string[]): CreateArgs {
     spec: {
       command: rest,
       environment: parseKeyValues(values.env, '--env'),
-      ...(values.image !== undefined ? { template: { image: values.image, labels: {}, annotations: {}, environment: {} } } : {}),
+      ...template,
+      ...(values.policy !== undefined ? { policy: readPolicyFile(values.policy) } : {}),
       ...(values.tty ? { tty: true } : {}),
       ...(policyName !== undefined ? { restart_policy: RESTART_POLICIES[policyName] } : {}),
     },

@@ -24,6 +24,9 @@ import {
   supervisorDebugBreaks,
   type DebugBreak,
   type LifecycleStatus,
+  decodePolicy,
+  parseResources,
+  workloadUserFor,
 } from '@sandgate/core';
 import { type SandboxLogStore, type SandboxStore, type StoredSandbox } from '@sandgate/store';
 import type { ComputeDriver, LaunchSpec } from '@sandgate/compute';
@@ -50,8 +53,23 @@ export interface LifecycleDeps {
 
 const now = () => new Date();
 
-/** `supervisorBreaks`: the supervisor-side debug faults, as supervisorDebugBreaks() renders them ('' normally). */
-export function launchSpecFor(sandbox: Sandbox, credential: string, gatewayEndpoints: string, supervisorBreaks: string): LaunchSpec {
+/** The policy in force for a sandbox: the one UpdateConfig set last, else the create-time spec.policy. */
+export function effectivePolicyBytes(rec: { sandbox: Sandbox; policy: Buffer | null }): Buffer | undefined {
+  return rec.policy ?? rec.sandbox.spec?.policy ?? undefined;
+}
+
+/**
+ * `supervisorBreaks`: the supervisor-side debug faults, as supervisorDebugBreaks() renders them ('' normally).
+ * `policy`: the policy in force (effectivePolicyBytes); spec.policy and template.resources were
+ * validated at create, so they decode here.
+ */
+export function launchSpecFor(
+  sandbox: Sandbox,
+  credential: string,
+  gatewayEndpoints: string,
+  supervisorBreaks: string,
+  policy: Buffer | undefined = sandbox.spec?.policy,
+): LaunchSpec {
   const spec = sandbox.spec!;
   return {
     sandboxId: sandbox.metadata!.id!,
@@ -63,6 +81,10 @@ export function launchSpecFor(sandbox: Sandbox, credential: string, gatewayEndpo
     credential,
     logLevel: spec.log_level || 'info',
     debugBreaks: supervisorBreaks || undefined,
+    // An absent pids limit is the driver's DEFAULT_PIDS_LIMIT (the LaunchSpec contract).
+    limits: parseResources(spec.template?.resources),
+    policy,
+    workloadUser: workloadUserFor(policy ? decodePolicy(policy) : undefined),
   };
 }
 
@@ -74,8 +96,8 @@ export class LifecycleService implements LifecycleTransitions {
   }
 
   /** What the driver launches for a run of `sandbox`: its supervisor dials our endpoint, with our supervisor-side debug faults. */
-  launchSpec(sandbox: Sandbox, credential: string): LaunchSpec {
-    return launchSpecFor(sandbox, credential, this.deps.supervisorEndpoint(), supervisorDebugBreaks(this.deps.debugBreaks));
+  launchSpec(sandbox: Sandbox, credential: string, policy: Buffer | undefined = sandbox.spec?.policy): LaunchSpec {
+    return launchSpecFor(sandbox, credential, this.deps.supervisorEndpoint(), supervisorDebugBreaks(this.deps.debugBreaks), policy);
   }
 
   /** A line in the sandbox's log (source "gateway"), best effort. */
@@ -222,7 +244,10 @@ export class LifecycleService implements LifecycleTransitions {
     this.note(id, why);
     await this.deps.revokeSessions(id, 'new run');
     await this.scheduleProvisionDeadline(id, runStartedAtMs);
-    const handle = await this.deps.driver.start(this.launchSpec(starting.sandbox, credential.secret), starting.compute);
+    const handle = await this.deps.driver.start(
+      this.launchSpec(starting.sandbox, credential.secret, effectivePolicyBytes(starting)),
+      starting.compute,
+    );
     const updated = await this.deps.store.mutate(id, (cur) => ({ sandbox: cur.sandbox, extra: { compute: JSON.stringify(handle) } }));
     this.watchLaunch(id);
     return updated;
