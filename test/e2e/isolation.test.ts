@@ -837,7 +837,6 @@ describe('policy fields sandgate does not enforce are refused, never ignored', (
     }
   });
 });
-});
 
 /** google.protobuf.Struct bytes for nested objects of strings (how upstream's CLI sends resources). */
 function structBytes(obj: Record<string, unknown>): Buffer {
