@@ -11,6 +11,7 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Redis } from 'ioredis';
 import type { ClientDuplexStream, ClientReadableStream } from '@grpc/grpc-js';
+import { encodePolicy } from '@sandgate/core';
 import { Cluster, cliBin, runCli, type CliResult } from '../harness/cluster.ts';
 import { startRedis, type TestRedis } from '../harness/redis.ts';
 import { startHaproxy, type Haproxy } from '../harness/haproxy.ts';
@@ -572,10 +573,11 @@ describe('egress only per policy, default deny', () => {
 
   it('a policy that names loopback is still refused loopback (refused at create, or the proxy refuses)', async () => {
     const grpcPort = cluster.replicas[0]!.grpcPort;
+    const httpPort = cluster.replicas[0]!.httpPort;
     const policy = writePolicy('loopback', {
       version: 1,
       network_policies: {
-        lo: { name: 'lo', endpoints: [{ host: '127.0.0.1', port: redis.port }, { host: 'localhost', port: grpcPort }] },
+        lo: { name: 'lo', endpoints: [{ host: '127.0.0.1', port: httpPort }, { host: 'localhost', port: grpcPort }] },
       },
     });
     const res = await runCli(['sandbox', 'create', '--name', 'loopback-policy', '--detach', '-o', 'json', '--policy', policy, '--', 'sleep', 'infinity'], { gateway: gateway(), timeoutMs: 90_000 });
@@ -587,12 +589,12 @@ describe('egress only per policy, default deny', () => {
     const sb = { id: '', name: 'loopback-policy' };
     const out = await exec(sb, ['sh', '-c', [
       ATTEMPT_PRELUDE,
-      `attempt redis sh -c ${shq(`curl -sS -m 5 -p -x "\${HTTP_PROXY:-\${http_proxy:-}}" telnet://127.0.0.1:${redis.port} </dev/null`)}`,
+      `attempt readyz sh -c ${shq(`curl -sS -f -m 5 -p -x "\${HTTP_PROXY:-\${http_proxy:-}}" http://127.0.0.1:${httpPort}/readyz`)}`,
       `attempt gateway timeout 15 ${shq(NODE)} ${shq(cliBin)} --gateway localhost:${grpcPort} sandbox exec ${victim.name} -- cat /sandbox/victim-secret`,
     ].join('\n')]);
     const text = out.stdout.toString() + out.stderr;
     const a = parseAttempts(text);
-    expect(a.redis, text).toMatch(/^blocked/);
+    expect(a.readyz, text).toMatch(/^blocked/);
     expect(a.gateway, text).toMatch(/^blocked/);
     expect(text).not.toContain(VICTIM_SECRET);
   });
@@ -789,28 +791,37 @@ describe('policy fields sandgate does not enforce are refused, never ignored', (
     ['network_middlewares', { network_middlewares: { m: { name: 'm', middleware: 'x', endpoints: { include: ['api.example.com'] } } } }, 'network_middlewares'],
     ['credential rewriting', { network_policies: { web: { name: 'web', endpoints: [{ ...endpoint, request_body_credential_rewrite: true }] } } }, 'request_body_credential_rewrite'],
   ];
-  for (const [label, policy, field] of cases) {
-    it(`${label}: INVALID_ARGUMENT naming ${field}`, async () => {
+  for (const [i, [label, policy, field]] of cases.entries()) {
+    it(`${label}: refused naming ${field}, by the gateway with INVALID_ARGUMENT`, async () => {
+      // Through the CLI, as a user would (upstream's policy file shape).
       const file = writePolicy(`refused-${field}`, { version: 1, ...(policy as object) });
-      const res = await runCli(['sandbox', 'create', '--name', `refused-${field.replace(/_/g, '-')}`, '--detach', '--policy', file, '--', 'true'], { gateway: gateway() });
+      const res = await runCli(['sandbox', 'create', '--name', `refused-${i}`, '--detach', '--policy', file, '--', 'true'], { gateway: gateway() });
       expect(res.code, `create with ${label} was accepted: ${res.stdout.toString()}`).not.toBe(0);
-      expect(res.stderr).toContain('INVALID_ARGUMENT');
       expect(res.stderr).toContain(field);
+      // Straight at the gateway (a client without the CLI's file parsing): the status itself.
+      const err = await createWithPolicyBytes(`refused-raw-${i}`, encodePolicy({ version: 1, ...(policy as object) } as unknown as Parameters<typeof encodePolicy>[0]));
+      expect(err, `CreateSandbox with ${label} was accepted`).not.toBeNull();
+      expect(err!.code, err!.details).toBe(3); // INVALID_ARGUMENT
+      expect(err!.details).toContain(field);
     });
   }
 
   it('unsafe content (root, a relative path, / read-write, a TLD wildcard) is refused listing every violation', async () => {
-    const file = writePolicy('unsafe', {
+    const unsafe = {
       version: 1,
       process: { run_as_user: 'root' },
-      filesystem: { read_only: ['usr/lib'], read_write: ['/'] },
       network_policies: { tld: { name: 'tld', endpoints: [{ host: '*.com', port: 443 }] } },
-    });
+    };
+    const fsPolicy = { read_only: ['usr/lib'], read_write: ['/'] };
+    const parts = ["run_as_user must be 'sandbox'", 'path must be absolute', 'read-write path is overly broad: /', "TLD wildcard '*.com'"];
+    const file = writePolicy('unsafe', { ...unsafe, filesystem_policy: fsPolicy });
     const res = await runCli(['sandbox', 'create', '--name', 'unsafe', '--detach', '--policy', file, '--', 'true'], { gateway: gateway() });
     expect(res.code).not.toBe(0);
-    expect(res.stderr).toContain('INVALID_ARGUMENT');
     expect(res.stderr).toContain('policy contains unsafe content');
-    for (const part of ["run_as_user must be 'sandbox'", 'path must be absolute', 'read-write path is overly broad: /', "TLD wildcard '*.com'"]) expect(res.stderr).toContain(part);
+    for (const part of parts) expect(res.stderr).toContain(part);
+    const err = await createWithPolicyBytes('unsafe-raw', encodePolicy({ ...unsafe, filesystem: fsPolicy } as unknown as Parameters<typeof encodePolicy>[0]));
+    expect(err?.code, err?.details).toBe(3);
+    for (const part of parts) expect(err!.details).toContain(part);
   });
 
   it('invalid quantities are refused: by the CLI (naming the flag) and by the gateway (INVALID_ARGUMENT)', async () => {
@@ -837,6 +848,16 @@ describe('policy fields sandgate does not enforce are refused, never ignored', (
     }
   });
 });
+
+/** CreateSandbox with spec.policy bytes straight through gRPC; resolves with the error (null if it was accepted). */
+async function createWithPolicyBytes(name: string, policy: Buffer): Promise<{ code: number; details: string } | null> {
+  const client = openShellClient(gateway());
+  try {
+    return (await unaryCall(client, 'CreateSandbox', { name, spec: { command: ['true'], policy } }).then(() => null, (e: unknown) => e)) as { code: number; details: string } | null;
+  } finally {
+    client.close();
+  }
+}
 
 /** google.protobuf.Struct bytes for nested objects of strings (how upstream's CLI sends resources). */
 function structBytes(obj: Record<string, unknown>): Buffer {
