@@ -9,3 +9,4 @@ export * from './lifecycle.ts';
 export * from './debug-breaks.ts';
 export * from './policy.ts';
 export * from './resources.ts';
+export * from './egress.ts';
