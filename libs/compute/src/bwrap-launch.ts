@@ -1,12 +1,46 @@
 // Builds the bubblewrap command line and the environment for one sandbox. Pure functions: the
 // driver does the I/O, so the exact isolation can be read (and unit-tested) in one place.
 import path from 'node:path';
-import { SANDBOX_CREDENTIAL_PATH } from '@sandgate/protocols/contract';
+import { SANDBOX_CREDENTIAL_PATH, type WorkloadIsolation } from '@sandgate/protocols/contract';
 import { supervisorEnvironmentFor, type LaunchSpec } from './driver.ts';
 
 /** Where the sandbox sees its own work directory, and uses it as cwd and HOME. */
 export const SANDBOX_MOUNT = '/sandbox';
 export const DEFAULT_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
+
+/** Where the sandbox sees the workload cgroup of a hierarchy (`<dir>/<hierarchy name>`), writable. */
+export const SANDBOX_CGROUP_DIR = '/run/sandgate/cgroup';
+
+/** The workload's user name in the sandbox's /etc/passwd and /etc/group. */
+export const WORKLOAD_USER_NAME = 'sandbox';
+
+/**
+ * The only capabilities the supervisor keeps (it runs as root inside the sandbox). Everything it
+ * starts for the workload goes through its wrapper (nsenter + setpriv), which drops to the
+ * workload's uid and so loses all of them; bwrap also sets no_new_privs, so nothing the supervisor
+ * or the workload execs (setuid binaries, file capabilities) can gain one back.
+ */
+export const SUPERVISOR_CAPABILITIES = [
+  // unshare(CLONE_NEWNET) for the netns agent, setns() into its namespace for every workload
+  // process (nsenter --net).
+  'CAP_SYS_ADMIN',
+  // Bring `lo` up in the workload's new network namespace.
+  'CAP_NET_ADMIN',
+  // setpriv --reuid/--regid/--clear-groups: become the workload's uid and gid, drop the groups.
+  'CAP_SETUID',
+  'CAP_SETGID',
+  // Signal workload processes (exec/SSH kill, timeouts, restart): they run as another uid.
+  'CAP_KILL',
+  // /proc/<pid>/environ (the exec tag kill-tree.ts finds exec trees by) and /proc/<pid>/ns/* are
+  // guarded by ptrace access checks: another uid's processes, and non-dumpable ones (a workload
+  // can make itself so to hide from the scan), need this capability.
+  'CAP_SYS_PTRACE',
+  // Files of another uid: /proc/<pid>/environ is the workload's own 0400 file, and the supervisor
+  // checks and starts processes in the workload's files (an exec's cwd, argv[0]: preflight's
+  // stat/access, the wrapper's chdir) before it drops to the workload's uid; a workload may make
+  // them owner-only (0700), and root without this capability is just "other" for them.
+  'CAP_DAC_OVERRIDE',
+] as const;
 
 /** Top-level host entries the sandbox gets its own version of instead of the host's. */
 const PRIVATE_TOP_LEVEL = new Set(['proc', 'dev', 'tmp', 'run', 'sandbox']);
@@ -37,6 +71,18 @@ export interface BwrapLaunch {
    */
   runtimePaths: string[];
   command: string[];
+  /** The workload cgroup of each hierarchy (host path), bound writable at SANDBOX_CGROUP_DIR/<name>. */
+  workloadCgroups: { name: string; hostDir: string }[];
+  /**
+   * Per cgroup hierarchy: the directory holding every sandbox's cgroups, masked, and this
+   * sandbox's own, shown again (read-only) at its real path.
+   */
+  cgroupTrees: { parentDir: string; sandboxDir: string }[];
+  /**
+   * Generated /etc/passwd and /etc/group (host paths) naming the workload's user, bound read-only
+   * over the host's; absent: the host's are shown as they are.
+   */
+  identityFiles?: { passwd: string; group: string };
 }
 
 export function hostnameFor(sandboxId: string): string {
@@ -64,9 +110,11 @@ export function buildBwrapArgs(l: BwrapLaunch): string[] {
     '--hostname',
     hostnameFor(l.sandboxId),
     // We run as root: without this the sandbox keeps every capability and could remount the
-    // read-only host filesystems read-write.
+    // read-only host filesystems read-write. The supervisor keeps only what confining its
+    // workload takes (SUPERVISOR_CAPABILITIES says why each).
     '--cap-drop',
     'ALL',
+    ...SUPERVISOR_CAPABILITIES.flatMap((c) => ['--cap-add', c]),
   ];
   for (const e of [...l.rootEntries].sort((a, b) => a.name.localeCompare(b.name))) {
     if (PRIVATE_TOP_LEVEL.has(e.name) || e.name === '' || e.name.includes('/')) continue;
@@ -103,9 +151,23 @@ export function buildBwrapArgs(l: BwrapLaunch): string[] {
     '--bind',
     path.join(l.sandboxDir, 'work'),
     SANDBOX_MOUNT,
+    // root:root 0600 on the host, so inside too: the supervisor (root) reads it, the workload
+    // (another uid) cannot.
     '--ro-bind',
     path.join(l.sandboxDir, 'credential'),
     SANDBOX_CREDENTIAL_PATH,
+  );
+  if (l.identityFiles) {
+    args.push('--ro-bind', l.identityFiles.passwd, '/etc/passwd', '--ro-bind', l.identityFiles.group, '/etc/group');
+  }
+  // Writable for the supervisor (root) to move workload processes in; their files are root's
+  // 0644, so the workload can neither leave its cgroup nor raise its limits.
+  for (const cg of l.workloadCgroups) args.push('--bind', cg.hostDir, sandboxCgroupDir(cg.name));
+  // /sys shows the host's cgroup trees (read-only): without this a sandbox could list every
+  // other sandbox's id and read its usage. Its own stay where /proc/self/cgroup says, for
+  // runtimes that size themselves by their limits (node, the JVM).
+  for (const t of l.cgroupTrees) args.push('--tmpfs', t.parentDir, '--ro-bind', t.sandboxDir, t.sandboxDir);
+  args.push(
     '--remount-ro',
     '/',
     '--chdir',
@@ -123,6 +185,31 @@ export function buildBwrapArgs(l: BwrapLaunch): string[] {
  * on). Nothing comes from the replica's own environment: the contract's environment (the same as
  * the docker driver's) over the PATH and HOME a container image would otherwise supply.
  */
-export function buildSandboxEnv(spec: LaunchSpec): Record<string, string> {
-  return { PATH: DEFAULT_PATH, HOME: SANDBOX_MOUNT, ...supervisorEnvironmentFor(spec) };
+export function buildSandboxEnv(spec: LaunchSpec, workload?: WorkloadIsolation): Record<string, string> {
+  return { PATH: DEFAULT_PATH, HOME: SANDBOX_MOUNT, ...supervisorEnvironmentFor(spec, workload) };
+}
+
+/** Where the sandbox sees the workload cgroup of the hierarchy called `name`. */
+export function sandboxCgroupDir(name: string): string {
+  if (name === '' || name.includes('/') || name === '.' || name === '..') throw new Error(`bad cgroup hierarchy name ${JSON.stringify(name)}`);
+  return `${SANDBOX_CGROUP_DIR}/${name}`;
+}
+
+/**
+ * The host's /etc/passwd and /etc/group with the workload's user (`sandbox`, home /sandbox) in
+ * place of any entry with its name or id, so `id`, `whoami` and `ls -l` show a name.
+ */
+export function identityFilesFor(hostPasswd: string, hostGroup: string, uid: number, gid: number): { passwd: string; group: string } {
+  const keep = (text: string, id: number) =>
+    text
+      .split('\n')
+      .filter((l) => l.trim() !== '')
+      .filter((l) => {
+        const f = l.split(':');
+        return f[0] !== WORKLOAD_USER_NAME && f[2] !== String(id);
+      });
+  return {
+    passwd: [...keep(hostPasswd, uid), `${WORKLOAD_USER_NAME}:x:${uid}:${gid}:sandgate workload:${SANDBOX_MOUNT}:/bin/sh`].join('\n') + '\n',
+    group: [...keep(hostGroup, gid), `${WORKLOAD_USER_NAME}:x:${gid}:`].join('\n') + '\n',
+  };
 }

@@ -6,7 +6,13 @@
 // sandboxes keep running; any replica on the host can later find and delete them from the id and
 // the handle alone (or from <stateDir>/sandboxes/<id>/handle.json).
 //
-// Layout: <stateDir>/sandboxes/<id>/{work/, credential, supervisor.log, handle.json}
+// Layout: <stateDir>/sandboxes/<id>/{work/, credential, passwd, group, supervisor.log, handle.json}
+//
+// Confinement: the supervisor runs as root with a handful of capabilities (SUPERVISOR_CAPABILITIES)
+// and starts every workload process as the workload's uid (spec.workloadUser, default
+// SANDBOX_UID), with no capabilities, in a network namespace of its own and in the sandbox's
+// workload cgroups (cgroups.ts), which carry the limits. /sandbox belongs to the workload's uid;
+// the credential stays root's 0600.
 //
 // Supervisor delivery: the node binary and the checkout (repoRoot: apps/, libs/, node_modules/)
 // are bound read-only at their own paths, explicitly, so a checkout under /tmp or /run (which
@@ -16,8 +22,10 @@ import fs from 'node:fs';
 import fsp from 'node:fs/promises';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { SANDBOX_GID, SANDBOX_UID, type WorkloadIsolation } from '@sandgate/protocols/contract';
 import type { ComputeDriver, ComputeHandle, ComputeState, LaunchSpec, ObservedCompute } from './driver.ts';
-import { buildBwrapArgs, buildSandboxEnv, SANDBOX_MOUNT, type RootEntry } from './bwrap-launch.ts';
+import { buildBwrapArgs, buildSandboxEnv, identityFilesFor, SANDBOX_MOUNT, sandboxCgroupDir, type RootEntry } from './bwrap-launch.ts';
+import { assertLimits, Cgroups, type SandboxCgroups } from './cgroups.ts';
 import { isAlive, isDead, killQuietly, listPids, readCmdline, readPidNamespace, readStat, type ProcStat } from './proc.ts';
 import { assertLaunchSpec, assertSandboxId, parseHandle, type LocalHandle } from './validate.ts';
 
@@ -39,10 +47,24 @@ export interface LocalDriverOptions {
   startupCheckMs?: number;
   /** How long delete() waits for the sandbox's processes to disappear before giving up. */
   deleteTimeoutMs?: number;
+  /**
+   * Path below each cgroup hierarchy's mount where sandboxes get their cgroups (`<parent>/<id>`).
+   * Default `sandgate`. Every replica on a host must use the same one (any of them deletes).
+   */
+  cgroupParent?: string;
+  /** The hierarchies to use (for hosts whose layout detection misreads). Default: Cgroups.detect(). */
+  cgroups?: Cgroups;
 }
 
 const HANDLE_FILE = 'handle.json';
 const LOG_FILE = 'supervisor.log';
+/**
+ * Runs before bwrap, as bwrap's own process: writes its pid into the supervisor's cgroups, then
+ * execs bwrap, so every process of the sandbox starts inside them (nothing can fork in between).
+ * Arguments: the number N of cgroup.procs files, the N files, then bwrap's argv.
+ */
+const CGROUP_JOIN_SCRIPT =
+  'n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 125; shift; n=$((n - 1)); done; exec "$@"';
 
 export class LocalDriver implements ComputeDriver {
   readonly name = 'local';
@@ -56,6 +78,8 @@ export class LocalDriver implements ComputeDriver {
   /** Real path of stateDir, resolved once it exists (bwrap mounts need real paths). */
   private stateRoot: string | null = null;
   private runtimeCache: SupervisorRuntime | null = null;
+  private readonly cgroupParent: string;
+  private cgroupsCache: Cgroups | null = null;
 
   constructor(opts: LocalDriverOptions) {
     if (!opts.stateDir) throw new Error('LocalDriver: stateDir is required');
@@ -77,6 +101,10 @@ export class LocalDriver implements ComputeDriver {
     this.bwrapPath = opts.bwrapPath ?? '/usr/bin/bwrap';
     this.startupCheckMs = opts.startupCheckMs ?? 200;
     this.deleteTimeoutMs = opts.deleteTimeoutMs ?? 5000;
+    this.cgroupParent = opts.cgroupParent ?? 'sandgate';
+    // Checked now (a bad value is a configuration error); the hierarchies are found at first use.
+    new Cgroups([], this.cgroupParent);
+    this.cgroupsCache = opts.cgroups ?? null;
     // The state directory is hidden (tmpfs) inside sandboxes, so nothing launched may live in it.
     for (const p of [this.supervisorEntry, this.nodePath, this.repoRoot]) {
       if (isWithin(this.stateDir, p)) throw new Error(`LocalDriver: ${p} is inside stateDir, which sandboxes cannot see`);
@@ -86,7 +114,6 @@ export class LocalDriver implements ComputeDriver {
   async create(spec: LaunchSpec): Promise<ComputeHandle> {
     const { root, dir } = await this.checkLaunch(spec);
     await this.claimDir(spec.sandboxId, dir);
-    await fsp.mkdir(path.join(dir, 'work'), { mode: 0o755 });
     return this.launch(spec, root, dir, true);
   }
 
@@ -95,23 +122,44 @@ export class LocalDriver implements ComputeDriver {
     const dir = path.join(await this.root(), 'sandboxes', sandboxId);
     const handles = [parseHandle(handle), await readHandleFile(dir)].filter((h): h is LocalHandle => h !== null);
     await this.killSandbox(dir, handles);
+    await this.removeCgroups(sandboxId);
   }
 
   async start(spec: LaunchSpec, handle: ComputeHandle | null): Promise<ComputeHandle> {
     const { root, dir } = await this.checkLaunch(spec);
     // A run that is still going (a restart of a finished main process) ends first.
     await this.stop(spec.sandboxId, handle);
-    await fsp.mkdir(path.join(dir, 'work'), { recursive: true, mode: 0o755 });
     return this.launch(spec, root, dir, false);
   }
 
-  /** Writes the credential and runs bwrap in `dir`; on failure a fresh sandbox is removed whole. */
+  /**
+   * Prepares `dir` (work directory, credential, identity files, cgroups) and runs bwrap in it; on
+   * failure a fresh sandbox is removed whole.
+   */
   private async launch(spec: LaunchSpec, root: string, dir: string, fresh: boolean): Promise<ComputeHandle> {
     let handle: LocalHandle | null = null;
     try {
+      const user = workloadUser(spec);
+      // The workload's home and only writable place: its own uid's (set again on every start,
+      // since the workload user may differ from the last run's). Only the directory itself: a
+      // recursive chown would follow whatever the workload left in it.
+      const work = path.join(dir, 'work');
+      await fsp.mkdir(work, { recursive: true, mode: 0o755 });
+      await fsp.chown(work, user.uid, user.gid);
       // The credential only ever exists as this file; the sandbox sees a read-only bind of it.
+      // root:root 0600: readable by the supervisor (root), not by the workload.
       await fsp.rm(path.join(dir, 'credential'), { force: true });
       await fsp.writeFile(path.join(dir, 'credential'), spec.credential, { mode: 0o600, flag: 'wx' });
+      await fsp.chown(path.join(dir, 'credential'), 0, 0);
+      const identityFiles = await writeIdentityFiles(dir, user.uid, user.gid);
+      const cgroups = await (await this.cgroups()).create(spec.sandboxId, spec.limits ?? {});
+      const workload: WorkloadIsolation = {
+        uid: user.uid,
+        gid: user.gid,
+        // Always: the workload reaches nothing but its own loopback and the egress proxy.
+        isolateNetwork: true,
+        cgroupDirs: cgroups.workload.map((c) => sandboxCgroupDir(c.name)),
+      };
       const rt = await this.runtime();
       const args = buildBwrapArgs({
         sandboxId: spec.sandboxId,
@@ -122,8 +170,11 @@ export class LocalDriver implements ComputeDriver {
         supervisorEntry: rt.supervisorEntry,
         runtimePaths: rt.paths,
         command: spec.command,
+        workloadCgroups: cgroups.workload,
+        cgroupTrees: cgroups.trees,
+        identityFiles: identityFiles ?? undefined,
       });
-      const child = await this.spawnBwrap(dir, args, buildSandboxEnv(spec));
+      const child = await this.spawnBwrap(dir, args, buildSandboxEnv(spec, workload), cgroups);
       handle = { pid: child.pid!, startTime: startTimeOf(child.pid!), dir };
       // Persist before anything else can fail, so list()/delete() find it even if we crash now.
       await writeJsonAtomic(path.join(dir, HANDLE_FILE), handle);
@@ -139,7 +190,10 @@ export class LocalDriver implements ComputeDriver {
       // Nothing half-made survives a failed create: kill whatever started and drop the directory.
       // A failed restart keeps the filesystem.
       if (fresh) await this.destroy(dir, handle ? [handle] : []).catch(() => {});
-      else await this.killSandbox(dir, handle ? [handle] : []).catch(() => false);
+      else {
+        await this.killSandbox(dir, handle ? [handle] : []).catch(() => false);
+        await this.removeCgroups(spec.sandboxId).catch(() => false);
+      }
       throw err;
     }
   }
@@ -186,10 +240,12 @@ export class LocalDriver implements ComputeDriver {
     return out;
   }
 
-  /** Kills every process of the sandbox at `dir`, then removes the directory. */
+  /** Kills every process of the sandbox at `dir`, then removes its cgroups and the directory. */
   private async destroy(dir: string, handles: LocalHandle[]): Promise<boolean> {
     const killed = await this.killSandbox(dir, handles);
-    let existed = false;
+    // From the id alone: a crashed replica's leftovers go too, with or without a directory.
+    const hadCgroups = await this.removeCgroups(path.basename(dir));
+    let existed = hadCgroups;
     try {
       await fsp.access(dir);
       existed = true;
@@ -258,13 +314,20 @@ export class LocalDriver implements ComputeDriver {
     }
   }
 
-  private async spawnBwrap(dir: string, args: string[], env: Record<string, string>): Promise<ChildProcess> {
+  private async spawnBwrap(dir: string, args: string[], env: Record<string, string>, cgroups: SandboxCgroups): Promise<ChildProcess> {
     const logFd = fs.openSync(path.join(dir, LOG_FILE), 'a', 0o600);
     let child: ChildProcess;
     try {
       // detached: bwrap leads its own session/process group, so nothing aimed at the replica's
       // group (Ctrl-C, a supervisor of the replica) reaches it. env is the complete environment.
-      child = spawn(this.bwrapPath, args, { detached: true, stdio: ['ignore', logFd, logFd], env, cwd: '/' });
+      // The shell joins the supervisor's cgroups and execs bwrap in the same process.
+      const join = cgroups.supervisorProcs;
+      child = spawn('/bin/sh', ['-c', CGROUP_JOIN_SCRIPT, 'sandgate-launch', String(join.length), ...join, this.bwrapPath, ...args], {
+        detached: true,
+        stdio: ['ignore', logFd, logFd],
+        env,
+        cwd: '/',
+      });
     } finally {
       // The child has its own copies by now (spawn forks synchronously).
       fs.closeSync(logFd);
@@ -286,9 +349,29 @@ export class LocalDriver implements ComputeDriver {
     } catch {
       throw new Error(`bubblewrap is not installed or not executable at ${this.bwrapPath} (the local driver needs it)`);
     }
+    workloadUser(spec);
+    assertLimits(spec.limits);
+    await this.cgroups();
     await this.runtime();
     const root = await this.root();
     return { root, dir: path.join(root, 'sandboxes', spec.sandboxId) };
+  }
+
+  /** The host's cgroup hierarchies, found once; throws (create fails) if limits cannot be enforced. */
+  private async cgroups(): Promise<Cgroups> {
+    this.cgroupsCache ??= Cgroups.detect({ parent: this.cgroupParent });
+    return this.cgroupsCache;
+  }
+
+  /** Removes the sandbox's cgroups, if any; a host without cgroups has none to remove. */
+  private async removeCgroups(sandboxId: string): Promise<boolean> {
+    let cg: Cgroups;
+    try {
+      cg = await this.cgroups();
+    } catch {
+      return false;
+    }
+    return cg.remove(sandboxId, this.deleteTimeoutMs);
   }
 
   /** Real paths of node, the supervisor entry and what to bind for them, checked once. */
@@ -348,6 +431,34 @@ export class LocalDriver implements ComputeDriver {
     this.stateRoot = await fsp.realpath(this.stateDir);
     return this.stateRoot;
   }
+}
+
+/** The workload's uid/gid: the spec's, else SANDBOX_UID/SANDBOX_GID. Never root. */
+function workloadUser(spec: LaunchSpec): { uid: number; gid: number } {
+  const user = spec.workloadUser ?? { uid: SANDBOX_UID, gid: SANDBOX_GID };
+  for (const k of ['uid', 'gid'] as const) {
+    const v = user[k];
+    if (!Number.isSafeInteger(v) || v < 0 || v >= 0xffffffff) throw new Error(`workloadUser.${k} must be an integer id (got ${String(v)})`);
+    if (v === 0) throw new Error(`workloadUser.${k} must not be 0: the workload never runs as root`);
+  }
+  return user;
+}
+
+/** Writes <dir>/passwd and <dir>/group naming the workload's user; null if the host has no /etc/passwd. */
+async function writeIdentityFiles(dir: string, uid: number, gid: number): Promise<{ passwd: string; group: string } | null> {
+  let hostPasswd: string;
+  let hostGroup: string;
+  try {
+    hostPasswd = await fsp.readFile('/etc/passwd', 'utf8');
+    hostGroup = await fsp.readFile('/etc/group', 'utf8').catch(() => '');
+  } catch {
+    return null;
+  }
+  const files = identityFilesFor(hostPasswd, hostGroup, uid, gid);
+  const out = { passwd: path.join(dir, 'passwd'), group: path.join(dir, 'group') };
+  await writeAtomic(out.passwd, files.passwd, 0o644);
+  await writeAtomic(out.group, files.group, 0o644);
+  return out;
 }
 
 interface SupervisorRuntime {
@@ -449,8 +560,13 @@ async function readHandleFile(dir: string): Promise<LocalHandle | null> {
 }
 
 async function writeJsonAtomic(file: string, value: unknown): Promise<void> {
+  await writeAtomic(file, JSON.stringify(value) + '\n', 0o600);
+}
+
+async function writeAtomic(file: string, text: string, mode: number): Promise<void> {
   const tmp = `${file}.${process.pid}.tmp`;
-  await fsp.writeFile(tmp, JSON.stringify(value) + '\n', { mode: 0o600 });
+  await fsp.writeFile(tmp, text, { mode });
+  await fsp.chmod(tmp, mode); // the umask may have narrowed it
   await fsp.rename(tmp, file);
 }
 

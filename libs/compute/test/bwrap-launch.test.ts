@@ -1,6 +1,6 @@
 // The bwrap command line and sandbox environment, as pure data.
 import { describe, expect, it } from 'vitest';
-import { buildBwrapArgs, buildSandboxEnv, hostnameFor } from '../src/bwrap-launch.ts';
+import { buildBwrapArgs, buildSandboxEnv, hostnameFor, identityFilesFor, SUPERVISOR_CAPABILITIES } from '../src/bwrap-launch.ts';
 import { buildContainerEnv } from '../src/docker/launch.ts';
 import type { LaunchSpec } from '../src/driver.ts';
 
@@ -22,6 +22,7 @@ describe('buildBwrapArgs', () => {
     sandboxDir: '/var/lib/sandgate/sandboxes/sb-1234567890',
     rootEntries: [
       { name: 'usr', kind: 'dir' },
+      { name: 'sys', kind: 'dir' },
       { name: 'bin', kind: 'symlink', target: 'usr/bin' },
       { name: 'proc', kind: 'dir' },
       { name: 'run', kind: 'dir' },
@@ -34,15 +35,55 @@ describe('buildBwrapArgs', () => {
     supervisorEntry: '/tmp/app/apps/supervisor/src/main.ts',
     runtimePaths: ['/tmp/app', '/opt/node/bin/node', '/tmp/app'],
     command: spec.command,
+    workloadCgroups: [
+      { name: 'memory', hostDir: '/sys/fs/cgroup/memory/sandgate/sb-1234567890/workload' },
+      { name: 'cpu,cpuacct', hostDir: '/sys/fs/cgroup/cpu,cpuacct/sandgate/sb-1234567890/workload' },
+    ],
+    cgroupTrees: [{ parentDir: '/sys/fs/cgroup/memory/sandgate', sandboxDir: '/sys/fs/cgroup/memory/sandgate/sb-1234567890' }],
+    identityFiles: { passwd: '/var/lib/sandgate/sandboxes/sb-1234567890/passwd', group: '/var/lib/sandgate/sandboxes/sb-1234567890/group' },
   });
   const joined = args.join(' ');
 
-  it('isolates pid/ipc/uts but not the network, drops capabilities and never ties to a parent', () => {
+  it('isolates pid/ipc/uts, never shares or ties to a parent, and keeps only the supervisor\'s capabilities', () => {
     expect(args.slice(0, 5)).toEqual(['--unshare-pid', '--unshare-ipc', '--unshare-uts', '--hostname', 'sandbox-sb-12345']);
-    expect(joined).toContain('--cap-drop ALL');
+    // The supervisor stays in the host's network namespace (it dials the gateway on loopback);
+    // its workload gets its own, made by the supervisor.
     expect(args).not.toContain('--unshare-net');
+    expect(args).not.toContain('--share-net');
     expect(args).not.toContain('--unshare-all');
     expect(args).not.toContain('--die-with-parent');
+    expect(args.slice(5, 7)).toEqual(['--cap-drop', 'ALL']);
+    const added = args.flatMap((a, i) => (a === '--cap-add' ? [args[i + 1]] : []));
+    expect(added).toEqual([
+      'CAP_SYS_ADMIN',
+      'CAP_NET_ADMIN',
+      'CAP_SETUID',
+      'CAP_SETGID',
+      'CAP_KILL',
+      'CAP_SYS_PTRACE',
+      'CAP_DAC_OVERRIDE',
+    ]);
+    expect(added).toEqual([...SUPERVISOR_CAPABILITIES]);
+    // All of them before anything else, so no later argument can be taken for one.
+    expect(args.lastIndexOf('--cap-add')).toBe(5 + 2 * SUPERVISOR_CAPABILITIES.length);
+  });
+
+  it('binds each workload cgroup writable under /run/sandgate/cgroup, and the generated passwd/group read-only', () => {
+    expect(joined).toContain('--bind /sys/fs/cgroup/memory/sandgate/sb-1234567890/workload /run/sandgate/cgroup/memory');
+    expect(joined).toContain('--bind /sys/fs/cgroup/cpu,cpuacct/sandgate/sb-1234567890/workload /run/sandgate/cgroup/cpu,cpuacct');
+    expect(joined).toContain('--ro-bind /var/lib/sandgate/sandboxes/sb-1234567890/passwd /etc/passwd');
+    expect(joined).toContain('--ro-bind /var/lib/sandgate/sandboxes/sb-1234567890/group /etc/group');
+    // After the host's /run is replaced and the state masked (sources are read from the host).
+    expect(joined.indexOf('/run/sandgate/cgroup/memory')).toBeGreaterThan(joined.indexOf('--tmpfs /var/lib/sandgate'));
+    expect(joined.indexOf('/etc/passwd')).toBeGreaterThan(joined.indexOf('--ro-bind /usr /usr'));
+    expect(joined.indexOf('--remount-ro /')).toBeGreaterThan(joined.indexOf('/run/sandgate/cgroup/cpu,cpuacct'));
+  });
+
+  it('masks every sandbox\'s cgroups under /sys but its own', () => {
+    expect(joined).toContain(
+      '--tmpfs /sys/fs/cgroup/memory/sandgate --ro-bind /sys/fs/cgroup/memory/sandgate/sb-1234567890 /sys/fs/cgroup/memory/sandgate/sb-1234567890',
+    );
+    expect(joined.indexOf('--tmpfs /sys/fs/cgroup/memory/sandgate')).toBeGreaterThan(joined.indexOf('--ro-bind /sys /sys'));
   });
 
   it('reproduces the host root read-only, except the private top-level directories', () => {
@@ -84,10 +125,21 @@ describe('buildSandboxEnv', () => {
       SANDGATE_LOG_LEVEL: 'warn',
       SANDGATE_DEBUG_BREAK: '',
       SANDGATE_DEBUG_UNSAFE: '0',
+      SANDGATE_POLICY: '',
     });
     expect(buildSandboxEnv({ ...spec, environment: {}, tty: true })).toMatchObject({
       PATH: expect.stringContaining('/usr/bin'),
       SANDGATE_MAIN_TTY: '1',
+    });
+  });
+
+  it('carries the workload isolation the driver hands over', () => {
+    const workload = { uid: 10001, gid: 10002, isolateNetwork: true, cgroupDirs: ['/run/sandgate/cgroup/memory', '/run/sandgate/cgroup/pids'] };
+    expect(buildSandboxEnv(spec, workload)).toMatchObject({
+      SANDGATE_WORKLOAD_UID: '10001',
+      SANDGATE_WORKLOAD_GID: '10002',
+      SANDGATE_NETWORK_ISOLATION: '1',
+      SANDGATE_WORKLOAD_CGROUPS: '/run/sandgate/cgroup/memory:/run/sandgate/cgroup/pids',
     });
   });
 
@@ -108,6 +160,16 @@ describe('buildSandboxEnv', () => {
       expect(local.SANDGATE_MAIN_TTY).toBe(s.tty ? '1' : '0');
     }
     expect(buildSandboxEnv({ ...spec, debugBreaks: 'exec-kill' })).toMatchObject({ SANDGATE_DEBUG_BREAK: 'exec-kill', SANDGATE_DEBUG_UNSAFE: '1' });
+  });
+
+  it('names the workload\'s user `sandbox` in passwd and group, replacing any entry with its name or id', () => {
+    const passwd = 'root:x:0:0:root:/root:/bin/bash\nsandbox:x:500:500::/home/sandbox:/bin/sh\nbob:x:10001:10001::/home/bob:/bin/sh\nalice:x:1000:1000::/home/alice:/bin/bash\n';
+    const group = 'root:x:0:\nbob:x:10001:\nstaff:x:50:alice\n';
+    expect(identityFilesFor(passwd, group, 10001, 10001)).toEqual({
+      passwd:
+        'root:x:0:0:root:/root:/bin/bash\nalice:x:1000:1000::/home/alice:/bin/bash\nsandbox:x:10001:10001:sandgate workload:/sandbox:/bin/sh\n',
+      group: 'root:x:0:\nstaff:x:50:alice\nsandbox:x:10001:\n',
+    });
   });
 
   it('names the host after the first 8 characters of the id', () => {

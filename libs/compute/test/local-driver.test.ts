@@ -6,6 +6,8 @@ import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { SUPERVISOR_CAPABILITIES } from '../src/bwrap-launch.ts';
+import { Cgroups } from '../src/cgroups.ts';
 import type { LaunchSpec } from '../src/driver.ts';
 import { LocalDriver } from '../src/local-driver.ts';
 import { isAlive, isDead, listPids, readCmdline, readPidNamespace, readStat } from '../src/proc.ts';
@@ -13,6 +15,11 @@ import { isAlive, isDead, listPids, readCmdline, readPidNamespace, readStat } fr
 const here = path.dirname(fileURLToPath(import.meta.url));
 const fakeSupervisor = path.join(here, 'fixtures', 'fake-supervisor.mjs');
 const createAndHang = path.join(here, 'fixtures', 'create-and-hang.ts');
+
+/** Suffix of the ids that get cgroups: those are host-wide, so concurrent runs must not share one. */
+const RUN = process.pid.toString(36);
+const LIST_A = `list-a-${RUN}`;
+const LIST_B = `list-b-${RUN}`;
 
 let stateDir: string;
 let driver: LocalDriver;
@@ -79,6 +86,60 @@ function sandboxProcesses(bwrapPid: number): { ns: string; pids: number[] } {
   return { ns, pids: liveInNamespace(ns) };
 }
 
+const cgroups = Cgroups.detect();
+
+/** Every cgroup directory (host paths) the driver makes for sandbox `id`. */
+function cgroupDirsOf(id: string): string[] {
+  return cgroups.hierarchies.flatMap((h) => [path.join(h.mount, 'sandgate', id), path.join(h.mount, 'sandgate', id, 'workload')]);
+}
+
+/** The cgroup of `pid` in each of the driver's hierarchies (v1: the line naming its controller). */
+function cgroupsOf(pid: number): string[] {
+  const lines = fs.readFileSync(`/proc/${pid}/cgroup`, 'utf8').split('\n').filter(Boolean).map((l) => l.split(':'));
+  return cgroups.hierarchies.map((h) => {
+    const line = h.version === 2 ? lines.find((f) => f[0] === '0') : lines.find((f) => f[1].split(',').includes(h.controllers[0]));
+    return line ? line.slice(2).join(':') : '(none)';
+  });
+}
+
+/** The capability mask SUPERVISOR_CAPABILITIES stands for, as /proc/<pid>/status prints it. */
+function capMask(names: readonly string[]): string {
+  const bits: Record<string, number> = {
+    CAP_CHOWN: 0,
+    CAP_DAC_OVERRIDE: 1,
+    CAP_DAC_READ_SEARCH: 2,
+    CAP_FOWNER: 3,
+    CAP_KILL: 5,
+    CAP_SETGID: 6,
+    CAP_SETUID: 7,
+    CAP_SETPCAP: 8,
+    CAP_NET_ADMIN: 12,
+    CAP_SYS_PTRACE: 19,
+    CAP_SYS_ADMIN: 21,
+  };
+  let mask = 0n;
+  for (const n of names) {
+    if (bits[n] === undefined) throw new Error(`capMask: unknown ${n}`);
+    mask |= 1n << BigInt(bits[n]);
+  }
+  return mask.toString(16).padStart(16, '0');
+}
+
+function statusField(pid: number, field: string): string | null {
+  try {
+    return new RegExp(`^${field}:\\s*(.*)$`, 'm').exec(fs.readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1]?.trim() ?? null;
+  } catch {
+    return null;
+  }
+}
+
+/** The supervisor's host pid: the process in the sandbox running the fake supervisor. */
+function supervisorPid(bwrapPid: number): number {
+  const pid = sandboxProcesses(bwrapPid).pids.find((p) => readCmdline(p)?.[1] === fakeSupervisor);
+  if (pid === undefined) throw new Error('no supervisor process in the sandbox');
+  return pid;
+}
+
 function allGone(pids: number[], starts: Map<number, number>): boolean {
   return pids.every((p) => !isAlive(p, starts.get(p)!));
 }
@@ -118,14 +179,33 @@ describe('LocalDriver input validation', () => {
     // bwrap runs /bin/false as the "supervisor", which exits at once; a generous check window
     // keeps this deterministic on a loaded machine.
     const d = new LocalDriver({ stateDir, supervisorEntry: fakeSupervisor, nodePath: '/bin/false', startupCheckMs: 3000 });
-    await expect(d.create(spec('fails-fast'))).rejects.toThrow(/launch failed.*exit code 1/);
-    expect(fs.existsSync(sandboxDir('fails-fast'))).toBe(false);
-    expect(await d.inspect('fails-fast', null)).toBe('gone');
+    await expect(d.create(spec(`fails-fast-${RUN}`))).rejects.toThrow(/launch failed.*exit code 1/);
+    expect(fs.existsSync(sandboxDir(`fails-fast-${RUN}`))).toBe(false);
+    expect(await d.inspect(`fails-fast-${RUN}`, null)).toBe('gone');
+    expect(cgroupDirsOf(`fails-fast-${RUN}`).filter((d) => fs.existsSync(d))).toEqual([]);
+  });
+
+  it('refuses a root workload user and limits the kernel would not take, before anything is made', async () => {
+    await expect(driver.create(spec('root-user', { workloadUser: { uid: 0, gid: 10001 } }))).rejects.toThrow(/workloadUser.uid must not be 0/);
+    await expect(driver.create(spec('root-group', { workloadUser: { uid: 10001, gid: 0 } }))).rejects.toThrow(/workloadUser.gid must not be 0/);
+    await expect(driver.create(spec('tiny-cpu', { limits: { cpuMillis: 1 } }))).rejects.toThrow(/cpuMillis must be at least 10/);
+    for (const id of ['root-user', 'root-group', 'tiny-cpu']) {
+      expect(fs.existsSync(sandboxDir(id))).toBe(false);
+      expect(cgroupDirsOf(id).filter((d) => fs.existsSync(d))).toEqual([]);
+    }
+  });
+
+  it('fails loudly, leaving nothing behind, when it cannot make the cgroups (never runs unlimited)', async () => {
+    const nowhere = new Cgroups([{ version: 1, mount: '/nonexistent/cgroup', controllers: ['memory', 'cpu', 'pids'], name: 'all' }]);
+    const d = new LocalDriver({ stateDir, supervisorEntry: fakeSupervisor, cgroups: nowhere });
+    await expect(d.create(spec(`no-cgroups-${RUN}`))).rejects.toThrow(/cannot set up the cgroups that enforce sandbox no-cgroups-\w+'s limits/);
+    expect(fs.existsSync(sandboxDir(`no-cgroups-${RUN}`))).toBe(false);
+    expect(await d.inspect(`no-cgroups-${RUN}`, null)).toBe('gone');
   });
 });
 
 describe('LocalDriver sandbox lifecycle', () => {
-  const id = 'abcdef0123456789-main';
+  const id = `abcdef0123456789-main-${RUN}`;
   const secret = `cred-${id}-s3cr3t`;
   let handle: Record<string, unknown>;
 
@@ -165,6 +245,11 @@ describe('LocalDriver sandbox lifecycle', () => {
     const r = await waitFor('report.json', () => readReport(id));
     expect(r.argv).toEqual([process.execPath, fakeSupervisor, '--', 'sh', '-c', expect.stringContaining('31337')]);
     expect(r.env).toEqual({
+      SANDGATE_WORKLOAD_UID: '10001',
+      SANDGATE_WORKLOAD_GID: '10001',
+      SANDGATE_NETWORK_ISOLATION: '1',
+      SANDGATE_WORKLOAD_CGROUPS: cgroups.hierarchies.map((h) => `/run/sandgate/cgroup/${h.name}`).join(':'),
+      SANDGATE_POLICY: '',
       FOO: 'bar',
       HIDDEN_PROBE: path.join(sandboxDir(id), 'credential'),
       HOME: '/sandbox',
@@ -190,7 +275,12 @@ describe('LocalDriver sandbox lifecycle', () => {
     expect(r.hiddenProbe).toBe(false); // the driver's state dir is masked
     expect(r.cwd).toBe('/sandbox');
     expect(r.hostname).toBe('sandbox-abcdef01');
-    expect(r.capEff).toBe('0000000000000000');
+    expect(r.capEff).toBe(capMask(SUPERVISOR_CAPABILITIES));
+    expect(r.uid).toBe(0);
+    expect(r.sandboxOwner).toEqual({ uid: 10001, gid: 10001 });
+    expect(r.credentialStat).toEqual({ uid: 0, gid: 0, mode: 0o600 });
+    expect(r.passwdSandbox).toBe('sandbox:x:10001:10001:sandgate workload:/sandbox:/bin/sh');
+    expect(r.cgroupBinds).toEqual(cgroups.hierarchies.map((h) => h.name).sort());
     // Own PID namespace: bwrap's init is 1, the supervisor 2, and only a handful of processes.
     expect(r.pid).toBe(2);
     expect(r.procPids.length).toBeLessThan(10);
@@ -269,7 +359,7 @@ describe('LocalDriver with the supervisor and node under /tmp', () => {
   afterAll(() => fs.rmSync(outside, { recursive: true, force: true }));
 
   it('runs them (bound read-only), the checkout found from the entry', async () => {
-    const id = 'under-tmp-1';
+    const id = `under-tmp-1-${RUN}`;
     const entry = path.join(outside, 'checkout', 'apps', 'supervisor', 'main.mjs');
     const nodePath = path.join(outside, 'node', 'node');
     const d = new LocalDriver({ stateDir, supervisorEntry: entry, nodePath, startupCheckMs: 500 });
@@ -295,7 +385,7 @@ describe('LocalDriver with the supervisor and node under /tmp', () => {
 
 describe('LocalDriver sandbox lifetime', () => {
   it('outlives the process that created it (SIGKILLed), and is deleted via handle.json', async () => {
-    const id = 'orphan-1';
+    const id = `orphan-1-${RUN}`;
     created.push(id);
     const creator = spawn(process.execPath, [createAndHang, stateDir, fakeSupervisor, id], {
       stdio: ['ignore', 'pipe', 'inherit'],
@@ -320,13 +410,15 @@ describe('LocalDriver sandbox lifetime', () => {
     const { pids } = sandboxProcesses(handle.pid);
     const starts = new Map(pids.map((p) => [p, readStat(p)!.startTime]));
     // No handle from Redis: the driver falls back to handle.json.
+    expect(cgroupDirsOf(id).every((d) => fs.existsSync(d))).toBe(true);
     expect(await driver.delete(id, null)).toBe(true);
     expect(allGone([...pids, handle.pid], new Map([...starts, [handle.pid, handle.startTime]]))).toBe(true);
     expect(await driver.inspect(id, handle)).toBe('gone');
+    expect(cgroupDirsOf(id).filter((d) => fs.existsSync(d))).toEqual([]);
   }, 30_000);
 
   it('finds and kills a sandbox even without any handle (crash before handle.json was written)', async () => {
-    const id = 'no-handle-1';
+    const id = `no-handle-1-${RUN}`;
     const handle = await driver.create(spec(id));
     await waitFor('report.json', () => readReport(id));
     fs.rmSync(path.join(sandboxDir(id), 'handle.json'));
@@ -340,32 +432,175 @@ describe('LocalDriver sandbox lifetime', () => {
   }, 20_000);
 
   it('lists several sandboxes and replaces leftovers of a dead one with the same id', async () => {
-    const a = await driver.create(spec('list-a'));
-    const b = await driver.create(spec('list-b'));
+    const a = await driver.create(spec(LIST_A));
+    const b = await driver.create(spec(LIST_B));
     const listed = await driver.list();
-    expect(listed).toContainEqual({ sandboxId: 'list-a', handle: a, state: 'running' });
-    expect(listed).toContainEqual({ sandboxId: 'list-b', handle: b, state: 'running' });
+    expect(listed).toContainEqual({ sandboxId: LIST_A, handle: a, state: 'running' });
+    expect(listed).toContainEqual({ sandboxId: LIST_B, handle: b, state: 'running' });
 
     // Someone kills only the outer bwrap: inspect and list say gone …
-    await waitFor('list-b report', () => readReport('list-b'));
+    await waitFor('list-b report', () => readReport(LIST_B));
     const strays = sandboxProcesses(b.pid as number).pids;
     const strayStarts = new Map(strays.map((p) => [p, readStat(p)!.startTime]));
     process.kill(b.pid as number, 'SIGKILL');
     await waitFor('list-b to be gone', () => !isAlive(b.pid as number, b.startTime as number));
-    expect(await driver.inspect('list-b', b)).toBe('gone');
-    expect((await driver.list()).find((o) => o.sandboxId === 'list-b')?.state).toBe('gone');
+    expect(await driver.inspect(LIST_B, b)).toBe('gone');
+    expect((await driver.list()).find((o) => o.sandboxId === LIST_B)?.state).toBe('gone');
     // … though the namespace (no --die-with-parent) lives on as strays, found by bwrap's argv …
     expect(allGone(strays, strayStarts)).toBe(false);
     // … which creating the same id again kills, along with the leftover directory.
-    const b2 = await driver.create(spec('list-b'));
+    const b2 = await driver.create(spec(LIST_B));
     expect(allGone(strays, strayStarts)).toBe(true);
     expect(b2.pid).not.toBe(b.pid);
-    expect(await driver.inspect('list-b', b2)).toBe('running');
+    expect(await driver.inspect(LIST_B, b2)).toBe('running');
 
-    expect(await driver.delete('list-a', a)).toBe(true);
-    expect(await driver.delete('list-b', b2)).toBe(true);
+    expect(await driver.delete(LIST_A, a)).toBe(true);
+    expect(await driver.delete(LIST_B, b2)).toBe(true);
     const ids = (await driver.list()).map((o) => o.sandboxId);
-    expect(ids).not.toContain('list-a');
-    expect(ids).not.toContain('list-b');
+    expect(ids).not.toContain(LIST_A);
+    expect(ids).not.toContain(LIST_B);
   }, 20_000);
+});
+
+/**
+ * The supervisor's workload wrapper as the design has it (join the workload cgroups, enter the
+ * netns agent's namespace, drop to the workload's uid): run by the main process, which is the
+ * fake supervisor's child and has exactly its capabilities, so it shows they are enough.
+ */
+const CONFINE_SCRIPT = `
+unshare --net sh -c 'ip link set lo up && exec sleep 100000' & AG=$!
+until [ "$(cat /proc/$AG/comm 2>/dev/null)" = sleep ]; do sleep 0.05; done
+WRAP='for d in $(echo "$SANDGATE_WORKLOAD_CGROUPS" | tr : " "); do echo $$ > "$d/cgroup.procs" || exit 126; done
+exec nsenter --net=/proc/'$AG'/ns/net -- setpriv --reuid "$SANDGATE_WORKLOAD_UID" --regid "$SANDGATE_WORKLOAD_GID" --clear-groups --no-new-privs -- "$@"'
+sh -c "$WRAP" wrap sh -c '
+  echo "uid=$(id -u)"; echo "user=$(id -un)"; echo "cap=$(grep CapEff /proc/self/status | cut -f2)"
+  echo "workloadCgroups=$(grep -c "/workload$" /proc/self/cgroup)"
+  cat /run/sandgate/credential >/dev/null 2>&1 && echo cred=readable || echo cred=denied
+  echo "links=$(ip -o link | cut -d: -f2 | tr -d " " | tr "\\n" ,)"
+  dd if=/dev/zero of=/dev/null bs=300M count=1 2>/dev/null; echo "dd=$?"
+  echo "after=alive"
+' > /sandbox/workload.txt 2>&1
+sh -c "$WRAP" wrap sleep 100000 & W=$!
+until grep -q "^Uid:.10001" /proc/$W/status 2>/dev/null; do sleep 0.05; done
+{
+  head -c 1 /proc/$W/environ > /dev/null && echo environ=ok
+  kill -9 $W && echo kill=ok
+} > /sandbox/supervisor.txt 2>&1
+echo done > /sandbox/done
+exec sleep 100000
+`;
+
+function readKv(id: string, name: string): Record<string, string> | null {
+  const text = readWorkFile(id, name);
+  if (!text) return null;
+  return Object.fromEntries(text.split('\n').filter((l) => l.includes('=')).map((l) => [l.slice(0, l.indexOf('=')), l.slice(l.indexOf('=') + 1)]));
+}
+
+describe('LocalDriver confinement', () => {
+  const id = `confine-${process.pid}`;
+  const limits = { memoryBytes: 64 * 1024 * 1024, cpuMillis: 250, pids: 50 };
+  let handle: Record<string, unknown>;
+
+  const neighbour = `neighbour-${process.pid}`;
+  afterAll(async () => {
+    await cgroups.remove(neighbour);
+  });
+
+  it('runs the supervisor as root with exactly its capabilities, no_new_privs, in sandgate/<id>', async () => {
+    await cgroups.create(neighbour, {});
+    const memory = cgroups.hierarchies.find((h) => h.controllers.includes('memory'))!.mount;
+    handle = await driver.create(
+      spec(id, {
+        limits,
+        command: ['sh', '-c', CONFINE_SCRIPT],
+        environment: {
+          CGROUP_PROBE: path.join(memory, 'sandgate'),
+          CGROUP_FILE_PROBE: path.join(memory, 'sandgate', id, 'workload', 'memory.limit_in_bytes'),
+        },
+      }),
+    );
+    const bwrap = handle.pid as number;
+    const r = await waitFor('report.json', () => readReport(id));
+    // Other sandboxes' cgroups are masked; its own limits stay readable where /proc/self/cgroup points.
+    expect(r.cgroupProbe).toEqual([id]);
+    expect(r.cgroupFileProbe).toBe(String(limits.memoryBytes));
+    const sup = supervisorPid(bwrap);
+    const mask = capMask(SUPERVISOR_CAPABILITIES);
+    expect(statusField(sup, 'CapEff')).toBe(mask);
+    expect(statusField(sup, 'CapPrm')).toBe(mask);
+    expect(statusField(sup, 'NoNewPrivs')).toBe('1');
+    expect(statusField(sup, 'Uid')!.split(/\s+/)).toEqual(['0', '0', '0', '0']);
+    // bwrap (joined before it started), the namespace's init and the supervisor: sandgate/<id>.
+    const init = readStat(sup)!.ppid;
+    expect(readStat(init)!.ppid).toBe(bwrap);
+    for (const pid of [bwrap, init, sup]) {
+      expect(cgroupsOf(pid)).toEqual(cgroups.hierarchies.map(() => `/sandgate/${id}`));
+    }
+    const inHierarchy = (c: string) => cgroups.hierarchies.find((h) => h.controllers.includes(c as never))!.mount;
+    for (const h of cgroups.hierarchies) {
+      expect(fs.readFileSync(path.join(h.mount, 'sandgate', id, 'cgroup.procs'), 'utf8')).toContain(`${bwrap}\n`);
+    }
+    const wl = (c: string, f: string) => fs.readFileSync(path.join(inHierarchy(c), 'sandgate', id, 'workload', f), 'utf8').trim();
+    expect(wl('memory', 'memory.limit_in_bytes')).toBe(String(limits.memoryBytes));
+    expect(wl('cpu', 'cpu.cfs_quota_us')).toBe('25000');
+    expect(wl('cpu', 'cpu.cfs_period_us')).toBe('100000');
+    expect(wl('pids', 'pids.max')).toBe('50');
+  }, 20_000);
+
+  it('gives /sandbox to the workload uid and keeps the credential root\'s 0600', () => {
+    const work = fs.statSync(path.join(sandboxDir(id), 'work'));
+    expect([work.uid, work.gid]).toEqual([10001, 10001]);
+    const cred = fs.statSync(path.join(sandboxDir(id), 'credential'));
+    expect([cred.uid, cred.gid, cred.mode & 0o777]).toEqual([0, 0, 0o600]);
+  });
+
+  it('lets the supervisor confine a workload process: uid 10001, no capabilities, own network, limits', async () => {
+    const w = await waitFor('workload.txt', () => {
+      const kv = readKv(id, 'workload.txt');
+      return kv?.after ? kv : null;
+    }, 20_000);
+    expect(w).toEqual({
+      uid: '10001',
+      user: 'sandbox',
+      cap: '0000000000000000',
+      workloadCgroups: String(cgroups.hierarchies.length),
+      cred: 'denied',
+      links: 'lo,',
+      dd: '137', // the 300 MiB allocation was OOM-killed (SIGKILL) …
+      after: 'alive', // … and the shell that ran it was not
+    });
+    // With its capabilities the supervisor reads and kills another uid's processes.
+    expect(await waitFor('supervisor.txt', () => readKv(id, 'supervisor.txt')?.kill && readKv(id, 'supervisor.txt'))).toEqual({
+      environ: 'ok',
+      kill: 'ok',
+    });
+    await waitFor('done', () => readWorkFile(id, 'done'));
+    expect(await driver.inspect(id, handle)).toBe('running');
+  }, 30_000);
+
+  it('removes the cgroups on stop, makes them again on start, and removes them on delete', async () => {
+    await driver.stop(id, handle);
+    expect(cgroupDirsOf(id).filter((d) => fs.existsSync(d))).toEqual([]);
+    // A restart as another workload user: /sandbox follows.
+    const h2 = await driver.start(spec(id, { limits, workloadUser: { uid: 10500, gid: 10501 } }), handle);
+    const r = await waitFor('a new report', () => {
+      const rep = readReport(id);
+      return rep && rep.env.SANDGATE_WORKLOAD_UID === '10500' ? rep : null;
+    });
+    expect(r.sandboxOwner).toEqual({ uid: 10500, gid: 10501 });
+    expect(r.passwdSandbox).toBe('sandbox:x:10500:10501:sandgate workload:/sandbox:/bin/sh');
+    expect(cgroupDirsOf(id).every((d) => fs.existsSync(d))).toBe(true);
+    expect(await driver.delete(id, h2)).toBe(true);
+    expect(cgroupDirsOf(id).filter((d) => fs.existsSync(d))).toEqual([]);
+  }, 30_000);
+
+  it('removes a leftover cgroup whose sandbox is gone (a crashed replica), from the id alone', async () => {
+    const leftover = `leftover-${process.pid}`;
+    created.push(leftover);
+    await cgroups.create(leftover, limits);
+    expect(cgroupDirsOf(leftover).every((d) => fs.existsSync(d))).toBe(true);
+    const other = new LocalDriver({ stateDir, supervisorEntry: '/elsewhere/main.ts' });
+    expect(await other.delete(leftover, null)).toBe(true);
+    expect(cgroupDirsOf(leftover).filter((d) => fs.existsSync(d))).toEqual([]);
+  });
 });
