@@ -21,6 +21,7 @@ import { openShellDefinition, openShellImplementation } from './api/openshell-se
 import { buildHttp } from './api/http.ts';
 import { LifecycleService } from './sandboxes/lifecycle-service.ts';
 import { WatchService } from './sandboxes/watch-service.ts';
+import { ConfigService } from './sandboxes/config-service.ts';
 import { gatewayHostForResponse, SshService } from './ssh/ssh-service.ts';
 import { TcpForwardService } from './ssh/tcp-forward.ts';
 import { announceDebugBreaks } from './debug-breaks.ts';
@@ -147,7 +148,14 @@ export async function startReplica(config: ReplicaConfig): Promise<RunningReplic
     metrics,
   });
   const forward = new TcpForwardService({ ssh, router, log, metrics, debugBreaks: config.debugBreaks });
-  publicServer.addService(openShellDefinition, openShellImplementation(sandboxes, exec, lifecycle, watch, log, { sessions: ssh, forward }));
+  const configService = new ConfigService({
+    store,
+    pushPolicy: (id, revision) => router.pushPolicy(id, revision),
+    pushPolicyLocal: (id, revision) => sessions.pushPolicy(id, revision),
+    peerSecret,
+    log,
+  });
+  publicServer.addService(openShellDefinition, openShellImplementation(sandboxes, exec, lifecycle, watch, log, { sessions: ssh, forward }, configService));
   publicServer.addService(serviceDefinition('sandgate.v1.SupervisorGateway'), {
     Control: (call: ControlCall) => sessions.handleControl(call),
     ExecChannel: (call: ExecChannelCall) => sessions.handleExecChannel(call),
@@ -155,6 +163,8 @@ export async function startReplica(config: ReplicaConfig): Promise<RunningReplic
   });
   peerServer.addService(serviceDefinition('sandgate.v1.Peer'), {
     KillExec: (call: Parameters<ExecService['handlePeerKill']>[0], cb: Parameters<ExecService['handlePeerKill']>[1]) => exec.handlePeerKill(call, cb),
+    PushPolicy: (call: Parameters<ConfigService['handlePeerPushPolicy']>[0], cb: Parameters<ConfigService['handlePeerPushPolicy']>[1]) =>
+      configService.handlePeerPushPolicy(call, cb),
   });
   const peerPort = await servePeerPort({
     host: config.host,

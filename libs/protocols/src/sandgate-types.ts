@@ -56,6 +56,7 @@ export interface SupervisorMessage {
   main_exit?: { instance_id?: string; exit_code?: number; signal?: number };
   terminal_final?: { instance_id?: string };
   tcp_open_failed?: { channel_id?: string; message?: string };
+  policy_applied?: { revision?: number; error?: string };
 }
 
 export interface GatewayMessage {
@@ -66,6 +67,7 @@ export interface GatewayMessage {
   main_exit_ack?: { instance_id?: string };
   terminal_final_ack?: { instance_id?: string };
   open_tcp?: TcpOpen;
+  policy_update?: { policy?: Buffer; revision?: number };
 }
 
 /** Where a TCP channel goes: the supervisor's SSH server, or a loopback port in the sandbox. */

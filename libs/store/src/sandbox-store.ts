@@ -46,6 +46,16 @@ export interface StoredSandbox {
   policyRevision: number;
 }
 
+/**
+ * The policy in force and its revision: the one UpdateConfig set last, else the create-time
+ * spec.policy (revision 1), else none (revision 0: no egress).
+ */
+export function policyInForce(rec: Pick<StoredSandbox, 'sandbox' | 'policy' | 'policyRevision'>): { bytes: Buffer | undefined; revision: number } {
+  if (rec.policy) return { bytes: rec.policy, revision: rec.policyRevision };
+  const spec = rec.sandbox.spec?.policy;
+  return spec ? { bytes: spec, revision: 1 } : { bytes: undefined, revision: 0 };
+}
+
 function fromHash(id: string, hash: Record<string, Buffer>): StoredSandbox | null {
   if (!hash.pb || !hash.rv) return null;
   const sandbox = sandboxCodec.decode(hash.pb);

@@ -10,6 +10,7 @@ import type { LifecycleService } from '../sandboxes/lifecycle-service.ts';
 import type { WatchService } from '../sandboxes/watch-service.ts';
 import type { SshService } from '../ssh/ssh-service.ts';
 import type { TcpForwardService } from '../ssh/tcp-forward.ts';
+import type { ConfigService } from '../sandboxes/config-service.ts';
 import { toServiceError } from './grpc-errors.ts';
 
 export const openShellDefinition = serviceDefinition('openshell.v1.OpenShell');
@@ -32,6 +33,7 @@ export function openShellImplementation(
   watch: WatchService,
   log: Logger,
   ssh?: { sessions: SshService; forward: TcpForwardService },
+  config?: ConfigService,
 ): UntypedServiceImplementation {
   const implemented: UntypedServiceImplementation = {
     Health: unary(log, async () => ({ status: ServiceStatus.HEALTHY, version: GATEWAY_VERSION })),
@@ -50,6 +52,10 @@ export function openShellImplementation(
     implemented.CreateSshSession = unary(log, (req: Parameters<SshService['create']>[0]) => ssh.sessions.create(req));
     implemented.RevokeSshSession = unary(log, (req: Parameters<SshService['revoke']>[0]) => ssh.sessions.revoke(req));
     implemented.ForwardTcp = (call: Parameters<TcpForwardService['handleForward']>[0]) => ssh.forward.handleForward(call);
+  }
+  if (config) {
+    implemented.GetSandboxConfig = unary(log, (req: Parameters<ConfigService['getSandboxConfig']>[0]) => config.getSandboxConfig(req));
+    implemented.UpdateConfig = unary(log, (req: Parameters<ConfigService['updateConfig']>[0]) => config.updateConfig(req));
   }
   for (const method of Object.keys(openShellDefinition)) {
     if (implemented[method]) continue;

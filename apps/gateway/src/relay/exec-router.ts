@@ -47,6 +47,12 @@ type PeerClientInstance = Client & {
     options: { deadline: number },
     cb: (err: ServiceError | null, res?: { killed?: number }) => void,
   ): void;
+  PushPolicy(
+    req: { sandbox_id: string; revision: number },
+    metadata: Metadata,
+    options: { deadline: number },
+    cb: (err: ServiceError | null, res?: { connected?: boolean; applied_revision?: number }) => void,
+  ): void;
 };
 
 /**
@@ -63,7 +69,7 @@ interface Peer {
 const WARM_EXEC_LINKS_PER_PEER = 2;
 
 /** What the router asks of the sessions this process holds. */
-export type LocalSessions = Pick<SessionRegistry, 'get' | 'killExec' | 'openExec' | 'openTcp'>;
+export type LocalSessions = Pick<SessionRegistry, 'get' | 'killExec' | 'openExec' | 'openTcp' | 'pushPolicy'>;
 
 /** For a process that holds no supervisor session (a standalone worker): every sandbox is remote. */
 export const NO_LOCAL_SESSIONS: LocalSessions = {
@@ -71,6 +77,7 @@ export const NO_LOCAL_SESSIONS: LocalSessions = {
   killExec: () => Promise.reject(new Error('no local sessions')),
   openExec: () => Promise.reject(new Error('no local sessions')),
   openTcp: () => Promise.reject(new Error('no local sessions')),
+  pushPolicy: async () => false,
 };
 
 export interface RouterDeps {
@@ -223,6 +230,29 @@ export class ExecRouter {
           if (err.code === Code.UNAVAILABLE) this.evict(address);
           reject(err);
         } else resolve(res?.killed ?? 0);
+      });
+    });
+  }
+
+  /**
+   * Makes the sandbox's supervisor apply its policy in force (at least `revision`), wherever its
+   * session is, and waits for the confirmation. False when no live replica holds the session:
+   * the supervisor then gets the policy at its next hello (or its next run's launch).
+   */
+  async pushPolicy(sandboxId: string, revision: number): Promise<boolean> {
+    if (this.deps.sessions.get(sandboxId)) return this.deps.sessions.pushPolicy(sandboxId, revision);
+    const owner = await this.deps.ownership.get(sandboxId);
+    if (!owner || owner.replica === this.deps.replicaId) return false;
+    const info = await this.deps.replicas.get(owner.replica);
+    if (!info) return false;
+    const client = this.grpcClient(this.peer(info.peerAddress));
+    return new Promise<boolean>((resolve, reject) => {
+      // The owner waits POLICY_APPLY_TIMEOUT_MS for its supervisor; this deadline only bounds a hung peer.
+      client.PushPolicy({ sandbox_id: sandboxId, revision }, this.peerMetadata(), { deadline: Date.now() + 10_000 }, (err, res) => {
+        if (err) {
+          if (err.code === Code.UNAVAILABLE) this.evict(info.peerAddress);
+          reject(err);
+        } else resolve(res?.connected ?? false);
       });
     });
   }

@@ -28,7 +28,7 @@ import {
   parseResources,
   workloadUserFor,
 } from '@sandgate/core';
-import { type SandboxLogStore, type SandboxStore, type StoredSandbox } from '@sandgate/store';
+import { policyInForce, type SandboxLogStore, type SandboxStore, type StoredSandbox } from '@sandgate/store';
 import type { ComputeDriver, LaunchSpec } from '@sandgate/compute';
 import type { JobScheduler, LifecycleTransitions } from '@sandgate/jobs';
 import type { Logger, Metrics } from '@sandgate/telemetry';
@@ -53,14 +53,9 @@ export interface LifecycleDeps {
 
 const now = () => new Date();
 
-/** The policy in force for a sandbox: the one UpdateConfig set last, else the create-time spec.policy. */
-export function effectivePolicyBytes(rec: { sandbox: Sandbox; policy: Buffer | null }): Buffer | undefined {
-  return rec.policy ?? rec.sandbox.spec?.policy ?? undefined;
-}
-
 /**
  * `supervisorBreaks`: the supervisor-side debug faults, as supervisorDebugBreaks() renders them ('' normally).
- * `policy`: the policy in force (effectivePolicyBytes); spec.policy and template.resources were
+ * `policy`: the policy in force (policyInForce); spec.policy and template.resources were
  * validated at create, so they decode here.
  */
 export function launchSpecFor(
@@ -245,7 +240,7 @@ export class LifecycleService implements LifecycleTransitions {
     await this.deps.revokeSessions(id, 'new run');
     await this.scheduleProvisionDeadline(id, runStartedAtMs);
     const handle = await this.deps.driver.start(
-      this.launchSpec(starting.sandbox, credential.secret, effectivePolicyBytes(starting)),
+      this.launchSpec(starting.sandbox, credential.secret, policyInForce(starting).bytes),
       starting.compute,
     );
     const updated = await this.deps.store.mutate(id, (cur) => ({ sandbox: cur.sandbox, extra: { compute: JSON.stringify(handle) } }));

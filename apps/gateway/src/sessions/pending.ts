@@ -60,6 +60,16 @@ export class PendingRequests<T> {
     this.waiting.get(id)?.reject(err);
   }
 
+  /** Answers every request whose id `match`es (several waiters satisfied by one answer). */
+  resolveWhere(match: (id: string) => boolean, value: T): void {
+    for (const [id, waiter] of [...this.waiting]) if (match(id)) waiter.resolve(value);
+  }
+
+  /** Fails every request whose id `match`es. */
+  rejectWhere(match: (id: string) => boolean, err: Error): void {
+    for (const [id, waiter] of [...this.waiting]) if (match(id)) waiter.reject(err);
+  }
+
   /** Fails every waiting request (the session closed). */
   rejectAll(err: Error): void {
     for (const waiter of [...this.waiting.values()]) waiter.reject(err);

@@ -6,7 +6,7 @@ import { randomUUID } from 'node:crypto';
 import type { ServerDuplexStream } from '@grpc/grpc-js';
 import { MetadataKey, type ExecFrame, type ExecStart, type GatewayMessage, type SupervisorMessage, type TcpFrame, type TcpOpen } from '@sandgate/protocols';
 import { GatewayError, Code, onSupervisorConnected, onSupervisorDisconnected, type LifecycleStatus } from '@sandgate/core';
-import type { OwnershipStore, SandboxStore } from '@sandgate/store';
+import { policyInForce, type OwnershipStore, type SandboxStore } from '@sandgate/store';
 import type { Logger, Metrics } from '@sandgate/telemetry';
 import { verifyCredential } from './credentials.ts';
 import { PendingRequests } from './pending.ts';
@@ -24,6 +24,8 @@ const CHANNEL_ATTACH_TIMEOUT_MS = 10_000;
 /** How long a channel call has to send its attach frame. */
 const ATTACH_FRAME_TIMEOUT_MS = 10_000;
 const SUPERSEDED = 'superseded by a new session of the same sandbox';
+/** How long UpdateConfig waits for the supervisor to confirm a new policy. */
+export const POLICY_APPLY_TIMEOUT_MS = 5_000;
 
 export class Session {
   readonly sandboxId: string;
@@ -39,6 +41,10 @@ export class Session {
   readonly pendingTcp = new PendingRequests<TcpChannelCall>();
   /** Kill requests sent to the supervisor, by request id. */
   readonly kills = new PendingRequests<number>();
+  /** Policy pushes waiting for policy_applied, by `<revision>/<uuid>` (one answer settles every wait up to it). */
+  readonly policyWaits = new PendingRequests<void>();
+  /** The newest policy revision the supervisor confirmed applying on this session (0: none yet). */
+  appliedPolicyRevision = 0;
   /** Execs with an open ExecChannel on this session (the per-sandbox concurrency limit). */
   activeExecs = 0;
   readonly timers: NodeJS.Timeout[] = [];
@@ -143,6 +149,7 @@ export class SessionRegistry {
       if (msg.main_exit) this.onMainExit(session, msg.main_exit);
       if (msg.terminal_final) this.onTerminalFinal(session, msg.terminal_final);
       if (msg.exec_kill_result) session.kills.resolve(msg.exec_kill_result.request_id ?? '', msg.exec_kill_result.killed ?? 0);
+      if (msg.policy_applied) this.onPolicyApplied(session, msg.policy_applied.revision ?? 0, msg.policy_applied.error ?? '');
     });
     const onGone = () => {
       gone = true;
@@ -219,7 +226,60 @@ export class SessionRegistry {
     );
     // Ownership is renewed by renewAll(), for every session of this replica at once.
     this.ensureRenewTimer();
+    // The policy in force, read after the session became visible: an UpdateConfig that wrote
+    // before this read is sent here, one that writes after it finds the session and pushes
+    // itself. So a supervisor that was away (or started before the update) never misses one.
+    this.pushPolicy(sandboxId, 0).catch((err: unknown) => {
+      // A session that ended meanwhile gets the policy at its next hello: nothing to report.
+      if (!session.closed) log.warn('policy push after hello failed', { sandboxId, err });
+    });
     return session;
+  }
+
+  /**
+   * Makes the sandbox's supervisor on this replica apply the policy in force (read from the
+   * record now, so never older than `minRevision`) and waits for its policy_applied. False when
+   * this replica holds no session of the sandbox (it then gets the policy at its next hello).
+   */
+  async pushPolicy(sandboxId: string, minRevision: number, timeoutMs = POLICY_APPLY_TIMEOUT_MS): Promise<boolean> {
+    const session = this.get(sandboxId);
+    if (!session) return false;
+    const record = await this.deps.store.get(sandboxId);
+    if (!record) return false;
+    const { bytes, revision } = policyInForce(record);
+    if (revision === 0 || session.appliedPolicyRevision >= Math.max(revision, minRevision)) return true;
+    await session.policyWaits.wait(
+      `${revision}/${randomUUID()}`,
+      timeoutMs,
+      () =>
+        new GatewayError(
+          Code.UNAVAILABLE,
+          `policy revision ${revision} is stored, but the sandbox's supervisor did not confirm applying it within ${timeoutMs / 1000}s; it gets it again when it reconnects (retrying is safe)`,
+        ),
+      () => session.call.write({ policy_update: { policy: bytes ?? Buffer.alloc(0), revision } }),
+    );
+    return true;
+  }
+
+  /** policy_applied: settles every wait for this revision or an older one; records it on the sandbox. */
+  private onPolicyApplied(session: Session, revision: number, error: string): void {
+    const revisionOf = (id: string) => Number(id.slice(0, id.indexOf('/')));
+    if (error) {
+      session.policyWaits.rejectWhere(
+        (id) => revisionOf(id) === revision,
+        new GatewayError(Code.INTERNAL, `the sandbox's supervisor could not apply policy revision ${revision}: ${error}`),
+      );
+      return;
+    }
+    session.appliedPolicyRevision = Math.max(session.appliedPolicyRevision, revision);
+    session.policyWaits.resolveWhere((id) => revisionOf(id) <= revision, undefined);
+    // GetSandbox's status.current_policy_version: what the supervisor last confirmed (upstream: LOADED).
+    this.deps.store
+      .mutate(session.sandboxId, (cur) => {
+        if ((cur.sandbox.status?.current_policy_version ?? 0) >= revision) return null;
+        return { sandbox: { ...cur.sandbox, status: { ...cur.sandbox.status!, current_policy_version: revision } } };
+      })
+      .catch((err: unknown) => this.deps.log.warn('recording the applied policy failed', { sandboxId: session.sandboxId, err }));
   }
 
   /** Ends a session: stops timers, fails pending execs, releases ownership if still ours. */
@@ -228,7 +288,7 @@ export class SessionRegistry {
     session.closed = true;
     for (const t of session.timers) clearInterval(t);
     if (this.sessions.get(session.sandboxId) === session) this.sessions.delete(session.sandboxId);
-    for (const pending of [session.pendingExecs, session.kills, session.pendingTcp]) {
+    for (const pending of [session.pendingExecs, session.kills, session.pendingTcp, session.policyWaits]) {
       pending.rejectAll(new GatewayError(Code.UNAVAILABLE, `supervisor session closed: ${reason}`));
     }
     endWithError(session.call, new GatewayError(Code.UNAVAILABLE, `session closed: ${reason}`));
