@@ -606,7 +606,11 @@ describe('egress only per policy, default deny', () => {
       const pB = Number(new URL(otherPort).port);
       await unaryCall(client, 'UpdateConfig', {
         name: sbx.name,
-        policy: { version: 1, network_policies: { testnet: { name: 'testnet', endpoints: [{ host: egress!.serverIp, port: pB, allowed_ips: [`${egress!.serverIp}/32`] }] } } },
+        // SandboxPolicy bytes (the request carries the policy wire-identical, as spec.policy).
+        policy: encodePolicy({
+          version: 1,
+          network_policies: { testnet: { name: 'testnet', endpoints: [{ host: egress!.serverIp, port: pB, allowed_ips: [`${egress!.serverIp}/32`] }] } },
+        } as unknown as Parameters<typeof encodePolicy>[0]),
       });
       const script = [curlScript(allowed, 'old'), curlScript(otherPort, 'new')].join('\n');
       // The supervisor applies the pushed policy; give it a moment, then both must hold.
