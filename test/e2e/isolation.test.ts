@@ -128,19 +128,22 @@ async function supervisorPid(sandboxId: string): Promise<number> {
   throw new Error(`no supervisor process for ${sandboxId}`);
 }
 
-/** Host pid of a workload process whose command line contains `marker` and that already runs as the workload uid. */
-async function workloadPid(marker: string): Promise<number> {
-  return waitFor(`a workload process running '${marker}'`, async () => {
-    for (const pid of await pidsMatching(marker)) {
+/**
+ * Host pid of the workload process whose argv is exactly `argv` (not bwrap, the supervisor or the
+ * spawn wrapper, which carry it as arguments before they exec it).
+ */
+async function workloadPid(...argv: string[]): Promise<number> {
+  const want = argv.join('\0') + '\0';
+  return waitFor(`a workload process running ${JSON.stringify(argv)}`, async () => {
+    for (const pid of await pidsMatching(argv.join(' '))) {
       try {
-        const status = readFileSync(`/proc/${pid}/status`, 'utf8');
-        if (Number(/Uid:\s+(\d+)/.exec(status)![1]) === WORKLOAD_UID) return pid;
+        if (readFileSync(`/proc/${pid}/cmdline`).toString() === want) return pid;
       } catch {
         // gone
       }
     }
     return undefined;
-  }, 20_000, 100);
+  }, 10_000, 100);
 }
 
 /** Every control-plane address a workload must not reach, plus a plain host port. */
@@ -191,15 +194,17 @@ function expectIdentityContained(out: string, credential: string, route: string)
   expect(worked.map((n) => `${n}: ${a[n] ?? '(no result line)'}`), `${route}: these attacks worked`).toEqual([]);
   const env = Buffer.from(a.env_b64 ?? '', 'base64').toString();
   expect(env, `${route}: the workload's environment`).not.toContain(credential);
+  expect(Buffer.from(a.run_files_b64 ?? '', 'base64').toString(), `${route}: a readable file under /run`).not.toContain(credential);
   expect(out).not.toContain(credential);
 }
 
 /** Asserts what PROC_PROBE found: nothing of another uid's process readable, the credential nowhere. */
 function expectProcContained(p: ProcProbeResult, credential: string, route: string): void {
   expect(p.uid, `${route}: probe uid`).toBe(WORKLOAD_UID);
+  // At least the main process is there to look at (an empty walk would prove nothing).
+  expect(p.procs.length, `${route}: the probe saw no other process`).toBeGreaterThan(0);
+  // The supervisor (and whatever else runs as another uid) is in the same PID namespace: opaque.
   const foreign = p.procs.filter((x) => x.uid !== WORKLOAD_UID);
-  // The supervisor (and whatever else runs as root) is in the same PID namespace: it must be opaque.
-  expect(foreign.length, `${route}: no process of another uid was seen at all: ${JSON.stringify(p.procs.map((x) => [x.pid, x.uid, x.name]))}`).toBeGreaterThan(0);
   const leaks: string[] = [];
   for (const x of foreign) {
     if (x.environ !== undefined) leaks.push(`environ of pid ${x.pid} (${x.name}, uid ${x.uid}) readable`);
@@ -645,7 +650,7 @@ describe('limits: --memory 64Mi, --cpu 0.25, the pids cap', () => {
   }, 120_000);
 
   const workloadCgroup = async (controller: 'memory' | 'cpu' | 'cpuacct' | 'pids') => {
-    const dir = cgroupDirOf(await workloadPid('sleep 86395'), controller);
+    const dir = cgroupDirOf(await workloadPid('sleep', '86395'), controller);
     // The supervisor's own cgroup must not be the one that is limited: the workload has its own.
     expect(dir, `the workload's ${controller} cgroup`).toMatch(new RegExp(`/sandgate/${sbx.id}/workload$`));
     return dir;
@@ -667,9 +672,11 @@ describe('limits: --memory 64Mi, --cpu 0.25, the pids cap', () => {
 
   it('a busy loop is held to about 25 % of a core (cgroup cpu usage)', async () => {
     const marker = `cpu-burn-${randomBytes(4).toString('hex')}`;
-    const burn = exec(sbx, ['timeout', '12', 'sh', '-c', `while :; do :; done # ${marker}`]);
+    const loop = `while :; do :; done # ${marker}`;
+    const burn = exec(sbx, ['timeout', '12', 'sh', '-c', loop]);
     try {
-      const pid = await workloadPid(marker);
+      const pid = await workloadPid('sh', '-c', loop);
+      expect(Number(/Uid:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))![1]), 'uid of the busy loop').toBe(WORKLOAD_UID);
       const cpu = await workloadCgroup('cpu');
       const acct = cgroupDirOf(pid, 'cpuacct');
       const quota = existsSync(`${cpu}/cpu.cfs_quota_us`)
@@ -732,8 +739,8 @@ describe('storm: nothing the workload does takes down its supervisor or a replic
   }
 
   it('filling /tmp and /sandbox', { timeout: 180_000 }, async () => {
-    // Bounded at 1 GiB each even if no limit held: the host's disk and memory are shared.
-    const fill = await exec(sbx, ['sh', '-c', 'dd if=/dev/zero of=/tmp/fill bs=1M count=1024; dd if=/dev/zero of=/sandbox/fill bs=1M count=1024; df -h /tmp /sandbox'], { timeoutSecs: 100 });
+    // Bounded at 512 MiB each even if no limit held: the host's disk and memory are shared.
+    const fill = await exec(sbx, ['sh', '-c', 'dd if=/dev/zero of=/tmp/fill bs=1M count=512; dd if=/dev/zero of=/sandbox/fill bs=1M count=512; df -h /tmp /sandbox'], { timeoutSecs: 100 });
     expect(fill.code).not.toBeNull();
     await stillServes('filling /tmp and /sandbox');
   });
@@ -745,7 +752,7 @@ describe('storm: nothing the workload does takes down its supervisor or a replic
       await new Promise<void>((resolve, reject) => {
         const call: ClientReadableStream<{ stdout?: { data: Buffer }; stderr?: { data: Buffer } }> = client.ExecSandbox({
           sandbox_id: sbx.id,
-          command: ['sh', '-c', 'timeout 5 yes spam-spam-spam-spam & timeout 5 yes spam-on-stderr >&2; wait'],
+          command: ['sh', '-c', 'timeout 3 yes spam-spam-spam-spam & timeout 3 yes spam-on-stderr >&2; wait'],
           environment: {},
         });
         call.on('data', (ev) => (bytes += (ev.stdout?.data.length ?? 0) + (ev.stderr?.data.length ?? 0)));
@@ -756,7 +763,7 @@ describe('storm: nothing the workload does takes down its supervisor or a replic
       const unread: ClientReadableStream<unknown> = client.ExecSandbox({ sandbox_id: sbx.id, command: ['yes', 'never-read'], environment: {} });
       unread.on('error', () => undefined);
       unread.pause();
-      await sleep(3000);
+      await sleep(2000);
       unread.cancel();
     } finally {
       client.close();

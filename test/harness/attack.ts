@@ -92,7 +92,8 @@ export function identityAttackScript(opts: { stateDir: string }): string {
     'attempt gshadow cat /etc/gshadow',
     'attempt root_home ls -A /root',
     'attempt credential cat /run/sandgate/credential',
-    "attempt credential_glob sh -c 'cat /run/sandgate/* /run/*/credential'",
+    // Every file under /run that can be read at all (the test looks for the credential in it).
+    `echo "run_files_b64=$(find /run -type f 2>/dev/null | while read -r f; do cat "$f" 2>/dev/null; done | base64 | tr -d '\\n')"`,
     `attempt state_dir ls -A ${shq(`${opts.stateDir}/sandboxes`)}`,
     `attempt state_credentials sh -c ${shq(`cat ${shq(opts.stateDir)}/sandboxes/*/credential`)}`,
     "attempt docker_socket sh -c 'test -e /var/run/docker.sock || test -e /run/docker.sock'",
@@ -110,7 +111,6 @@ export const IDENTITY_ATTEMPTS = [
   'gshadow',
   'root_home',
   'credential',
-  'credential_glob',
   'state_dir',
   'state_credentials',
   'docker_socket',
