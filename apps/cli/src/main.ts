@@ -24,6 +24,7 @@ export const COMMANDS: Record<string, () => Promise<CommandModule>> = {
   'sandbox exec': () => import('./commands/sandbox-exec.ts'),
   'sandbox connect': () => import('./commands/sandbox-connect.ts'),
   'sandbox ssh-config': () => import('./commands/sandbox-ssh-config.ts'),
+  'sandbox policy': () => import('./commands/sandbox-policy.ts'),
   'ssh-proxy': () => import('./commands/ssh-proxy.ts'),
   'sandbox stop': () => import('./commands/sandbox-lifecycle.ts').then((m) => ({ run: m.runStop, OPTIONS: m.OPTIONS })),
   'sandbox start': () => import('./commands/sandbox-lifecycle.ts').then((m) => ({ run: m.runStart, OPTIONS: m.OPTIONS })),

@@ -83,9 +83,8 @@ function limitsText(sandbox: Sandbox): string {
   }
 }
 
-/** The create-time policy's endpoints (`api.github.com:443, *.example.com:80,443`), or `none`. */
-function egressText(sandbox: Sandbox): string {
-  const bytes = sandbox.spec?.policy;
+/** The policy's endpoints (`api.github.com:443, *.example.com:80,443`), or `none`. */
+function egressText(bytes: Uint8Array | undefined): string {
   if (!bytes) return 'none (no policy)';
   try {
     const endpoints = Object.values(decodePolicy(bytes).network_policies).flatMap((rule) =>
@@ -97,7 +96,11 @@ function egressText(sandbox: Sandbox): string {
   }
 }
 
-export function formatSandboxDetail(sandbox: Sandbox, nowMs: number): string {
+/**
+ * `policy`: the policy in force and its revision (GetSandboxConfig), when the caller fetched it;
+ * otherwise the create-time spec.policy is described.
+ */
+export function formatSandboxDetail(sandbox: Sandbox, nowMs: number, policy?: { bytes?: Uint8Array; revision: number }): string {
   const meta = sandbox.metadata;
   const created = meta?.created_at_ms ? `${new Date(meta.created_at_ms).toISOString()} (${formatAge(meta.created_at_ms, nowMs)} ago)` : '<unknown>';
   const rows: [string, string][] = [
@@ -114,7 +117,8 @@ export function formatSandboxDetail(sandbox: Sandbox, nowMs: number): string {
   if (sandbox.status?.exit_code !== undefined) rows.push(['Exit code', String(sandbox.status.exit_code)]);
   const limits = limitsText(sandbox);
   if (limits) rows.push(['Limits', limits]);
-  rows.push(['Egress', egressText(sandbox)]);
+  const egress = egressText(policy ? policy.bytes : sandbox.spec?.policy);
+  rows.push(['Egress', policy && policy.revision > 0 ? `${egress} (policy revision ${policy.revision})` : egress]);
   const width = Math.max(...rows.map(([k]) => k.length)) + 1;
   return rows.map(([k, v]) => `${`${k}:`.padEnd(width)}  ${v}`).join('\n') + '\n';
 }

@@ -159,23 +159,23 @@ function idString(value: unknown, at: string): string | undefined {
 }
 
 /** Reads and converts a policy file; any problem is a UsageError naming the file and the place. */
-export function readPolicyFile(file: string, read: (file: string) => string = (f) => readFileSync(f, 'utf8')): Buffer {
+export function readPolicyFile(file: string, read: (file: string) => string = (f) => readFileSync(f, 'utf8'), command = 'sandbox create'): Buffer {
   let text: string;
   try {
     text = read(file);
   } catch (err) {
-    throw new UsageError(`--policy ${file}: cannot read it (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`, 'sandbox create');
+    throw new UsageError(`--policy ${file}: cannot read it (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`, command);
   }
   let doc: unknown;
   try {
     doc = parse(text);
   } catch (err) {
-    throw new UsageError(`--policy ${file} is not valid YAML or JSON: ${(err as Error).message.split('\n')[0]}`, 'sandbox create');
+    throw new UsageError(`--policy ${file} is not valid YAML or JSON: ${(err as Error).message.split('\n')[0]}`, command);
   }
   try {
     return encodePolicy(policyFromDocument(doc));
   } catch (err) {
-    if (err instanceof PolicyFileError) throw new UsageError(`--policy ${file}: ${err.message}`, 'sandbox create');
+    if (err instanceof PolicyFileError) throw new UsageError(`--policy ${file}: ${err.message}`, command);
     throw err;
   }
 }

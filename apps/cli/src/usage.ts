@@ -20,6 +20,7 @@ Usage:
   sandgate sandbox stop NAME           stop it, keeping its files
   sandgate sandbox start NAME          start a stopped sandbox again
   sandgate sandbox ssh-config NAME     print an OpenSSH Host block for ssh, scp, sftp
+  sandgate sandbox policy NAME [flags] the policy in force, or --policy FILE to replace it live
   sandgate ssh-proxy [flags]           OpenSSH ProxyCommand over ForwardTcp
   sandgate logs NAME [flags]           the sandbox's log lines (--follow to keep reading)
 
@@ -38,6 +39,7 @@ Run 'sandgate COMMAND --help' for a command's flags.
   sandgate sandbox stop NAME [-o json]
   sandgate sandbox start NAME [-o json]
   sandgate sandbox ssh-config NAME
+  sandgate sandbox policy NAME [--policy FILE] [-o json]
 
 ${GLOBAL_FLAGS}
 
@@ -65,6 +67,18 @@ Flags:
   --cpu C               CPU limit: cores or millicores (2, 0.5, 500m; at least 10m)
   --memory M            memory limit: bytes or a quantity (256Mi, 1Gi, 512M; at least 16Mi)
   -o json               print the sandbox as proto3 JSON (implies --detach)
+${GLOBAL_FLAGS}
+`,
+  'sandbox policy': `Usage: sandgate sandbox policy NAME [--policy FILE] [-o json]
+
+Without --policy, prints the sandbox's policy in force (GetSandboxConfig): its revision, hash and
+content. With --policy FILE (the format of 'sandbox create --policy'), replaces it on the live
+sandbox (UpdateConfig) and returns once the sandbox applied it: new connections follow it.
+'process' and 'landlock' cannot change, filesystem paths can only be added.
+
+Flags:
+  --policy FILE   the new policy (YAML or JSON, OpenShell's policy file shape)
+  -o json         print the result as JSON
 ${GLOBAL_FLAGS}
 `,
   'sandbox get': `Usage: sandgate sandbox get NAME [-o json]

@@ -99,6 +99,25 @@ describe('sandbox create --policy / --cpu / --memory against a gateway', () => {
       const text = await sandgate(['sandbox', 'get', 'limited']);
       expect(text.stdout).toContain('cpu 500m, memory 256Mi');
       expect(text.stdout).toContain('api.github.com:443');
+
+      const inForce = await sandgate(['sandbox', 'policy', 'limited', '-o', 'json']);
+      expect(inForce.code).toBe(0);
+      expect(JSON.parse(inForce.stdout)).toMatchObject({ version: 1, policy: { networkPolicies: { github: { endpoints: [{ host: 'api.github.com', port: 443 }] } } } });
+      // Replaced while stopped (no supervisor to wait for): the next run launches with it.
+      expect((await sandgate(['sandbox', 'stop', 'limited'])).code).toBe(0);
+      const next = file('next.yaml', 'version: 1\nprocess:\n  run_as_user: sandbox\nnetwork_policies:\n  pypi:\n    endpoints:\n      - host: pypi.org\n        ports: [443]\n');
+      const set = await sandgate(['sandbox', 'policy', 'limited', '--policy', next]);
+      expect(set.stderr).toBe('');
+      expect(set.stdout).toMatch(/^policy revision 2 in force \(hash [0-9a-f]{12}\)\n$/);
+      const shown = await sandgate(['sandbox', 'policy', 'limited']);
+      expect(shown.stdout).toMatch(/^revision 2 \(hash [0-9a-f]{12}\)\n/);
+      expect(shown.stdout).toContain('pypi.org');
+      expect((await sandgate(['sandbox', 'get', 'limited'])).stdout).toContain('pypi.org:443 (policy revision 2)');
+      // process is immutable on a live sandbox: upstream's message, printed by the CLI.
+      const root = file('uid.yaml', 'version: 1\nprocess:\n  run_as_user: "2000"\n');
+      const refused = await sandgate(['sandbox', 'policy', 'limited', '--policy', root]);
+      expect(refused.code).toBe(1);
+      expect(refused.stderr).toContain('process policy cannot be changed on a live sandbox (applied at startup)');
     } finally {
       await sandgate(['sandbox', 'delete', 'limited']);
     }

@@ -11,7 +11,7 @@ import { randomUUID } from 'node:crypto';
 import { credentials, makeGenericClientConstructor, Metadata, type ClientDuplexStream, type ServiceError } from '@grpc/grpc-js';
 import type { Redis } from 'ioredis';
 import { parseReplicaConfig, startReplica, type ReplicaConfig, type RunningReplica } from '@sandgate/gateway';
-import { encodeStruct, serviceDefinition, type GatewayMessage, type Sandbox, type SupervisorMessage } from '@sandgate/protocols';
+import { encodeMessage, encodeStruct, messageType, serviceDefinition, type GatewayMessage, type Sandbox, type SupervisorMessage } from '@sandgate/protocols';
 import { Code, decodePolicy, encodePolicy, policyHash, type SandboxPolicy } from '@sandgate/core';
 import { SandboxStore } from '@sandgate/store';
 import { openShellClient, unaryCall, type AnyClient } from '@sandgate/test-harness/grpc-client';
@@ -128,6 +128,7 @@ class FakeSupervisor {
   }
 }
 
+const ruleBytes = (rule: object) => encodeMessage(messageType('openshell.sandbox.v1.NetworkPolicyRule'), rule);
 const createReq = (spec: object, name = `c-${randomUUID().slice(0, 8)}`) => ({ name, labels: {}, annotations: {}, spec: { environment: {}, providers: [], command: ['true'], ...spec } });
 
 describe('CreateSandbox over gRPC: what sandgate cannot enforce, or is unsafe, is refused by name', () => {
@@ -308,6 +309,24 @@ describe('UpdateConfig', () => {
     expect([err.code, err.details]).toEqual([Code.INVALID_ARGUMENT, 'policy.network_policies["x"].endpoints[0].access is not supported by sandgate (only L4 host/port/ports/allowed_ips rules are enforced)']);
   });
 
+  it('merge operations edit the policy in force: add a rule, add to it, remove an endpoint port, remove a rule', async () => {
+    const name = `m-${randomUUID().slice(0, 6)}`;
+    const id = await insertSandbox(name, allow('a.example.com', 443));
+    const merge = (...merge_operations: object[]) => unaryCall<{ version?: number }>(c1, 'UpdateConfig', { name, merge_operations });
+    const inForce = async () => decodePolicy(Buffer.from((await unaryCall<ConfigResponse>(c2, 'GetSandboxConfig', { sandbox_id: id })).policy!));
+    expect((await merge({ add_rule: { rule_name: 'gh', rule: ruleBytes({ endpoints: [{ host: 'api.github.com', ports: [443, 80] }] }) } })).version).toBe(2);
+    expect(Object.keys((await inForce()).network_policies).sort()).toEqual(['gh', 'web']);
+    await merge({ add_rule: { rule_name: 'gh', rule: ruleBytes({ endpoints: [{ host: 'api.github.com', ports: [443, 80] }, { host: 'raw.githubusercontent.com', port: 443 }] }) } });
+    expect((await inForce()).network_policies.gh!.endpoints.map((e) => e.host)).toEqual(['api.github.com', 'raw.githubusercontent.com']);
+    await merge({ remove_endpoint: { host: 'api.github.com', port: 80 } }, { remove_rule: { rule_name: 'web' } });
+    const after = await inForce();
+    expect(Object.keys(after.network_policies)).toEqual(['gh']);
+    expect(after.network_policies.gh!.endpoints[0]).toMatchObject({ host: 'api.github.com', ports: [443] });
+    // The merged result faces the same checks as a replacement.
+    const err = await rejection(merge({ add_rule: { rule_name: 'tld', rule: ruleBytes({ endpoints: [{ host: '*.com', port: 443 }] }) } }));
+    expect(err.details).toBe("policy contains unsafe content: network policy 'tld': TLD wildcard '*.com' is not allowed; use subdomain wildcards like '*.example.com' instead");
+  });
+
   it('request shapes sandgate does not support, and malformed ones', async () => {
     const name = `q-${randomUUID().slice(0, 6)}`;
     await insertSandbox(name);
@@ -317,7 +336,10 @@ describe('UpdateConfig', () => {
       [{ policy: allow('a.example.com', 1), setting_key: 'ocsf_json_enabled' }, Code.INVALID_ARGUMENT, 'policy, setting_key, and merge_operations are mutually exclusive'],
       [{ global: true, policy: allow('a.example.com', 1) }, Code.UNIMPLEMENTED, /^UpdateConfig global=true is not supported by sandgate/],
       [{ setting_key: 'ocsf_json_enabled', setting_value: { bool_value: true } }, Code.UNIMPLEMENTED, "UpdateConfig setting_key 'ocsf_json_enabled': runtime settings are not supported by sandgate"],
-      [{ merge_operations: [{ remove_rule: { rule_name: 'web' } }] }, Code.UNIMPLEMENTED, /^UpdateConfig merge_operations are not supported by sandgate/],
+      [{ merge_operations: [{ remove_rule: { rule_name: 'web' } }] }, Code.FAILED_PRECONDITION, "merge_operations[0].remove_rule: no rule 'web'"],
+      [{ merge_operations: [{}] }, Code.INVALID_ARGUMENT, 'merge_operations[0] is missing an operation'],
+      [{ merge_operations: [{ add_allow_rules: { host: 'a.example.com', port: 443, rules: [{ allow: { method: 'GET' } }] } }] }, Code.INVALID_ARGUMENT, /^merge_operations\[0\]\.add_allow_rules is not supported by sandgate/],
+      [{ merge_operations: [{ add_rule: { rule_name: 'x', rule: ruleBytes({ endpoints: [{ host: 'localhost', port: 80 }] }) } }] }, Code.INVALID_ARGUMENT, /^proposed rule endpoint host 'localhost'/],
       [{ name: '', policy: allow('a.example.com', 1) }, Code.INVALID_ARGUMENT, 'name is required for sandbox-scoped updates'],
       [{ name: 'no-such-box', policy: allow('a.example.com', 1) }, Code.NOT_FOUND, 'sandbox not found'],
       [{ policy: allow('a.example.com', 1), expected_resource_version: 999 }, Code.ABORTED, /^persist policy revision failed due to concurrent modification \(current resource_version: \d+\)$/],

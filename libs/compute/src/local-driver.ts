@@ -336,7 +336,7 @@ export class LocalDriver implements ComputeDriver {
     child.unref();
     await new Promise<void>((resolve, reject) => {
       child.once('spawn', resolve);
-      child.once('error', (err) => reject(new Error(`cannot start bubblewrap (${this.bwrapPath}): ${err.message}`)));
+      child.once('error', (err) => reject(new Error(`cannot start bubblewrap (${this.bwrapPath}, through /bin/sh): ${err.message}`)));
     });
     return child;
   }

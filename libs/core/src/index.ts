@@ -10,3 +10,4 @@ export * from './debug-breaks.ts';
 export * from './policy.ts';
 export * from './resources.ts';
 export * from './egress.ts';
+export * from './policy-merge.ts';

@@ -86,13 +86,18 @@ export const SANDBOX_USER_NAME = 'sandbox';
  * fields silently, and a field sandgate cannot even see would be accepted and ignored.
  */
 export function decodePolicy(bytes: Uint8Array, where = 'spec.policy'): SandboxPolicy {
-  const type = messageType(SANDBOX_POLICY_TYPE);
+  return decodeStrict<SandboxPolicy>(SANDBOX_POLICY_TYPE, bytes, where);
+}
+
+/** Decodes `bytes` as `typeName`, refusing fields the schema does not know (see decodePolicy). */
+export function decodeStrict<T>(typeName: string, bytes: Uint8Array, where: string): T {
+  const type = messageType(typeName);
   const unknown = unknownField(type, bytes, where);
   if (unknown) throw invalid(`${unknown} is not a field sandgate knows: it cannot be enforced`);
   try {
-    return decodeMessage<SandboxPolicy>(type, bytes);
+    return decodeMessage<T>(type, bytes);
   } catch (err) {
-    throw invalid(`${where} is not a valid openshell.sandbox.v1.SandboxPolicy: ${err instanceof Error ? err.message : String(err)}`);
+    throw invalid(`${where} is not a valid ${typeName}: ${err instanceof Error ? err.message : String(err)}`);
   }
 }
 

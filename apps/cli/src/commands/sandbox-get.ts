@@ -13,7 +13,16 @@ export async function run(argv: string[], ctx: CommandContext): Promise<number> 
   const json = parseOutput(values.output);
   return withClient(ctx, values.gateway, async (client) => {
     const sandbox = await client.getSandbox(positionals[0]!);
-    write(json ? formatJson(sandboxJson(sandbox)) : formatSandboxDetail(sandbox, Date.now()));
+    if (json) {
+      write(formatJson(sandboxJson(sandbox)));
+      return 0;
+    }
+    // The policy in force may be a later revision than spec.policy (UpdateConfig); a gateway
+    // without GetSandboxConfig just gets the create-time one described.
+    const config = await client
+      .unary<{ policy?: Buffer; version?: number }>('GetSandboxConfig', { sandbox_id: sandbox.metadata?.id ?? '' })
+      .catch(() => undefined);
+    write(formatSandboxDetail(sandbox, Date.now(), config ? { bytes: config.policy, revision: config.version ?? 0 } : undefined));
     return 0;
   });
 }

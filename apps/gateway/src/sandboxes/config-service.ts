@@ -8,8 +8,11 @@ import type { sendUnaryData, ServerUnaryCall } from '@grpc/grpc-js';
 import {
   Code,
   GatewayError,
+  applyMergeOperations,
   checkPolicy,
   decodePolicy,
+  encodePolicy,
+  type MergeOperation,
   invalid,
   normaliseWorkspace,
   notFound,
@@ -52,7 +55,7 @@ export interface UpdateConfigRequest {
   setting_value?: object;
   delete_setting?: boolean;
   global?: boolean;
-  merge_operations: object[];
+  merge_operations: MergeOperation[];
   expected_resource_version?: number;
   annotations: Record<string, string>;
   workspace?: string;
@@ -94,7 +97,13 @@ export class ConfigService {
     const rec = req.sandbox_id ? await this.deps.store.get(req.sandbox_id) : null;
     if (!rec) throw notFound();
     const { bytes, revision } = policyInForce(rec);
-    const hash = bytes ? policyHash(decodePolicy(bytes, 'policy')) : '';
+    let hash = '';
+    try {
+      if (bytes) hash = policyHash(decodePolicy(bytes, 'policy'));
+    } catch (err) {
+      // Stored before create-time validation existed, or written by something else.
+      throw new GatewayError(Code.INTERNAL, `decode policy failed: ${err instanceof Error ? err.message : String(err)}`);
+    }
     const settings = Object.fromEntries(SETTING_KEYS.map((key) => [key, {}]));
     return {
       ...(bytes ? { policy: bytes } : {}),
@@ -126,14 +135,10 @@ export class ConfigService {
     if (settingKey !== '') {
       throw new GatewayError(Code.UNIMPLEMENTED, `UpdateConfig setting_key '${settingKey}': runtime settings are not supported by sandgate`);
     }
-    if (req.merge_operations.length > 0) {
-      throw new GatewayError(Code.UNIMPLEMENTED, 'UpdateConfig merge_operations are not supported by sandgate: send the whole policy in the policy field');
-    }
     if (!req.name) throw invalid('name is required for sandbox-scoped updates');
     const found = await this.deps.store.getByName(normaliseWorkspace(req.workspace), req.name);
     if (!found) throw notFound();
     const id = found.sandbox.metadata!.id!;
-    const submitted = req.policy!;
 
     let outcome: { revision: number; hash: string } | undefined;
     const written = await this.deps.store.mutate(id, (cur) => {
@@ -143,9 +148,13 @@ export class ConfigService {
       }
       // The baseline is the create-time policy (§11.5); a sandbox created without one takes this one.
       const baselineBytes = cur.sandbox.spec?.policy;
+      const current = policyInForce(cur);
+      // Merges edit the policy in force (an empty one if there is none), then face the same checks.
+      const submitted =
+        req.policy ??
+        encodePolicy(applyMergeOperations(current.bytes ? decodePolicy(current.bytes) : decodePolicy(Buffer.alloc(0)), req.merge_operations));
       const checked = checkPolicy(submitted, 'policy', baselineBytes ? decodePolicy(baselineBytes) : undefined);
       const hash = policyHash(checked.policy);
-      const current = policyInForce(cur);
       const same = current.bytes !== undefined && policyHash(decodePolicy(current.bytes)) === hash;
       const revision = same ? current.revision : current.revision + 1;
       outcome = { revision, hash };
