@@ -3,7 +3,7 @@
 // environment variable is the sandbox's environment and is handed to the main process and execs.
 import fs from 'node:fs';
 import { DebugBreakError, parseDebugBreaks, type DebugBreak } from '@sandgate/core';
-import { parseSupervisorEnvironment, SupervisorEnv, withoutSupervisorEnv } from '@sandgate/protocols';
+import { parseSupervisorEnvironment, SupervisorEnv, withoutSupervisorEnv, type WorkloadIsolation } from '@sandgate/protocols';
 import { parseLogLevel, type LogLevel } from './log.ts';
 
 export const ENV_PREFIX = SupervisorEnv.prefix;
@@ -24,6 +24,13 @@ export interface SupervisorConfig {
   sandboxEnv: Record<string, string>;
   /** Debug faults switched on for this run (SANDGATE_DEBUG_BREAK with SANDGATE_DEBUG_UNSAFE=1); normally empty. */
   debugBreaks: ReadonlySet<DebugBreak>;
+  /**
+   * How workload processes are confined (uid, network namespace, cgroups); absent when the
+   * driver named no workload identity (the supervisor's own tests): started as the supervisor.
+   */
+  workload?: WorkloadIsolation;
+  /** The sandbox's SandboxPolicy bytes at start (empty: none, so no egress). */
+  policy: Buffer;
 }
 
 /** A configuration the supervisor cannot run with; carries what it could read, to log the refusal. */
@@ -32,9 +39,9 @@ export class ConfigError extends Error {
   readonly sandboxId: string;
   constructor(message: string, env: Record<string, string | undefined> = {}) {
     super(message);
-    const parsed = parseSupervisorEnvironment(env);
-    this.logLevel = parseLogLevel(parsed.logLevel);
-    this.sandboxId = parsed.sandboxId;
+    // Not parseSupervisorEnvironment(): what made the configuration invalid may make it throw.
+    this.logLevel = parseLogLevel((env[SupervisorEnv.logLevel] ?? '').trim());
+    this.sandboxId = (env[SupervisorEnv.sandboxId] ?? '').trim();
   }
 }
 
@@ -59,7 +66,12 @@ export function readCredential(file: string): string {
  */
 export function loadConfig(env: Record<string, string | undefined>, args: string[]): SupervisorConfig {
   const fail = (message: string) => new ConfigError(message, env);
-  const parsed = parseSupervisorEnvironment(env);
+  let parsed: ReturnType<typeof parseSupervisorEnvironment>;
+  try {
+    parsed = parseSupervisorEnvironment(env);
+  } catch (err) {
+    throw fail((err as Error).message);
+  }
   if (parsed.endpoints.length === 0) throw fail(`${SupervisorEnv.gateway} is empty`);
   if (!parsed.sandboxId) throw fail(`${SupervisorEnv.sandboxId} is empty`);
   if (!parsed.credentialFile) throw fail(`${SupervisorEnv.credentialFile} is empty`);
@@ -88,6 +100,8 @@ export function loadConfig(env: Record<string, string | undefined>, args: string
     mainArgv,
     sandboxEnv: parsed.sandboxEnv,
     debugBreaks,
+    workload: parsed.workload,
+    policy: parsed.policy,
   };
 }
 

@@ -8,6 +8,14 @@ import { backoffDelay, DEFAULT_BACKOFF, type BackoffOptions } from './backoff.ts
 import { callMetadata, createGatewayClient, type GatewayClient } from './gateway-client.ts';
 import type { Logger } from './log.ts';
 
+/** `policy_update` / `policy_applied` (sandgate.proto fields 8), until the shared TS types name them. */
+export interface PolicyUpdate {
+  policy?: Buffer;
+  revision?: number;
+}
+type GatewayMessageWithPolicy = GatewayMessage & { policy_update?: PolicyUpdate };
+type SupervisorMessageWithPolicy = SupervisorMessage & { policy_applied?: { revision?: number; error?: string } };
+
 /** One live control session; execs opened through it use the same client, hence the same replica. */
 export interface GatewayConnection {
   readonly endpoint: string;
@@ -33,6 +41,11 @@ export interface ControlSessionOptions {
   onKillExec: (execId: string) => Promise<number>;
   /** The gateway wants a TCP channel (an SSH connection, a forwarded port). */
   onOpenTcp?: (open: TcpOpen, conn: GatewayConnection) => void;
+  /**
+   * The sandbox's policy changed: apply it (new connections follow it) and return '' or, keeping
+   * the previous policy, why it could not be applied. Absent: every update is refused.
+   */
+  onPolicyUpdate?: (update: PolicyUpdate) => string;
   /** Without a hello_ack by then, the attempt is abandoned. */
   helloTimeoutMs?: number;
   backoff?: BackoffOptions;
@@ -197,7 +210,7 @@ export class ControlSession {
     });
   }
 
-  private onMessage(attempt: Attempt, msg: GatewayMessage, md: grpc.Metadata): void {
+  private onMessage(attempt: Attempt, msg: GatewayMessageWithPolicy, md: grpc.Metadata): void {
     if (attempt.closed) return;
     attempt.lastSeen = Date.now();
     if (msg.hello_ack) {
@@ -231,6 +244,19 @@ export class ControlSession {
       if (!attempt.conn) return;
       if (this.opts.onOpenTcp) this.opts.onOpenTcp(msg.open_tcp, attempt.conn);
       else this.send(attempt, { tcp_open_failed: { channel_id: msg.open_tcp.channel_id, message: 'tcp channels are not supported' } });
+    } else if (msg.policy_update) {
+      if (!attempt.conn) return;
+      const update = msg.policy_update;
+      let error: string;
+      try {
+        error = this.opts.onPolicyUpdate ? this.opts.onPolicyUpdate(update) : 'policy updates are not supported by this supervisor';
+      } catch (err) {
+        error = err instanceof Error ? err.message : String(err);
+      }
+      if (error) this.log.warn('policy update refused, keeping the previous policy', { revision: update.revision, error });
+      else this.log.info('policy updated', { revision: update.revision });
+      const applied: SupervisorMessageWithPolicy = { policy_applied: { revision: update.revision ?? 0, error } };
+      this.send(attempt, applied);
     } else if (msg.main_exit_ack) {
       this.onAck('main_exit', msg.main_exit_ack.instance_id);
     } else if (msg.terminal_final_ack) {

@@ -6,6 +6,7 @@ import * as pty from 'node-pty';
 import { killExecTree, readProcStat, type KillTreeOptions } from './kill-tree.ts';
 import type { Logger } from './log.ts';
 import { signalNumber } from './signals.ts';
+import type { WorkloadLauncher } from './workload/launcher.ts';
 
 export interface ExecProcessHandlers {
   stdout(chunk: Buffer): void;
@@ -47,6 +48,14 @@ export interface SpawnSpec {
   env: Record<string, string>;
   cols: number;
   rows: number;
+  /** Confines the process (uid, network namespace, cgroups); absent: started as is. */
+  launcher?: WorkloadLauncher;
+}
+
+/** What to actually execute for a spec: the argv itself, or the confining wrapper around it. */
+export function launchCommand(spec: Pick<SpawnSpec, 'argv' | 'env' | 'launcher'>): { file: string; args: string[]; env: Record<string, string> } {
+  if (spec.launcher) return spec.launcher.command(spec.argv, spec.env);
+  return { file: spec.argv[0]!, args: spec.argv.slice(1), env: spec.env };
 }
 
 export const DEFAULT_COLS = 80;
@@ -132,9 +141,10 @@ export class ProcessTree {
 }
 
 export function spawnPiped(spec: SpawnSpec, h: ExecProcessHandlers): ExecProcess {
-  const child: ChildProcess = spawn(spec.argv[0], spec.argv.slice(1), {
+  const cmd = launchCommand(spec);
+  const child: ChildProcess = spawn(cmd.file, cmd.args, {
     cwd: spec.cwd,
-    env: spec.env,
+    env: cmd.env,
     detached: true, // own process group: signals and kills address the whole tree
     stdio: 'pipe',
   });
@@ -196,12 +206,15 @@ export function spawnPiped(spec: SpawnSpec, h: ExecProcessHandlers): ExecProcess
 }
 
 export function spawnPty(spec: SpawnSpec, h: ExecProcessHandlers): ExecProcess {
-  const term = pty.spawn(spec.argv[0], spec.argv.slice(1), {
-    name: spec.env.TERM || 'xterm-256color',
+  const name = spec.env.TERM || 'xterm-256color';
+  // node-pty sets TERM on what it starts; a confined process gets its environment from the wrapper.
+  const cmd = launchCommand({ ...spec, env: { ...spec.env, TERM: name } });
+  const term = pty.spawn(cmd.file, cmd.args, {
+    name,
     cols: spec.cols || DEFAULT_COLS,
     rows: spec.rows || DEFAULT_ROWS,
     cwd: spec.cwd,
-    env: spec.env,
+    env: cmd.env,
     encoding: null, // raw bytes, not utf8-decoded strings
   });
   ignorePtyErrors(term);

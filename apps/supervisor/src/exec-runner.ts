@@ -13,6 +13,7 @@ import type { DebugBreak } from '@sandgate/core';
 import type { Logger } from './log.ts';
 import { exitCodeForSpawnError, preflight, reasonOf } from './preflight.ts';
 import { isValidSignal } from './signals.ts';
+import { OOM_MESSAGE, oomKilled, type WorkloadLauncher } from './workload/launcher.ts';
 
 export interface ExecRunnerOptions {
   start: ExecStart;
@@ -25,6 +26,8 @@ export interface ExecRunnerOptions {
   timeoutReportGraceMs?: number;
   /** Debug faults (negative chaos runs only): `exec-kill` never kills the tree, `exec-timeout` ignores the deadline. */
   debugBreaks?: ReadonlySet<DebugBreak>;
+  /** Confines the exec's process (see workload/launcher.ts); absent: started as is. */
+  launcher?: WorkloadLauncher;
 }
 
 type State = 'running' | 'exited' | 'broken';
@@ -44,6 +47,8 @@ export class ExecRunner {
   private stdinEnded = false;
   private timedOut = false;
   private timeoutTimer: NodeJS.Timeout | undefined;
+  /** The workload's OOM-kill count when the exec started (tells an OOM kill from any SIGKILL). */
+  private oomBefore: number | undefined;
   private readonly onConnAbort = (): void => this.breakPath('control session lost');
 
   constructor(opts: ExecRunnerOptions) {
@@ -116,7 +121,8 @@ export class ExecRunner {
       spawnError: (err) => this.reportSpawnFailure(`${argv[0]}: ${reasonOf(err)}`, exitCodeForSpawnError(err)),
       stdinDrain: () => this.call?.resume(),
     };
-    const spec = { argv, cwd, env, cols: termSize(start.cols), rows: termSize(start.rows) };
+    const spec = { argv, cwd, env, cols: termSize(start.cols), rows: termSize(start.rows), launcher: this.opts.launcher };
+    this.oomBefore = this.opts.launcher?.oomKills();
     let proc: ExecProcess;
     try {
       proc = this.tree.proc = start.tty ? spawnPty(spec, handlers) : spawnPiped(spec, handlers);
@@ -217,6 +223,10 @@ export class ExecRunner {
     const exit: ExecExit = this.timedOut
       ? { exit_code: EXIT_TIMEOUT, timed_out: true, signal: signal ?? 0 }
       : { exit_code: normaliseExit(code, signal), timed_out: false, signal: signal ?? 0 };
+    if (!this.timedOut && oomKilled(this.opts.launcher, this.oomBefore, signal)) {
+      this.log.warn('exec killed by the out-of-memory killer', { exit_code: exit.exit_code });
+      this.send({ stderr: Buffer.from(OOM_MESSAGE) });
+    }
     void this.tree.kill().then(() => this.reportExit(exit));
   }
 

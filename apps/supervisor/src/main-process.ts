@@ -7,11 +7,12 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import * as pty from 'node-pty';
 import { normaliseExit } from '@sandgate/core';
 import type { Logger } from './log.ts';
-import { ignorePtyErrors } from './exec-process.ts';
+import { ignorePtyErrors, launchCommand } from './exec-process.ts';
 import { preflight } from './preflight.ts';
 import { RingBuffer } from './ring-buffer.ts';
 import { OutputJournal } from './output-journal.ts';
 import { signalNumber } from './signals.ts';
+import { OOM_MESSAGE, oomKilled, type WorkloadLauncher } from './workload/launcher.ts';
 
 export interface MainProcessOptions {
   argv: string[];
@@ -23,6 +24,8 @@ export interface MainProcessOptions {
   /** Where the output is mirrored; defaults to the supervisor's stdout/stderr. */
   stdout?: (chunk: Buffer) => void;
   stderr?: (chunk: Buffer) => void;
+  /** Confines the process (see workload/launcher.ts); absent: started as is. */
+  launcher?: WorkloadLauncher;
 }
 
 export interface MainExit {
@@ -45,6 +48,7 @@ export class MainProcess {
   private readonly opts: MainProcessOptions;
   private child: ChildProcess | undefined;
   private term: pty.IPty | undefined;
+  private oomBefore: number | undefined;
 
   constructor(opts: MainProcessOptions) {
     this.opts = opts;
@@ -68,13 +72,16 @@ export class MainProcess {
       return;
     }
 
+    const launcher = this.opts.launcher;
+    this.oomBefore = launcher?.oomKills();
     if (tty) {
-      this.term = pty.spawn(argv[0], argv.slice(1), {
+      const cmd = launchCommand({ argv, env: { ...env, TERM: 'xterm-256color' }, launcher });
+      this.term = pty.spawn(cmd.file, cmd.args, {
         name: 'xterm-256color',
         cols: MAIN_PTY_COLS,
         rows: MAIN_PTY_ROWS,
         cwd,
-        env: { ...env, TERM: 'xterm-256color' },
+        env: cmd.env,
         encoding: null, // raw bytes, not utf8-decoded strings
       });
       this.pid = this.term.pid;
@@ -86,12 +93,14 @@ export class MainProcess {
         toStdout(chunk);
       });
       this.term.onExit(({ exitCode, signal }) => {
+        this.noteOom(signal || null, toStderr);
         this.finish({ exitCode: normaliseExit(exitCode, signal || null), signal: signal ?? 0 });
       });
     } else {
-      const child = spawn(argv[0], argv.slice(1), {
+      const cmd = launchCommand({ argv, env, launcher });
+      const child = spawn(cmd.file, cmd.args, {
         cwd,
-        env,
+        env: cmd.env,
         detached: true, // own process group, so shutdown can signal the whole tree
         stdio: ['ignore', 'pipe', 'pipe'],
       });
@@ -114,10 +123,21 @@ export class MainProcess {
       // 'close' (not 'exit'): all output has been copied by then.
       child.on('close', (code, sig) => {
         const signal = signalNumber(sig) ?? 0;
+        this.noteOom(signal || null, toStderr);
         this.finish({ exitCode: normaliseExit(code, signal || null), signal });
       });
     }
     log.info('main process started', { pid: this.pid, argv, tty });
+  }
+
+  /** A SIGKILL by the OOM killer is said so in the main process's output and the log. */
+  private noteOom(signal: number | null, toStderr: (c: Buffer) => void): void {
+    if (!oomKilled(this.opts.launcher, this.oomBefore, signal)) return;
+    this.opts.log.warn('main process killed by the out-of-memory killer', { pid: this.pid });
+    const line = Buffer.from(OOM_MESSAGE);
+    this.output.write(line);
+    this.journal.append('stderr', line);
+    toStderr(line);
   }
 
   private finish(exit: MainExit): void {
@@ -125,6 +145,11 @@ export class MainProcess {
     this.exit = exit;
     this.opts.log.info('main process exited', { pid: this.pid, exit_code: exit.exitCode, signal: exit.signal });
     this.resolveExited(exit);
+  }
+
+  /** Set before start(): the main process is confined like every workload process. */
+  confine(launcher: WorkloadLauncher): void {
+    this.opts.launcher = launcher;
   }
 
   /** Input from the attached client holding the stdin lease (PTY main processes only). */

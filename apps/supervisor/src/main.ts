@@ -30,7 +30,13 @@ function main(): void {
   // A hangup of whatever started us is not a reason to stop serving the sandbox.
   process.on('SIGHUP', () => log.warn('SIGHUP ignored'));
 
-  const supervisor = new Supervisor(config, log);
+  const supervisor = new Supervisor(config, log, {
+    onFatal: (reason) => {
+      log.error('supervisor cannot go on', { reason });
+      setTimeout(() => process.exit(1), SHUTDOWN_DEADLINE_MS).unref();
+      void supervisor.shutdown(reason).finally(() => process.exit(1));
+    },
+  });
 
   const onSignal = (signal: NodeJS.Signals) => {
     log.info('signal received', { signal });
@@ -49,7 +55,11 @@ function main(): void {
   process.on('SIGTERM', onSignal);
   process.on('SIGINT', onSignal);
 
-  supervisor.start();
+  supervisor.start().catch((err: unknown) => {
+    // Without its confinement the workload must not run at all.
+    log.error('cannot confine the workload', { err: err instanceof Error ? err.message : String(err) });
+    process.exit(2);
+  });
 }
 
 main();

@@ -2,7 +2,7 @@
 import { randomUUID } from 'node:crypto';
 import type { ExecStart, TcpOpen } from '@sandgate/protocols';
 import { readCredential, type SupervisorConfig } from './config.ts';
-import { ControlSession, type GatewayConnection } from './control-session.ts';
+import { ControlSession, type GatewayConnection, type PolicyUpdate } from './control-session.ts';
 import { ExecRunner } from './exec-runner.ts';
 import { findTaggedProcesses, killExecTree } from './kill-tree.ts';
 import { MainAttach } from './main-attach.ts';
@@ -15,6 +15,13 @@ const TERMINAL_DRAIN_TIMEOUT_MS = 30_000;
 import type { Logger } from './log.ts';
 import { MainProcess } from './main-process.ts';
 import { SUPERVISOR_VERSION } from './version.ts';
+import { closeInheritedFds } from './workload/fds.ts';
+import { startWorkload, type Workload } from './workload/workload.ts';
+
+export interface SupervisorHooks {
+  /** Something the supervisor cannot serve without broke (the workload's network namespace). */
+  onFatal?(reason: string): void;
+}
 
 export class Supervisor {
   /** Unique per supervisor run: fences late reports from an older run of the same sandbox. */
@@ -33,10 +40,14 @@ export class Supervisor {
   private readonly exitReleased = new Promise<MainExit>((resolve) => (this.releaseExit = resolve));
   private credential: string;
   private shuttingDown: Promise<void> | undefined;
+  private readonly hooks: SupervisorHooks;
+  /** The workload's confinement, once started (absent: the driver asked for none). */
+  private workload: Workload | undefined;
 
-  constructor(config: SupervisorConfig, log: Logger) {
+  constructor(config: SupervisorConfig, log: Logger, hooks: SupervisorHooks = {}) {
     this.config = config;
     this.log = log;
+    this.hooks = hooks;
     this.credential = config.credential;
     this.main = new MainProcess({ argv: config.mainArgv, env: config.sandboxEnv, tty: config.mainTty, log });
     this.control = new ControlSession({
@@ -50,6 +61,7 @@ export class Supervisor {
       onOpenExec: (start, conn) => this.openExec(start, conn),
       onKillExec: (execId) => this.killExec(execId),
       onOpenTcp: (open, conn) => this.openTcp(open, conn),
+      onPolicyUpdate: (update) => this.applyPolicy(update),
       noReconnect: config.debugBreaks.has('supervisor-reconnect'),
     });
     this.ssh = new SshServer({
@@ -68,16 +80,40 @@ export class Supervisor {
       acceptSsh: (socket, channelId) => this.ssh.accept(socket, channelId),
       reportFailed: (channelId, message) => this.control.reportTcpOpenFailed(conn, channelId, message),
       log: this.log,
+      dial: this.workload?.dial,
     });
   }
 
-  start(): void {
+  private applyPolicy(update: PolicyUpdate): string {
+    if (!this.workload) return 'this sandbox has no workload confinement: its egress policy cannot be enforced';
+    this.workload.applyPolicy(update.policy ?? Buffer.alloc(0));
+    return '';
+  }
+
+  /**
+   * Confines the workload first (when the driver asked for it), then starts the main process and
+   * the control session: no workload process may ever run unconfined. Rejects when confinement
+   * cannot be set up; the caller must not serve the sandbox then.
+   */
+  async start(): Promise<void> {
     this.log.info('supervisor starting', {
       instance_id: this.instanceId,
       version: SUPERVISOR_VERSION,
       endpoints: this.config.endpoints,
       pid: process.pid,
     });
+    if (this.config.workload) {
+      const closed = closeInheritedFds();
+      if (closed.length > 0) this.log.info('closed inherited descriptors so no workload process gets them', { fds: closed });
+      this.workload = await startWorkload({
+        isolation: this.config.workload,
+        policy: this.config.policy,
+        log: this.log,
+        onFatal: (reason) => this.hooks.onFatal?.(reason),
+      });
+      this.main.confine(this.workload.launcher);
+      this.ssh.confine(this.workload.launcher, this.workload.dial);
+    }
     this.main.start();
     this.control.start();
     void this.finishMainProcess();
@@ -148,7 +184,14 @@ export class Supervisor {
       this.control.reportExecOpenFailed(conn, execId, 'empty argv');
       return;
     }
-    const runner = new ExecRunner({ start, conn, sandboxEnv: this.config.sandboxEnv, log: this.log, debugBreaks: this.config.debugBreaks });
+    const runner = new ExecRunner({
+      start,
+      conn,
+      sandboxEnv: this.config.sandboxEnv,
+      log: this.log,
+      debugBreaks: this.config.debugBreaks,
+      launcher: this.workload?.launcher,
+    });
     this.execs.set(execId, runner);
     void runner.done.then(() => {
       if (this.execs.get(execId) === runner) this.execs.delete(execId);
@@ -178,6 +221,7 @@ export class Supervisor {
       await this.ssh.shutdown(reason);
       for (const a of this.attaches) a.abort();
       await this.main.stop();
+      this.workload?.stop();
     })();
     return this.shuttingDown;
   }

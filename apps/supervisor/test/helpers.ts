@@ -8,7 +8,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import * as grpc from '@grpc/grpc-js';
 import { serviceDefinition } from '@sandgate/protocols';
-import type { ExecExit, ExecFrame, ExecStart, GatewayMessage, SupervisorMessage } from '@sandgate/protocols';
+import type { ExecExit, ExecFrame, ExecStart, GatewayMessage, SupervisorMessage, TcpFrame, TcpOpen } from '@sandgate/protocols';
 
 export const REPO_ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..');
 export const MAIN_TS = 'apps/supervisor/src/main.ts';
@@ -113,6 +113,31 @@ export class ExecConn {
   }
 }
 
+/** One TcpChannel call as the gateway sees it: what the supervisor sent, and a way to answer. */
+export class TcpConn {
+  readonly call: grpc.ServerDuplexStream<TcpFrame, TcpFrame>;
+  attach: TcpFrame['attach'];
+  readonly chunks: Buffer[] = [];
+  eof = false;
+  ended = false;
+
+  constructor(call: grpc.ServerDuplexStream<TcpFrame, TcpFrame>) {
+    this.call = call;
+  }
+  received(): string {
+    return Buffer.concat(this.chunks).toString();
+  }
+  waitReceived(re: RegExp, timeoutMs = 5000): Promise<string> {
+    return waitFor(`tcp data matching ${re}`, () => (re.test(this.received()) ? this.received() : undefined), timeoutMs);
+  }
+  write(data: Buffer | string): void {
+    this.call.write({ data: Buffer.from(data) });
+  }
+  close(): void {
+    this.call.end();
+  }
+}
+
 export interface FakeGatewayOptions {
   port?: number;
   heartbeatIntervalMs?: number;
@@ -126,6 +151,7 @@ export class FakeGateway {
   port = 0;
   readonly controls: ControlConn[] = [];
   readonly execs = new Map<string, ExecConn>();
+  readonly tcps = new Map<string, TcpConn>();
   private readonly opts: FakeGatewayOptions;
   private readonly timers: NodeJS.Timeout[] = [];
 
@@ -134,6 +160,7 @@ export class FakeGateway {
     this.server.addService(serviceDefinition('sandgate.v1.SupervisorGateway'), {
       Control: (call: grpc.ServerDuplexStream<SupervisorMessage, GatewayMessage>) => this.onControl(call),
       ExecChannel: (call: grpc.ServerDuplexStream<ExecFrame, ExecFrame>) => this.onExec(call),
+      TcpChannel: (call: grpc.ServerDuplexStream<TcpFrame, TcpFrame>) => this.onTcp(call),
     });
   }
 
@@ -195,6 +222,40 @@ export class FakeGateway {
     call.on('error', () => {
       conn.ended = true;
     });
+  }
+
+  private onTcp(call: grpc.ServerDuplexStream<TcpFrame, TcpFrame>): void {
+    const conn = new TcpConn(call);
+    call.on('data', (frame: TcpFrame) => {
+      if (frame.attach && !conn.attach) {
+        conn.attach = frame.attach;
+        this.tcps.set(frame.attach.channel_id ?? '', conn);
+      }
+      if (frame.data) conn.chunks.push(frame.data);
+      if (frame.eof) conn.eof = true;
+    });
+    const end = () => {
+      conn.ended = true;
+    };
+    call.on('end', end);
+    call.on('error', end);
+    call.on('cancelled', end);
+  }
+
+  /**
+   * Sends open_tcp and waits for the supervisor's answer: the TcpChannel it opened, or the
+   * message of its tcp_open_failed.
+   */
+  async openTcp(open: TcpOpen & { channel_id: string }, timeoutMs = 15_000): Promise<TcpConn | string> {
+    const control = await waitFor('a live control stream', () => this.liveControl());
+    control.call.write({ open_tcp: open });
+    return waitFor(
+      `tcp channel ${open.channel_id}`,
+      () =>
+        this.tcps.get(open.channel_id) ??
+        control.messages.find((m) => m.tcp_open_failed?.channel_id === open.channel_id)?.tcp_open_failed?.message,
+      timeoutMs,
+    );
   }
 
   /** The most recent control stream that said hello and is still open. */

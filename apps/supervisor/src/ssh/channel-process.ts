@@ -9,6 +9,7 @@ import { EXEC_ID_ENV } from '../config.ts';
 import { ProcessTree, spawnPiped, spawnPty, termSize, type ExecProcess, type ExecProcessHandlers } from '../exec-process.ts';
 import type { Logger } from '../log.ts';
 import { exitCodeForSpawnError, preflight, reasonOf } from '../preflight.ts';
+import { OOM_MESSAGE, oomKilled, type WorkloadLauncher } from '../workload/launcher.ts';
 
 export interface PtyRequest {
   cols: number;
@@ -25,6 +26,8 @@ export interface ChannelProcessOptions {
   env: Record<string, string>;
   pty: PtyRequest | undefined;
   log: Logger;
+  /** Confines the process (see workload/launcher.ts); absent: started as is. */
+  launcher?: WorkloadLauncher;
 }
 
 type State = 'starting' | 'running' | 'exited' | 'killed';
@@ -53,6 +56,7 @@ export class ChannelProcess {
   private readonly log: Logger;
   private state: State = 'starting';
   private readonly tree: ProcessTree;
+  private oomBefore: number | undefined;
 
   constructor(opts: ChannelProcessOptions) {
     this.opts = opts;
@@ -85,7 +89,8 @@ export class ChannelProcess {
       spawnError: (err) => this.failStart(`${argv[0]}: ${reasonOf(err)}`, exitCodeForSpawnError(err)),
       stdinDrain: () => channel.resume(),
     };
-    const spec = { argv, cwd, env, cols: termSize(pty?.cols), rows: termSize(pty?.rows) };
+    const spec = { argv, cwd, env, cols: termSize(pty?.cols), rows: termSize(pty?.rows), launcher: this.opts.launcher };
+    this.oomBefore = this.opts.launcher?.oomKills();
     let proc: ExecProcess;
     try {
       proc = this.tree.proc = pty ? spawnPty(spec, handlers) : spawnPiped(spec, handlers);
@@ -154,6 +159,14 @@ export class ChannelProcess {
     if (this.state !== 'running') return;
     this.state = 'exited';
     const exitCode = normaliseExit(code, signal);
+    if (oomKilled(this.opts.launcher, this.oomBefore, signal)) {
+      this.log.warn('ssh channel process killed by the out-of-memory killer', { exit_code: exitCode });
+      try {
+        this.opts.channel.stderr.write(OOM_MESSAGE);
+      } catch {
+        // channel gone
+      }
+    }
     void this.tree.kill()
       .then(() => this.finishChannel(exitCode))
       .then(() => {

@@ -9,6 +9,7 @@ import { ENV_PREFIX } from '../config.ts';
 import type { Logger } from '../log.ts';
 import { ChannelProcess, type PtyRequest } from './channel-process.ts';
 import { MainChannel, type MainChannelDeps } from './main-channel.ts';
+import type { WorkloadLauncher } from '../workload/launcher.ts';
 
 export const SFTP_SERVER = '/usr/lib/openssh/sftp-server';
 export const MAIN_SUBSYSTEM = 'openshell-main';
@@ -34,6 +35,8 @@ export interface SessionContext {
   releaseProcessSlot(): void;
   /** Attachments to the main process (terminal delivery waits for them). */
   mainChannels: Set<MainChannel>;
+  /** Confines the processes channels start; absent: started as is. */
+  launcher?: WorkloadLauncher;
 }
 
 function loginShell(): string {
@@ -91,10 +94,11 @@ export function handleSession(session: Session, ctx: SessionContext): void {
 
   const startProcess = (channel: ServerChannel, argv: string[], withPty: PtyRequest | undefined) => {
     const shell = argv[0]!;
+    const user = ctx.launcher?.userName ?? currentUser();
     const fullEnv: Record<string, string> = {
       ...ctx.sandboxEnv,
-      USER: ctx.sandboxEnv.USER ?? currentUser(),
-      LOGNAME: ctx.sandboxEnv.LOGNAME ?? currentUser(),
+      USER: ctx.sandboxEnv.USER ?? user,
+      LOGNAME: ctx.sandboxEnv.LOGNAME ?? user,
       SHELL: ctx.sandboxEnv.SHELL ?? shell,
       ...env,
       TERM: withPty ? withPty.term : (env.TERM ?? 'dumb'),
@@ -113,6 +117,7 @@ export function handleSession(session: Session, ctx: SessionContext): void {
       env: fullEnv,
       pty: withPty,
       log: ctx.log,
+      launcher: ctx.launcher,
     });
     proc = p;
     if (!ctx.track(p)) {

@@ -9,11 +9,12 @@ import type { Connection } from 'ssh2';
 import type { Logger } from '../log.ts';
 import { handleDirectTcpip } from './direct-tcpip.ts';
 import { handleSession, type ChannelUnit, type SessionContext } from './session-channel.ts';
+import type { Dialer } from '../workload/dial.ts';
 
 /** Session channels one connection may have open at once. */
 export const MAX_SESSIONS_PER_CONNECTION = 16;
 
-export type ConnectionContext = Omit<SessionContext, 'track' | 'untrack' | 'log'> & { log: Logger };
+export type ConnectionContext = Omit<SessionContext, 'track' | 'untrack' | 'log'> & { log: Logger; dial?: Dialer };
 
 export class SshConnection {
   readonly id = randomUUID();
@@ -50,7 +51,7 @@ export class SshConnection {
       session.once('close', () => this.sessions--);
       handleSession(session, sessionCtx);
     });
-    client.on('tcpip', (accept, reject, info) => handleDirectTcpip(accept, reject, info, { track, untrack, log: this.log }));
+    client.on('tcpip', (accept, reject, info) => handleDirectTcpip(accept, reject, info, { track, untrack, log: this.log, dial: ctx.dial }));
     // Remote forwarding (-R) and anything else global: not offered.
     client.on('request', (_accept, reject) => reject?.());
     client.on('error', (err: Error & { level?: string }) => this.end(`connection error: ${err.message}`));

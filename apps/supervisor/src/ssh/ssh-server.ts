@@ -10,6 +10,8 @@ import type { Logger } from '../log.ts';
 import { generateHostKey } from './host-key.ts';
 import type { MainChannel, MainChannelDeps } from './main-channel.ts';
 import { SshConnection } from './ssh-connection.ts';
+import type { Dialer } from '../workload/dial.ts';
+import type { WorkloadLauncher } from '../workload/launcher.ts';
 
 export const KEEPALIVE_INTERVAL_MS = 15_000;
 export const KEEPALIVE_COUNT_MAX = 2;
@@ -25,6 +27,10 @@ export interface SshServerOptions {
   keepaliveIntervalMs?: number;
   keepaliveCountMax?: number;
   maxProcesses?: number;
+  /** Confines the processes SSH channels start; absent: started as is. */
+  launcher?: WorkloadLauncher;
+  /** How direct-tcpip (ssh -L) reaches the sandbox's loopback; default: a plain connect. */
+  dial?: Dialer;
 }
 
 export class SshServer {
@@ -81,6 +87,12 @@ export class SshServer {
     return this.processes;
   }
 
+  /** The workload became confined after the server was built (the supervisor starts it first). */
+  confine(launcher: WorkloadLauncher, dial: Dialer): void {
+    this.opts.launcher = launcher;
+    this.opts.dial = dial;
+  }
+
   /** Serves one SSH connection arriving on `socket` (a relayed TcpChannel). */
   accept(socket: Duplex, channelId: string): void {
     if (this.stopped) {
@@ -106,6 +118,8 @@ export class SshServer {
     return {
       sandboxEnv: this.opts.sandboxEnv,
       main: this.opts.main,
+      launcher: this.opts.launcher,
+      dial: this.opts.dial,
       log: this.log,
       mainChannels: this.mainChannels,
       takeProcessSlot: () => {

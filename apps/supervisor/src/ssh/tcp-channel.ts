@@ -1,14 +1,15 @@
 // The supervisor's side of `open_tcp`: open the TcpChannel call on the control session's
 // connection (so it reaches the same replica), attach, and hand the resulting socket to its
-// target — the in-process SSH server, or a loopback port inside the sandbox. Nothing listens on
-// the network: the SSH server is only reachable this way.
-import net from 'node:net';
+// target — the in-process SSH server, or a loopback port inside the sandbox (its own network
+// namespace when isolated: see workload/dial.ts). Nothing listens on the network: the SSH server
+// is only reachable this way.
 import type * as grpc from '@grpc/grpc-js';
 import type { TcpFrame, TcpOpen } from '@sandgate/protocols';
 import type { GatewayConnection } from '../control-session.ts';
 import type { Logger } from '../log.ts';
 import { ChannelSocket, type TcpChannelCall } from './channel-socket.ts';
 import { loopbackHost, validPort } from './loopback.ts';
+import { directDial, type Dialer } from '../workload/dial.ts';
 
 /** The generic client has every service method; the typed interface lists only the exec ones. */
 type TcpCapableClient = { TcpChannel(metadata: grpc.Metadata): grpc.ClientDuplexStream<TcpFrame, TcpFrame> };
@@ -21,6 +22,11 @@ export interface TcpChannelDeps {
   log: Logger;
   /** How long a TCP target may take to accept the connection. */
   connectTimeoutMs?: number;
+  /**
+   * How the sandbox's loopback is reached: with an isolated network, inside its namespace (the
+   * netns agent), never the supervisor's own loopback. Default: a plain connect.
+   */
+  dial?: Dialer;
 }
 
 function attach(open: TcpOpen, conn: GatewayConnection): ChannelSocket {
@@ -53,26 +59,28 @@ export function openTcpChannel(open: TcpOpen, conn: GatewayConnection, deps: Tcp
       return;
     }
     // Connect first: a refused port is reported as a failed open, not as a connection that dies.
-    const target = net.connect({ host, port });
-    const timer = setTimeout(() => target.destroy(new Error('connect timed out')), deps.connectTimeoutMs ?? 10_000);
-    target.once('error', (err) => {
-      clearTimeout(timer);
-      deps.reportFailed(channelId, `connect ${host}:${port}: ${err.message}`);
-    });
-    target.once('connect', () => {
-      clearTimeout(timer);
-      target.removeAllListeners('error');
-      target.on('error', () => target.destroy());
-      const socket = attach(open, conn);
-      // pipe() carries back-pressure and half-closes (end) both ways. The channel closing drops
-      // the target; the target closing only ends our side (`eof`), so bytes still queued reach
-      // the gateway before it closes the channel.
-      socket.pipe(target);
-      target.pipe(socket);
-      socket.once('close', () => target.destroy());
-      target.once('close', () => socket.end());
-      deps.log.debug('tcp channel opened', { channel_id: channelId, host, port });
-    });
+    (deps.dial ?? directDial)(host, port, deps.connectTimeoutMs ?? 10_000).then(
+      (target) => {
+        target.on('error', () => target.destroy());
+        let socket: ChannelSocket;
+        try {
+          socket = attach(open, conn);
+        } catch (err) {
+          target.destroy();
+          deps.reportFailed(channelId, err instanceof Error ? err.message : String(err));
+          return;
+        }
+        // pipe() carries back-pressure and half-closes (end) both ways. The channel closing drops
+        // the target; the target closing only ends our side (`eof`), so bytes still queued reach
+        // the gateway before it closes the channel.
+        socket.pipe(target);
+        target.pipe(socket);
+        socket.once('close', () => target.destroy());
+        target.once('close', () => socket.end());
+        deps.log.debug('tcp channel opened', { channel_id: channelId, host, port });
+      },
+      (err: Error) => deps.reportFailed(channelId, `connect ${host}:${port}: ${err.message}`),
+    );
   } catch (err) {
     deps.log.warn('tcp channel open failed', { channel_id: channelId, err });
     deps.reportFailed(channelId, err instanceof Error ? err.message : String(err));

@@ -1,0 +1,180 @@
+// How every workload process (main, execs, SSH shells, sftp) is started when the sandbox is
+// confined: through one fixed wrapper, so no spawn site can forget a step.
+//
+//   /bin/sh -c SCRIPT sandgate-workload <netns> <uid> <gid> <cgroup dirs> env -i K=V... argv...
+//
+// The wrapper is the spawned process itself (same pid, so process groups, PTY sessions, signals
+// and exit statuses are exactly the command's: every step execs the next). As root it joins the
+// workload cgroups *before* anything can fork (a move after the spawn would leave early children
+// outside the limits), raises its own oom_score_adj (when the sandbox's memory runs out, the
+// kernel must pick a workload process, never the supervisor), enters the sandbox's network
+// namespace and drops to the workload's uid/gid with no supplementary groups and no_new_privs
+// (setpriv also sets the saved uid, so there is no way back to root).
+//
+// The root part runs with a fixed, minimal environment: the workload's environment is
+// attacker-influenced (LD_PRELOAD or LD_LIBRARY_PATH pointing at a file the workload wrote would
+// otherwise run its code as root inside the wrapper, nsenter or setpriv). The real environment is
+// installed by `env -i` only after the uid drop. Tools are called by absolute path for the same
+// reason (a workload PATH must not pick them).
+import fs from 'node:fs';
+import type { WorkloadIsolation } from '@sandgate/protocols';
+import { EXEC_ID_ENV } from '../config.ts';
+
+export const WRAPPER_NAME = 'sandgate-workload';
+/** The exit status when the wrapper could not confine the process (it then never runs it). */
+export const EXIT_CONFINE_FAILED = 125;
+const SAFE_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
+/** Higher than the supervisor's 0: the OOM killer takes workload processes first. */
+export const WORKLOAD_OOM_SCORE_ADJ = 500;
+
+/** The proxy variables every confined process gets unless its own environment sets them. */
+export const PROXY_ENV_NAMES = ['HTTP_PROXY', 'HTTPS_PROXY', 'ALL_PROXY', 'http_proxy', 'https_proxy', 'all_proxy'] as const;
+export const NO_PROXY_VALUE = '127.0.0.1,localhost,::1';
+
+// $1 netns path ('' = stay), $2 uid, $3 gid, $4 cgroup dirs joined by ':', $5 nsenter, $6 setpriv.
+const SCRIPT = [
+  'set -f',
+  'ns=$1 uid=$2 gid=$3 cgs=$4 nsenter=$5 setpriv=$6',
+  'shift 6',
+  'IFS=:',
+  'for d in $cgs; do',
+  `  echo $$ > "$d/cgroup.procs" || { echo "sandgate: cannot join the workload cgroup $d" >&2; exit ${EXIT_CONFINE_FAILED}; }`,
+  'done',
+  `echo ${WORKLOAD_OOM_SCORE_ADJ} > /proc/self/oom_score_adj || exit ${EXIT_CONFINE_FAILED}`,
+  'if [ -n "$ns" ]; then',
+  '  exec "$nsenter" --net="$ns" -- "$setpriv" --reuid="$uid" --regid="$gid" --clear-groups --no-new-privs -- "$@"',
+  'fi',
+  'exec "$setpriv" --reuid="$uid" --regid="$gid" --clear-groups --no-new-privs -- "$@"',
+].join('\n');
+
+export interface LaunchCommand {
+  file: string;
+  args: string[];
+  env: Record<string, string>;
+}
+
+/** Turns an argv and its environment into the command that runs it confined (or as is). */
+export interface WorkloadLauncher {
+  command(argv: string[], env: Record<string, string>): LaunchCommand;
+  /** The workload's OOM-kill count so far (summed over its memory cgroups); undefined if unknown. */
+  oomKills(): number | undefined;
+  /** The name confined processes run under, for USER/LOGNAME where the sandbox sets none. */
+  readonly userName: string;
+}
+
+/** Finds a tool by absolute path (never through the workload's PATH); throws naming what is missing. */
+export function findTool(name: string): string {
+  for (const dir of SAFE_PATH.split(':')) {
+    const file = `${dir}/${name}`;
+    try {
+      fs.accessSync(file, fs.constants.X_OK);
+      return file;
+    } catch {
+      // next
+    }
+  }
+  throw new Error(`${name} not found in ${SAFE_PATH}: it is needed to confine workload processes (util-linux)`);
+}
+
+/** Reads `oom_kill N` from a v1 memory.oom_control or a v2 memory.events file. */
+export function readOomKills(dir: string): number | undefined {
+  for (const file of ['memory.events', 'memory.oom_control']) {
+    let text: string;
+    try {
+      text = fs.readFileSync(`${dir}/${file}`, 'utf8');
+    } catch {
+      continue;
+    }
+    const m = /^oom_kill (\d+)$/m.exec(text);
+    if (m) return Number(m[1]);
+  }
+  return undefined;
+}
+
+export class ConfinedLauncher implements WorkloadLauncher {
+  readonly userName = 'sandbox';
+  private readonly isolation: WorkloadIsolation;
+  private readonly netnsPath: string;
+  private readonly proxyPort: number | undefined;
+  private readonly tools: { sh: string; nsenter: string; setpriv: string; env: string };
+
+  /** `netnsPath` and `proxyPort` are set when the network is isolated. */
+  constructor(isolation: WorkloadIsolation, network?: { netnsPath: string; proxyPort: number }) {
+    this.isolation = isolation;
+    this.netnsPath = network?.netnsPath ?? '';
+    this.proxyPort = network?.proxyPort;
+    this.tools = {
+      sh: '/bin/sh',
+      nsenter: network ? findTool('nsenter') : '',
+      setpriv: findTool('setpriv'),
+      env: findTool('env'),
+    };
+    for (const d of isolation.cgroupDirs) {
+      if (d.includes(':')) throw new Error(`workload cgroup directory ${JSON.stringify(d)} contains ':'`);
+    }
+  }
+
+  /** The environment a confined process sees: the proxy variables unless the sandbox set its own. */
+  workloadEnv(env: Record<string, string>): Record<string, string> {
+    if (this.proxyPort === undefined) return env;
+    const out = { ...env };
+    const proxy = `http://127.0.0.1:${this.proxyPort}`;
+    for (const name of PROXY_ENV_NAMES) out[name] ??= proxy;
+    out.NO_PROXY ??= NO_PROXY_VALUE;
+    out.no_proxy ??= NO_PROXY_VALUE;
+    return out;
+  }
+
+  command(argv: string[], env: Record<string, string>): LaunchCommand {
+    const workloadEnv = this.workloadEnv(env);
+    const assignments = Object.entries(workloadEnv)
+      // env(1) could not tell a name containing '=' from the value, nor pass a NUL.
+      .filter(([k, v]) => k !== '' && !k.includes('=') && !k.includes('\0') && !v.includes('\0'))
+      .map(([k, v]) => `${k}=${v}`);
+    // env(1) would take a command name containing '=' for one more assignment: let a shell exec it.
+    const tail = argv[0]?.includes('=') ? ['/bin/sh', '-c', 'exec "$@"', 'sh', ...argv] : argv;
+    const { uid, gid, cgroupDirs } = this.isolation;
+    const wrapperEnv: Record<string, string> = { PATH: SAFE_PATH };
+    // The exec tag on the wrapper too, so a kill between spawn and exec still finds it.
+    if (env[EXEC_ID_ENV]) wrapperEnv[EXEC_ID_ENV] = env[EXEC_ID_ENV];
+    return {
+      file: this.tools.sh,
+      args: [
+        '-c',
+        SCRIPT,
+        WRAPPER_NAME,
+        this.netnsPath,
+        String(uid),
+        String(gid),
+        cgroupDirs.join(':'),
+        this.tools.nsenter,
+        this.tools.setpriv,
+        this.tools.env,
+        '-i',
+        '--',
+        ...assignments,
+        ...tail,
+      ],
+      env: wrapperEnv,
+    };
+  }
+
+  oomKills(): number | undefined {
+    let total: number | undefined;
+    for (const d of this.isolation.cgroupDirs) {
+      const n = readOomKills(d);
+      if (n !== undefined) total = (total ?? 0) + n;
+    }
+    return total;
+  }
+}
+
+/** The line an exec's stderr gets when the OOM killer ended it. */
+export const OOM_MESSAGE = "sandgate: killed by the out-of-memory killer (the sandbox's memory limit)\n";
+
+/** Whether a SIGKILL death was the OOM killer's: the workload's OOM count rose since `before`. */
+export function oomKilled(launcher: WorkloadLauncher | undefined, before: number | undefined, signal: number | null): boolean {
+  if (!launcher || signal !== 9 || before === undefined) return false;
+  const now = launcher.oomKills();
+  return now !== undefined && now > before;
+}
