@@ -45,6 +45,15 @@ export const SUPERVISOR_CAPABILITIES = [
 /** Top-level host entries the sandbox gets its own version of instead of the host's. */
 const PRIVATE_TOP_LEVEL = new Set(['proc', 'dev', 'tmp', 'run', 'sandbox']);
 
+/**
+ * Host directories shown empty (a tmpfs with this mode), whatever their permissions on the host:
+ * people's and root's homes hold keys, tokens and histories that are no sandbox's business.
+ */
+const MASKED_TOP_LEVEL = new Map([
+  ['root', '0700'],
+  ['home', '0755'],
+]);
+
 /** One entry of the host's `/`, as the driver read it at launch time. */
 export interface RootEntry {
   name: string;
@@ -120,6 +129,7 @@ export function buildBwrapArgs(l: BwrapLaunch): string[] {
     if (PRIVATE_TOP_LEVEL.has(e.name) || e.name === '' || e.name.includes('/')) continue;
     const p = `/${e.name}`;
     if (e.kind === 'symlink' && e.target !== undefined) args.push('--symlink', e.target, p);
+    else if (e.kind === 'dir' && MASKED_TOP_LEVEL.has(e.name)) args.push('--perms', MASKED_TOP_LEVEL.get(e.name)!, '--tmpfs', p);
     else if (e.kind === 'dir' || e.kind === 'file') args.push('--ro-bind', p, p);
     // Sockets, fifos and devices at the top level are not something a sandbox should reach.
   }

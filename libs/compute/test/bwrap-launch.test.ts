@@ -23,6 +23,8 @@ describe('buildBwrapArgs', () => {
     rootEntries: [
       { name: 'usr', kind: 'dir' },
       { name: 'sys', kind: 'dir' },
+      { name: 'root', kind: 'dir' },
+      { name: 'home', kind: 'dir' },
       { name: 'bin', kind: 'symlink', target: 'usr/bin' },
       { name: 'proc', kind: 'dir' },
       { name: 'run', kind: 'dir' },
@@ -90,6 +92,11 @@ describe('buildBwrapArgs', () => {
     expect(joined).toContain('--ro-bind /usr /usr');
     expect(joined).toContain('--ro-bind /.dockerenv /.dockerenv');
     expect(joined).toContain('--symlink usr/bin /bin');
+    // Homes are empty, whatever their modes on the host.
+    expect(joined).toContain('--perms 0700 --tmpfs /root');
+    expect(joined).toContain('--perms 0755 --tmpfs /home');
+    expect(joined).not.toContain('--ro-bind /root');
+    expect(joined).not.toContain('--ro-bind /home');
     for (const p of ['/proc /proc', '/run /run', '/tmp /tmp', '/sandbox /sandbox', '/weird.sock']) {
       expect(joined).not.toContain(`--ro-bind ${p}`);
     }
@@ -151,9 +158,10 @@ describe('buildSandboxEnv', () => {
     ]) {
       const local = buildSandboxEnv(s);
       const docker = Object.fromEntries(buildContainerEnv(s).map((e) => [e.slice(0, e.indexOf('=')), e.slice(e.indexOf('=') + 1)]));
-      const { PATH: _p, HOME: _h, ...localRest } = local;
-      const { PATH: _dp, HOME: _dh, ...dockerRest } = docker;
-      expect(localRest).toEqual(dockerRest);
+      // How each driver confines the workload is its own (uid, cgroups); the rest is shared.
+      const own = new Set(['PATH', 'HOME', 'SANDGATE_WORKLOAD_UID', 'SANDGATE_WORKLOAD_GID', 'SANDGATE_NETWORK_ISOLATION', 'SANDGATE_WORKLOAD_CGROUPS']);
+      const shared = (env: Record<string, string>) => Object.fromEntries(Object.entries(env).filter(([k]) => !own.has(k)));
+      expect(shared(local)).toEqual(shared(docker));
       for (const k of ['PATH', 'HOME'] as const) {
         if (docker[k] !== undefined) expect(local[k]).toBe(docker[k]);
       }

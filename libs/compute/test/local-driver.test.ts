@@ -273,6 +273,8 @@ describe('LocalDriver sandbox lifecycle', () => {
     expect(r.tmpWrite).toBe('ok');
     expect(fs.existsSync('/tmp/probe.txt')).toBe(false); // /tmp is private
     expect(r.hiddenProbe).toBe(false); // the driver's state dir is masked
+    expect(r.rootList).toEqual([]); // homes are empty, even for root with CAP_DAC_OVERRIDE
+    expect(r.homeList).toEqual([]);
     expect(r.cwd).toBe('/sandbox');
     expect(r.hostname).toBe('sandbox-abcdef01');
     expect(r.capEff).toBe(capMask(SUPERVISOR_CAPABILITIES));
