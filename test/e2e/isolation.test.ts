@@ -657,6 +657,7 @@ describe('limits: --memory 64Mi, --cpu 0.25, the pids cap', () => {
     const res = await exec(sbx, [NODE, '-e', 'const a = []; for (let i = 0; i < 300; i++) a.push(Buffer.alloc(1 << 20, 1)); console.log("allocated 300 MiB")']);
     expect(res.stdout.toString()).not.toContain('allocated 300 MiB');
     expect(res.code, `exit of the allocation; stderr: ${res.stderr}`).toBe(137);
+    expect(res.stderr, 'the exec reports the OOM kill').toMatch(/out-of-memory|oom/i);
     const logs = await runCli(['logs', sbx.name], { gateway: gateway() });
     const status = await runCli(['sandbox', 'get', sbx.name, '-o', 'json'], { gateway: gateway() });
     expect(`${logs.stdout.toString()}\n${status.stdout.toString()}`, "the sandbox's logs or status say the exec was OOM-killed").toMatch(/oom|out of memory/i);
@@ -691,18 +692,23 @@ describe('limits: --memory 64Mi, --cpu 0.25, the pids cap', () => {
     }
   });
 
-  it('a fork bomb hits the pids cap and the sandbox keeps serving (exec and SSH)', { timeout: 180_000 }, async () => {
-    const pids = await workloadCgroup('pids');
+  it('a fork bomb hits the pids cap and the sandbox keeps serving (exec and SSH); others are unaffected', { timeout: 180_000 }, async () => {
+    // A sandbox of its own (--memory 512Mi bounds what the bomb's processes may hold meanwhile).
+    const bombBox = await create('bomb', ['--cpu', '0.5', '--memory', '512Mi'], ['sleep', '86393']);
+    const bombSsh = await sshConfig(bombBox);
+    const pids = cgroupDirOf(await workloadPid('sleep', '86393'), 'pids');
+    expect(pids, "the bomb sandbox's workload pids cgroup").toMatch(new RegExp(`/sandgate/${bombBox.id}/workload$`));
     const max = cgroupFile(pids, 'pids.max');
-    // Never run a fork bomb without a cap: it would take the whole machine.
+    // Never light a fork bomb without a cap: it would take the whole machine.
     expect(Number(max), `pids.max of ${pids} (the cap must exist before the bomb is lit)`).toBeGreaterThan(0);
     expect(Number(max)).toBeLessThanOrEqual(4096);
     const before = Number(/max (\d+)/.exec(cgroupFile(pids, 'pids.events'))?.[1] ?? 0);
-    const bomb = await exec(sbx, ['timeout', '-s', 'KILL', '10', 'bash', '-c', ':(){ :|:& };:'], { timeoutSecs: 30 });
+    // The issue's bomb; the exec stays 8 s so the bomb runs that long (then the exec's end kills it).
+    const bomb = await exec(bombBox, ['timeout', '-s', 'KILL', '20', 'bash', '-c', ':(){ :|:& };:; sleep 8'], { timeoutSecs: 30 });
     const after = Number(/max (\d+)/.exec(cgroupFile(pids, 'pids.events'))?.[1] ?? 0);
     expect(after, `pids.events after the bomb (exit ${bomb.code}, stderr ${bomb.stderr.slice(0, 300)})`).toBeGreaterThan(before);
-    await waitFor('exec after the fork bomb', async () => (await exec(sbx, ['sh', '-c', 'echo alive'])).stdout.toString() === 'alive\n', 30_000, 500);
-    const viaSsh = await ssh(cfg, sbx, 'echo alive');
+    await waitFor('exec after the fork bomb', async () => (await exec(bombBox, ['sh', '-c', 'echo alive'])).stdout.toString() === 'alive\n', 30_000, 500);
+    const viaSsh = await ssh(bombSsh, bombBox, 'echo alive');
     expect(viaSsh.stdout.toString(), viaSsh.stderr).toBe('alive\n');
     await othersStillServe();
   });
@@ -739,6 +745,8 @@ describe('storm: nothing the workload does takes down its supervisor or a replic
     const fill = await exec(sbx, ['sh', '-c', 'dd if=/dev/zero of=/tmp/fill bs=1M count=512; dd if=/dev/zero of=/sandbox/fill bs=1M count=512; df -h /tmp /sandbox'], { timeoutSecs: 100 });
     expect(fill.code).not.toBeNull();
     await stillServes('filling /tmp and /sandbox');
+    // Judged on its own: the storms below start from an empty /tmp (the last test combines them).
+    await exec(sbx, ['rm', '-f', '/tmp/fill', '/sandbox/fill']);
   });
 
   it('spamming output (read in full, and left unread then cancelled)', async () => {
@@ -782,6 +790,13 @@ describe('storm: nothing the workload does takes down its supervisor or a replic
     const res = await exec(sbx, ['sh', '-c', 'kill -9 -1; sleep 1; echo survived'], { timeoutSecs: 30 });
     expect(res.stdout.toString()).not.toContain('survived');
     await stillServes('kill -9 -1');
+  });
+
+  it('all at once: /tmp filled to the memory limit, pids held by escaped processes, then kill -9 -1', { timeout: 180_000 }, async () => {
+    await exec(sbx, ['sh', '-c', "dd if=/dev/zero of=/tmp/fill bs=1M count=512 2>/dev/null; env -i setsid sh -c 'i=0; while [ $i -lt 2000 ]; do sleep 3600 & i=$((i+1)); done; wait' >/dev/null 2>&1 & sleep 3"], { timeoutSecs: 100 });
+    await stillServes('/tmp full and pids held');
+    await exec(sbx, ['sh', '-c', 'kill -9 -1'], { timeoutSecs: 30 });
+    await stillServes('/tmp full, pids held, then kill -9 -1');
   });
 });
 
