@@ -107,7 +107,7 @@ export class ExecRunner {
       [EXEC_ID_ENV]: this.execId,
     };
 
-    const check = preflight(argv[0], cwd, env);
+    const check = preflight(argv[0], cwd, env, this.opts.launcher?.identity);
     if (!check.ok) {
       this.reportSpawnFailure(check.message, check.exitCode);
       return;

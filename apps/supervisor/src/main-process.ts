@@ -62,7 +62,7 @@ export class MainProcess {
     const toStdout = this.opts.stdout ?? ((c: Buffer) => writeQuietly(process.stdout, c));
     const toStderr = this.opts.stderr ?? ((c: Buffer) => writeQuietly(process.stderr, c));
 
-    const check = preflight(argv[0], cwd, env);
+    const check = preflight(argv[0], cwd, env, this.opts.launcher?.identity);
     if (!check.ok) {
       const line = Buffer.from(check.message + '\n');
       this.output.write(line);

@@ -2,6 +2,8 @@
 // the way a shell reports them (`<argv0>: <reason>`, exit 127 for "not found", 126 for "found but
 // cannot run"). Neither child_process (which reports a bad cwd as ENOENT of the command) nor
 // node-pty (whose forked child prints "execvp(3) failed" and exits 1) gets this right on its own.
+// For a confined workload the supervisor (root) checks on behalf of the workload's uid/gid: what
+// root may execute or enter, the workload may not (a 0700 directory of root's).
 import fs from 'node:fs';
 import path from 'node:path';
 
@@ -9,6 +11,12 @@ export const EXIT_NOT_FOUND = 127;
 export const EXIT_NOT_EXECUTABLE = 126;
 
 const DEFAULT_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
+
+/** Whose permissions to check; absent: the supervisor's own (access(2)). */
+export interface Identity {
+  uid: number;
+  gid: number;
+}
 
 export type Preflight = { ok: true } | { ok: false; exitCode: number; message: string };
 
@@ -33,31 +41,59 @@ export function exitCodeForSpawnError(err: unknown): number {
   return (err as NodeJS.ErrnoException | undefined)?.code === 'ENOENT' ? EXIT_NOT_FOUND : EXIT_NOT_EXECUTABLE;
 }
 
-function executableFile(file: string): 'ok' | NodeJS.ErrnoException {
+const EACCES = () => Object.assign(new Error('permission denied'), { code: 'EACCES' });
+
+/** The owner, group or other bits of `st` that apply to `who` (no supplementary groups: setpriv clears them). */
+function permits(st: fs.Stats, who: Identity, bit: number): boolean {
+  if (st.uid === who.uid) return ((st.mode >> 6) & bit) !== 0;
+  if (st.gid === who.gid) return ((st.mode >> 3) & bit) !== 0;
+  return (st.mode & bit) !== 0;
+}
+
+/** access(2) for another identity: search permission on every directory above `file`, then `bit` on it. */
+function accessAs(file: string, who: Identity | undefined, bit: number): void {
+  if (!who) {
+    fs.accessSync(file, bit);
+    return;
+  }
+  const abs = path.resolve(file);
+  let dir = path.dirname(abs);
+  const ancestors: string[] = [];
+  for (;;) {
+    ancestors.unshift(dir);
+    const up = path.dirname(dir);
+    if (up === dir) break;
+    dir = up;
+  }
+  for (const d of ancestors) if (!permits(fs.statSync(d), who, fs.constants.X_OK)) throw EACCES();
+  if (!permits(fs.statSync(abs), who, bit)) throw EACCES();
+}
+
+function executableFile(file: string, who: Identity | undefined): 'ok' | NodeJS.ErrnoException {
   try {
     const st = fs.statSync(file);
     if (st.isDirectory()) return Object.assign(new Error('is a directory'), { code: 'EISDIR' });
-    fs.accessSync(file, fs.constants.X_OK);
+    accessAs(file, who, fs.constants.X_OK);
     return 'ok';
   } catch (err) {
     return err as NodeJS.ErrnoException;
   }
 }
 
-export function preflight(argv0: string | undefined, cwd: string, env: Record<string, string>): Preflight {
+export function preflight(argv0: string | undefined, cwd: string, env: Record<string, string>, who?: Identity): Preflight {
   const name = argv0 ?? '';
   try {
     if (!fs.statSync(cwd).isDirectory()) {
       return { ok: false, exitCode: EXIT_NOT_EXECUTABLE, message: `${name}: ${cwd}: Not a directory` };
     }
-    fs.accessSync(cwd, fs.constants.X_OK);
+    accessAs(cwd, who, fs.constants.X_OK);
   } catch (err) {
     return { ok: false, exitCode: EXIT_NOT_EXECUTABLE, message: `${name}: ${cwd}: ${reasonOf(err)}` };
   }
   if (!name) return { ok: false, exitCode: EXIT_NOT_FOUND, message: `${name}: command not found` };
 
   if (name.includes('/')) {
-    const result = executableFile(path.resolve(cwd, name));
+    const result = executableFile(path.resolve(cwd, name), who);
     if (result === 'ok') return { ok: true };
     return { ok: false, exitCode: exitCodeForSpawnError(result), message: `${name}: ${reasonOf(result)}` };
   }
@@ -66,7 +102,7 @@ export function preflight(argv0: string | undefined, cwd: string, env: Record<st
   // executed only matters when nothing later on PATH can.
   let denied: NodeJS.ErrnoException | undefined;
   for (const dir of (env.PATH ?? DEFAULT_PATH).split(':')) {
-    const result = executableFile(path.resolve(cwd, dir || '.', name));
+    const result = executableFile(path.resolve(cwd, dir || '.', name), who);
     if (result === 'ok') return { ok: true };
     if (result.code !== 'ENOENT' && result.code !== 'ENOTDIR') denied ??= result;
   }

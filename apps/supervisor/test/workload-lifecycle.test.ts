@@ -22,10 +22,15 @@ describe('confined supervisor lifecycle', () => {
     gw = undefined;
   }, 20_000);
 
-  const start = async (env: Record<string, string>) => {
+  const start = async (env: Record<string, string>, mainArgv?: string[]) => {
     if (process.getuid?.() !== 0) throw new Error('these tests must run as root');
     gw = await new FakeGateway({ heartbeatIntervalMs: 500 }).start();
-    sup = startSupervisor({ endpoints: [gw.address], sandboxId: 'sb-wl-life', env: { SANDGATE_WORKLOAD_UID: '10001', SANDGATE_WORKLOAD_GID: '10001', ...env } });
+    sup = startSupervisor({
+      endpoints: [gw.address],
+      sandboxId: 'sb-wl-life',
+      mainArgv,
+      env: { SANDGATE_WORKLOAD_UID: '10001', SANDGATE_WORKLOAD_GID: '10001', ...env },
+    });
     return gw;
   };
 
@@ -58,9 +63,10 @@ describe('confined supervisor lifecycle', () => {
     expect(sup!.logs().some((l) => l.msg === 'supervisor cannot go on' && /netns agent exited/.test(String(l.reason)))).toBe(true);
   });
 
-  it('without network isolation still drops the uid, and refuses a policy it cannot enforce', async () => {
-    const g = await start({ SANDGATE_NETWORK_ISOLATION: '0' });
+  it('without network isolation still drops the uid (a PTY main process too), and refuses a policy it cannot enforce', async () => {
+    const g = await start({ SANDGATE_NETWORK_ISOLATION: '0', SANDGATE_MAIN_TTY: '1' }, ['sh', '-c', 'echo "main uid $(id -u) on $(tty)"; exec sleep 1000']);
     const control = await g.waitHello(1, 20_000);
+    await waitFor('main output', () => /main uid 10001 on \/dev\/pts\//.test(sup!.stdout()), 10_000);
     const exec = await g.openExec({ exec_id: newId(), argv: ['sh', '-c', 'id -u; env | grep -ci _proxy= || true'] });
     await exec.waitExit();
     expect(exec.stdout()).toBe('10001\n0\n');

@@ -89,6 +89,9 @@ describe('workload confinement (uid, network namespace, egress proxy, cgroups)',
   let egressServer: ChildProcess | undefined;
   let hostServer: net.Server | undefined;
   let hostPort = 0;
+  /** The same kind of service on the host's side of the veth pair: one of the host's own addresses. */
+  let hostIfServer: net.Server | undefined;
+  let hostIfPort = 0;
   let innerPort = 0;
   let innerExec: ExecConn | undefined;
   let controlMessages: () => Array<Record<string, unknown>>;
@@ -146,6 +149,9 @@ describe('workload confinement (uid, network namespace, egress proxy, cgroups)',
     hostServer = net.createServer((c) => c.end('host-secret\n'));
     await new Promise<void>((r) => hostServer!.listen(0, '127.0.0.1', r));
     hostPort = (hostServer.address() as net.AddressInfo).port;
+    hostIfServer = net.createServer((c) => c.end('host-secret\n'));
+    await new Promise<void>((r) => hostIfServer!.listen(0, `${subnet}.1`, r));
+    hostIfPort = (hostIfServer.address() as net.AddressInfo).port;
 
     gw = await new FakeGateway({ heartbeatIntervalMs: 500 }).start();
     sup = startSupervisor({
@@ -172,6 +178,7 @@ describe('workload confinement (uid, network namespace, egress proxy, cgroups)',
     gw?.stop();
     killTagged(PREFIX);
     hostServer?.close();
+    hostIfServer?.close();
     egressServer?.kill('SIGKILL');
     try {
       execFileSync('ip', ['netns', 'del', netns], { stdio: 'ignore' });
@@ -227,6 +234,20 @@ describe('workload confinement (uid, network namespace, egress proxy, cgroups)',
     expect(notFound.exit.exit_code ?? 0).toBe(127);
     expect(notFound.err).toBe('definitely-not-a-command-xyz: command not found\n');
 
+    // What root may run or enter but the workload may not is refused like a shell would refuse it.
+    const priv = path.join(dir, 'root-only');
+    fs.mkdirSync(priv, { mode: 0o700 });
+    fs.writeFileSync(path.join(priv, 'tool'), '#!/bin/sh\necho ran\n', { mode: 0o755 });
+    fs.writeFileSync(path.join(dir, 'root-tool'), '#!/bin/sh\necho ran\n', { mode: 0o700 });
+    for (const file of [path.join(priv, 'tool'), path.join(dir, 'root-tool')]) {
+      const denied = await run([file]);
+      expect(denied.exit.exit_code ?? 0).toBe(126);
+      expect(denied.err).toBe(`${file}: Permission denied\n`);
+    }
+    const badCwd = await run(['true'], { workdir: priv });
+    expect(badCwd.exit.exit_code ?? 0).toBe(126);
+    expect(badCwd.err).toBe(`true: ${priv}: Permission denied\n`);
+
     // A user environment that would hijack a root process is only applied after the uid drop.
     const hijack = await run(['/bin/sh', '-c', 'echo "$LD_PRELOAD"; /usr/bin/id -u'], { env: { LD_PRELOAD: '/nonexistent/evil.so', PATH: '/nowhere' } });
     expect(hijack.exit.exit_code ?? 0).toBe(0);
@@ -253,6 +274,12 @@ describe('workload confinement (uid, network namespace, egress proxy, cgroups)',
     // Every descriptor the supervisor holds (gateway connections, IPC, the proxy) stays with it.
     const fds = await run(['ls', '/proc/self/fd']);
     expect(fds.out.trim().split(/\s+/).map(Number).sort()).toEqual([0, 1, 2, 3]);
+    // Nor another exec's terminal: a PTY exec next to a running one gets only its own.
+    const other = await gw.openExec({ exec_id: newId(), argv: ['sleep', '30'], tty: true, workdir: home });
+    const ptyFds = await run(['ls', '/proc/self/fd'], { tty: true });
+    expect(ptyFds.out.trim().split(/\s+/).map(Number).sort()).toEqual([0, 1, 2, 3]);
+    other.send({ signal: { signo: 9 } });
+    await other.waitExit();
     const env = await run(['env']);
     expect(env.out).not.toMatch(/SANDGATE_(CREDENTIAL|GATEWAY|POLICY|WORKLOAD)/);
     expect(env.out).not.toContain('wl-secret');
@@ -266,6 +293,35 @@ describe('workload confinement (uid, network namespace, egress proxy, cgroups)',
     expect(viaProxy.out).not.toContain('host-secret');
     const metadata = await run(['curl', '-sS', '--max-time', '1', '-o', '/dev/null', '-w', '%{http_code}', 'http://169.254.169.254/latest/meta-data/']);
     expect(metadata.out).toBe('403');
+  });
+
+  it('sends no UDP out of the sandbox either: not to the host loopback, not past the namespace', async () => {
+    const dgram = await import('node:dgram');
+    const got: string[] = [];
+    const sockets = await Promise.all(
+      ['127.0.0.1', `${subnet}.1`].map(
+        (addr) =>
+          new Promise<import('node:dgram').Socket>((resolve) => {
+            const u = dgram.createSocket('udp4');
+            u.on('message', (m) => got.push(`${addr}: ${m}`));
+            u.bind(0, addr, () => resolve(u));
+          }),
+      ),
+    );
+    try {
+      const [lo, veth] = sockets.map((u) => u.address().port);
+      const script = `
+        const d = require('dgram');
+        const send = (host, port) => new Promise((r) => { const s = d.createSocket('udp4'); s.send('escape', port, host, (e) => { console.log(host + ' ' + (e ? e.code : 'sent')); s.close(); r(); }); });
+        send('127.0.0.1', ${lo}).then(() => send('${subnet}.1', ${veth}));`;
+      const r = await run([NODE, '-e', script]);
+      // Loopback is the sandbox's own (nobody listens there); the host side has no route at all.
+      expect(r.out).toBe(`127.0.0.1 sent\n${subnet}.1 ENETUNREACH\n`);
+      await new Promise((res) => setTimeout(res, 300));
+      expect(got).toEqual([]);
+    } finally {
+      for (const u of sockets) u.close();
+    }
   });
 
   it('serves the sandbox its own loopback: an exec, ForwardTcp and ssh -L reach a server another exec started', async () => {
@@ -355,11 +411,15 @@ describe('workload confinement (uid, network namespace, egress proxy, cgroups)',
 
     // UpdateConfig: 8081 only. New connections follow at once; the answer names the revision.
     const control = gw.liveControl()!;
-    control.call.write({ policy_update: { policy: policyBytes([{ host: '**.nowhere.test', port: 8080 }, { port: 8081, allowed_ips: [`${subnet}.0/30`] }]), revision: 2 } } as GatewayMessage);
+    control.call.write({ policy_update: { policy: policyBytes([{ host: '**.nowhere.test', port: 8080 }, { ports: [8081, hostIfPort], allowed_ips: [`${subnet}.0/30`] }]), revision: 2 } } as GatewayMessage);
     await waitFor('policy_applied 2', () => controlMessages().find((m) => (m.policy_applied as { revision?: number } | undefined)?.revision === 2));
     expect(controlMessages().find((m) => (m.policy_applied as { revision?: number } | undefined)?.revision === 2)!.policy_applied).toEqual({ revision: 2 });
     expect((await run(['curl', '-sS', '-p', '--max-time', '5', url(8081)])).out).toBe('egress-ok 8081\n');
     expect((await run(['curl', '-sS', '-p', '--max-time', '1', url(8080)])).exit.exit_code ?? 0).toBe(56);
+    // allowed_ips covering an address of the host itself (where the gateway's ports would answer): still refused.
+    const hostOwn = await run(['curl', '-sS', '--max-time', '1', `http://${subnet}.1:${hostIfPort}/`]);
+    expect(hostOwn.out).toMatch(/sandgate: egress refused: .*address of the sandbox's host|host's own addresses/);
+    expect(hostOwn.out).not.toContain('host-secret');
 
     // Bytes that do not decode: refused with a reason, the previous policy stays.
     control.call.write({ policy_update: { policy: Buffer.from([0xff, 0xff, 0xff]), revision: 3 } } as GatewayMessage);

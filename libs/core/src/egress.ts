@@ -11,7 +11,10 @@
 // is loopback exactly like `127.0.0.1`. Loopback, link-local (cloud metadata lives at
 // 169.254.169.254) and unspecified addresses are refused whatever the policy says, as upstream
 // does: the sandbox's loopback is its own (reached directly, never through the proxy), and the
-// host's loopback and metadata service are the first things an escaping workload would try.
+// host's loopback and metadata service are the first things an escaping workload would try. The
+// host's own interface addresses (the caller passes them) are refused for the same reason: a
+// connection to one of them reaches the host's services (the gateway, Redis on 0.0.0.0) exactly
+// as loopback would, however broad the policy's allowed_ips.
 
 /** The shape of a decoded `openshell.sandbox.v1.NetworkEndpoint` this module reads. */
 export interface EgressEndpoint {
@@ -234,13 +237,22 @@ function endpointAllows(endpoint: EgressEndpoint, ips: IpBytes[]): boolean {
  * and no address may be loopback, link-local or unspecified. No policy, or no network rule:
  * everything is refused.
  */
-export function decideEgress(policy: EgressPolicy | undefined, host: string, port: number, addresses?: readonly string[]): EgressDecision {
+export function decideEgress(
+  policy: EgressPolicy | undefined,
+  host: string,
+  port: number,
+  addresses?: readonly string[],
+  opts: { localAddresses?: readonly string[] } = {},
+): EgressDecision {
+  const local = (opts.localAddresses ?? []).map(parseIp).filter((b): b is IpBytes => b !== null);
+  const isLocal = (ip: IpBytes) => local.some((l) => l.every((b, i) => b === ip[i]));
   const target = `${normaliseHost(host)}:${port}`;
   if (!normaliseHost(host) || !validPort(port)) return { allowed: false, reason: `invalid target ${JSON.stringify(`${host}:${port}`)}` };
   const hostIp = parseIp(normaliseHost(host));
   if (hostIp) {
     const blocked = blockedAddress(hostIp);
     if (blocked) return { allowed: false, reason: `${target}: ${blocked} addresses are never reachable from a sandbox` };
+    if (isLocal(hostIp)) return { allowed: false, reason: `${target}: the sandbox host's own addresses are never reachable from a sandbox` };
   }
   const matches = matchingEndpoints(policy, host, port);
   if (matches.length === 0) return { allowed: false, reason: `no network policy allows ${target}` };
@@ -253,6 +265,7 @@ export function decideEgress(policy: EgressPolicy | undefined, host: string, por
     if (!ip) return { allowed: false, reason: `${target}: unusable address ${JSON.stringify(a)}` };
     const blocked = blockedAddress(ip);
     if (blocked) return { allowed: false, reason: `${target} resolves to ${formatIp(ip)}, a ${blocked} address, never reachable from a sandbox` };
+    if (isLocal(ip)) return { allowed: false, reason: `${target} resolves to ${formatIp(ip)}, an address of the sandbox's host, never reachable from a sandbox` };
     ips.push(ip);
   }
   const ok = matches.find((m) => endpointAllows(m.endpoint, ips));

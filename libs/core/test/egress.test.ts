@@ -183,6 +183,17 @@ describe('decideEgress', () => {
     expect(decideEgress(open, 'ok.example.com', 80, ['10.0.0.1']).allowed).toBe(true);
   });
 
+  it("the host's own addresses are refused like loopback, whatever allowed_ips says", () => {
+    const open: EgressPolicy = { network_policies: { all: { endpoints: [{ port: 80, allowed_ips: ['0.0.0.0/0'] }, { host: '10.9.0.1', port: 80 }] } } };
+    const local = { localAddresses: ['10.9.0.1', '192.168.1.5', 'fe80::1'] };
+    expect(decideEgress(open, '10.9.0.1', 80, ['10.9.0.1'], local)).toEqual({
+      allowed: false,
+      reason: "10.9.0.1:80: the sandbox host's own addresses are never reachable from a sandbox",
+    });
+    expect(decideEgress(open, 'gw.test', 80, ['::ffff:192.168.1.5'], local).allowed).toBe(false);
+    expect(decideEgress(open, 'gw.test', 80, ['192.168.1.6'], local).allowed).toBe(true);
+  });
+
   it('invalid targets are refused with a reason', () => {
     expect(decideEgress(policy, '', 443).allowed).toBe(false);
     expect(decideEgress(policy, 'a.example.com', 0).allowed).toBe(false);

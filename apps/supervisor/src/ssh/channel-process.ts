@@ -78,7 +78,7 @@ export class ChannelProcess {
   start(): void {
     const { channel, argv, cwd, pty } = this.opts;
     const env = { ...this.opts.env, [EXEC_ID_ENV]: this.execId };
-    const check = preflight(argv[0], cwd, env);
+    const check = preflight(argv[0], cwd, env, this.opts.launcher?.identity);
     if (!check.ok) return this.failStart(check.message, check.exitCode);
 
     const handlers: ExecProcessHandlers = {

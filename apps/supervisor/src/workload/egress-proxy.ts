@@ -16,6 +16,7 @@
 // when its request arrived; established connections are left alone.
 import dns from 'node:dns/promises';
 import net from 'node:net';
+import os from 'node:os';
 import { decideEgress, formatIp, parseIp, type EgressPolicy } from '@sandgate/core';
 import { decodeMessage, messageType } from '@sandgate/protocols';
 import type { Logger } from '../log.ts';
@@ -84,6 +85,17 @@ function answer(socket: net.Socket, status: number, message: string): void {
 function endThenDrop(socket: net.Socket): void {
   socket.end();
   setTimeout(() => socket.destroy(), 30_000).unref();
+}
+
+/** The addresses of the supervisor's host (its namespace's interfaces), read at each decision. */
+function localAddresses(): string[] {
+  try {
+    return Object.values(os.networkInterfaces())
+      .flatMap((list) => list ?? [])
+      .map((a) => a.address.replace(/%.*$/, ''));
+  } catch {
+    return [];
+  }
 }
 
 async function resolve(host: string): Promise<string[]> {
@@ -192,7 +204,8 @@ export class EgressProxy {
     }
     const { host, port } = target;
     const policy = this.policy;
-    const byName = decideEgress(policy, host, port);
+    const local = { localAddresses: localAddresses() };
+    const byName = decideEgress(policy, host, port, undefined, local);
     if (!byName.allowed) return this.refuse(client, host, port, byName.reason);
 
     let addresses: string[];
@@ -202,7 +215,7 @@ export class EgressProxy {
       this.log.info('egress lookup failed', { host, port, err: (err as Error).message });
       return answer(client, 502, `cannot resolve ${host}: ${(err as Error).message}`);
     }
-    const decision = decideEgress(policy, host, port, addresses);
+    const decision = decideEgress(policy, host, port, addresses, local);
     if (!decision.allowed) return this.refuse(client, host, port, decision.reason);
 
     let upstream: net.Socket;

@@ -1,7 +1,7 @@
 // How every workload process (main, execs, SSH shells, sftp) is started when the sandbox is
 // confined: through one fixed wrapper, so no spawn site can forget a step.
 //
-//   /bin/sh -c SCRIPT sandgate-workload <netns> <uid> <gid> <cgroup dirs> env -i K=V... argv...
+//   /bin/bash -c SCRIPT sandgate-workload <netns> <uid> <gid> <cgroup dirs> <nsenter> <setpriv> env -i -- K=V... argv...
 //
 // The wrapper is the spawned process itself (same pid, so process groups, PTY sessions, signals
 // and exit statuses are exactly the command's: every step execs the next). As root it joins the
@@ -10,6 +10,12 @@
 // kernel must pick a workload process, never the supervisor), enters the sandbox's network
 // namespace and drops to the workload's uid/gid with no supplementary groups and no_new_privs
 // (setpriv also sets the saved uid, so there is no way back to root).
+//
+// Descriptors: Node opens its own close-on-exec, but node-pty's terminal masters are not, so a
+// process started while another exec's terminal is open would hold that terminal (read what is
+// typed into it, type into it). The wrapper closes everything above 2 first; this needs bash
+// (dash cannot name descriptors above 9), which every supported image has; with only a POSIX sh
+// those descriptors stay open.
 //
 // The root part runs with a fixed, minimal environment: the workload's environment is
 // attacker-influenced (LD_PRELOAD or LD_LIBRARY_PATH pointing at a file the workload wrote would
@@ -33,6 +39,9 @@ export const NO_PROXY_VALUE = '127.0.0.1,localhost,::1';
 
 // $1 netns path ('' = stay), $2 uid, $3 gid, $4 cgroup dirs joined by ':', $5 nsenter, $6 setpriv.
 const SCRIPT = [
+  'if [ -n "${BASH_VERSION-}" ]; then',
+  '  for fd in /proc/$$/fd/*; do fd=${fd##*/}; case $fd in 0|1|2) ;; *) eval "exec $fd>&-" ;; esac; done',
+  'fi',
   'set -f',
   'ns=$1 uid=$2 gid=$3 cgs=$4 nsenter=$5 setpriv=$6',
   'shift 6',
@@ -60,6 +69,8 @@ export interface WorkloadLauncher {
   oomKills(): number | undefined;
   /** The name confined processes run under, for USER/LOGNAME where the sandbox sets none. */
   readonly userName: string;
+  /** Whose permissions the preflight checks (the workload's, not the supervisor's). */
+  readonly identity: { uid: number; gid: number };
 }
 
 /** Finds a tool by absolute path (never through the workload's PATH); throws naming what is missing. */
@@ -74,6 +85,15 @@ export function findTool(name: string): string {
     }
   }
   throw new Error(`${name} not found in ${SAFE_PATH}: it is needed to confine workload processes (util-linux)`);
+}
+
+function executable(file: string): boolean {
+  try {
+    fs.accessSync(file, fs.constants.X_OK);
+    return true;
+  } catch {
+    return false;
+  }
 }
 
 /** Reads `oom_kill N` from a v1 memory.oom_control or a v2 memory.events file. */
@@ -93,6 +113,7 @@ export function readOomKills(dir: string): number | undefined {
 
 export class ConfinedLauncher implements WorkloadLauncher {
   readonly userName = 'sandbox';
+  readonly identity: { uid: number; gid: number };
   private readonly isolation: WorkloadIsolation;
   private readonly netnsPath: string;
   private readonly proxyPort: number | undefined;
@@ -101,16 +122,23 @@ export class ConfinedLauncher implements WorkloadLauncher {
   /** `netnsPath` and `proxyPort` are set when the network is isolated. */
   constructor(isolation: WorkloadIsolation, network?: { netnsPath: string; proxyPort: number }) {
     this.isolation = isolation;
+    this.identity = { uid: isolation.uid, gid: isolation.gid };
     this.netnsPath = network?.netnsPath ?? '';
     this.proxyPort = network?.proxyPort;
     this.tools = {
-      sh: '/bin/sh',
+      sh: executable('/bin/bash') ? '/bin/bash' : '/bin/sh',
       nsenter: network ? findTool('nsenter') : '',
       setpriv: findTool('setpriv'),
       env: findTool('env'),
     };
+    // Checked once here so a driver mistake stops the sandbox at start, not every exec with 125.
     for (const d of isolation.cgroupDirs) {
       if (d.includes(':')) throw new Error(`workload cgroup directory ${JSON.stringify(d)} contains ':'`);
+      try {
+        fs.accessSync(`${d}/cgroup.procs`, fs.constants.W_OK);
+      } catch (err) {
+        throw new Error(`workload cgroup ${d} cannot be joined: ${(err as Error).message}`);
+      }
     }
   }
 
