@@ -138,6 +138,9 @@ export class LocalDriver implements ComputeDriver {
    */
   private async launch(spec: LaunchSpec, root: string, dir: string, fresh: boolean): Promise<ComputeHandle> {
     let handle: LocalHandle | null = null;
+    // Only cgroups this launch made are removed if it fails: one that was refused ("still has
+    // processes") belongs to a live sandbox elsewhere.
+    let cgroupsMade = false;
     try {
       const user = workloadUser(spec);
       // The workload's home and only writable place: its own uid's (set again on every start,
@@ -145,7 +148,7 @@ export class LocalDriver implements ComputeDriver {
       // recursive chown would follow whatever the workload left in it.
       const work = path.join(dir, 'work');
       await fsp.mkdir(work, { recursive: true, mode: 0o755 });
-      await fsp.chown(work, user.uid, user.gid);
+      await fsp.lchown(work, user.uid, user.gid);
       // The credential only ever exists as this file; the sandbox sees a read-only bind of it.
       // root:root 0600: readable by the supervisor (root), not by the workload.
       await fsp.rm(path.join(dir, 'credential'), { force: true });
@@ -153,6 +156,7 @@ export class LocalDriver implements ComputeDriver {
       await fsp.chown(path.join(dir, 'credential'), 0, 0);
       const identityFiles = await writeIdentityFiles(dir, user.uid, user.gid);
       const cgroups = await (await this.cgroups()).create(spec.sandboxId, spec.limits ?? {});
+      cgroupsMade = true;
       const workload: WorkloadIsolation = {
         uid: user.uid,
         gid: user.gid,
@@ -189,10 +193,10 @@ export class LocalDriver implements ComputeDriver {
     } catch (err) {
       // Nothing half-made survives a failed create: kill whatever started and drop the directory.
       // A failed restart keeps the filesystem.
-      if (fresh) await this.destroy(dir, handle ? [handle] : []).catch(() => {});
+      if (fresh) await this.destroy(dir, handle ? [handle] : [], cgroupsMade).catch(() => {});
       else {
         await this.killSandbox(dir, handle ? [handle] : []).catch(() => false);
-        await this.removeCgroups(spec.sandboxId).catch(() => false);
+        if (cgroupsMade) await this.removeCgroups(spec.sandboxId).catch(() => false);
       }
       throw err;
     }
@@ -241,10 +245,10 @@ export class LocalDriver implements ComputeDriver {
   }
 
   /** Kills every process of the sandbox at `dir`, then removes its cgroups and the directory. */
-  private async destroy(dir: string, handles: LocalHandle[]): Promise<boolean> {
+  private async destroy(dir: string, handles: LocalHandle[], withCgroups = true): Promise<boolean> {
     const killed = await this.killSandbox(dir, handles);
     // From the id alone: a crashed replica's leftovers go too, with or without a directory.
-    const hadCgroups = await this.removeCgroups(path.basename(dir));
+    const hadCgroups = withCgroups ? await this.removeCgroups(path.basename(dir)) : false;
     let existed = hadCgroups;
     try {
       await fsp.access(dir);

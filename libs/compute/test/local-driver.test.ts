@@ -596,6 +596,23 @@ describe('LocalDriver confinement', () => {
     expect(cgroupDirsOf(id).filter((d) => fs.existsSync(d))).toEqual([]);
   }, 30_000);
 
+  it('refuses cgroups that still hold processes (a live sandbox elsewhere), and leaves them and it alone', async () => {
+    const taken = `taken-${RUN}`;
+    const made = await cgroups.create(taken, {});
+    const sitter = spawn('/bin/sh', ['-c', 'echo $$ > "$1" && exec sleep 60', 'sitter', made.supervisorProcs[0]], { stdio: 'ignore' });
+    try {
+      await waitFor('the sitter in the cgroup', () => readCmdline(sitter.pid!)?.[0] === 'sleep');
+      await expect(driver.create(spec(taken))).rejects.toThrow(/still have processes/);
+      expect(sitter.exitCode).toBe(null);
+      expect(sitter.signalCode).toBe(null);
+      expect(cgroupDirsOf(taken).every((d) => fs.existsSync(d))).toBe(true);
+      expect(fs.existsSync(sandboxDir(taken))).toBe(false);
+    } finally {
+      sitter.kill('SIGKILL');
+      await cgroups.remove(taken);
+    }
+  });
+
   it('removes a leftover cgroup whose sandbox is gone (a crashed replica), from the id alone', async () => {
     const leftover = `leftover-${process.pid}`;
     created.push(leftover);
