@@ -282,6 +282,10 @@ export function unsupportedPolicyFields(policy: SandboxPolicy, where = 'spec.pol
   if (policy.landlock) out.push(`${where}.landlock is not supported by sandgate (Landlock is not enforced; remove the landlock section)`);
   const fs = policy.filesystem;
   if (fs) {
+    // A filesystem section without include_workdir asks for a read-only work directory upstream.
+    if (!fs.include_workdir) {
+      out.push(`${where}.filesystem.include_workdir false is not supported by sandgate (the sandbox's work directory is always writable: set include_workdir: true or leave the filesystem section out)`);
+    }
     for (const field of ['read_only', 'read_write'] as const) {
       if (fs[field].length > 0) {
         out.push(`${where}.filesystem.${field} is not supported by sandgate (per-path filesystem rules are not enforced; only include_workdir is accepted)`);
