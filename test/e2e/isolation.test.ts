@@ -25,6 +25,9 @@ import {
   IDENTITY_ATTEMPTS,
   PROC_PROBE,
   TCP_PROBE,
+  UDP_PROBE,
+  hostUdpEcho,
+  type UdpProbeResult,
   cgroupCpuNanos,
   cgroupDirOf,
   cgroupFile,
@@ -52,6 +55,7 @@ let r: Redis;
 let cluster: Cluster;
 let lb: Haproxy;
 let hostServer: { port: number; close(): Promise<void> };
+let hostUdp: { port: number; close(): Promise<void> };
 let peerSecret: string;
 let egress: EgressNet | null = null;
 let victimPort: number;
@@ -261,6 +265,7 @@ beforeAll(async () => {
   cluster = await Cluster.start({ redisUrl: redis.url, replicas: 2, supervisorEndpoint: `127.0.0.1:${lbPort}` });
   lb = await startHaproxy(lbPort, cluster.replicas.map((x) => ({ name: x.id, grpcPort: x.grpcPort, httpPort: x.httpPort })));
   hostServer = await hostBannerServer('0.0.0.0', HOST_BANNER);
+  hostUdp = await hostUdpEcho('0.0.0.0', HOST_BANNER);
   peerSecret = await waitFor('the peer secret in Redis', async () => (await r.get('sg:peer-secret')) ?? undefined);
 
   // The victim: its main process writes a secret into its /sandbox and serves on its 127.0.0.1.
@@ -304,6 +309,7 @@ afterAll(async () => {
   }
   await egress?.stop();
   await hostServer?.close();
+  await hostUdp?.close();
   await lb?.stop();
   await cluster?.stop();
   cluster?.cleanup();
@@ -364,6 +370,19 @@ describe('own network namespace: the control plane and other sandboxes are unrea
     const res = await exec(attacker, [NODE, '-e', TCP_PROBE, JSON.stringify(controlPlaneTargets()), '1000']);
     expect(res.code, res.stderr).toBe(0);
     expectAllRefused(parseJsonOutput<TcpProbeResult[]>(res.stdout.toString(), 'exec tcp probe'), 'exec');
+  });
+
+  it('exec: UDP gets no further (a host UDP server on 127.0.0.1 and on the host end of a veth stays silent)', async () => {
+    const targets = [
+      { host: '127.0.0.1', port: hostUdp.port, label: 'host UDP on loopback' },
+      { host: '127.0.0.2', port: hostUdp.port, label: 'host UDP on another loopback address' },
+    ];
+    // Sanity: the server answers from the host.
+    const local = await runProcess(NODE, ['-e', UDP_PROBE, JSON.stringify(targets), '1000']);
+    expect(parseJsonOutput<UdpProbeResult[]>(local.stdout.toString(), 'host udp probe').map((x) => x.result)).toEqual(['answered', 'answered']);
+    const res = await exec(attacker, [NODE, '-e', UDP_PROBE, JSON.stringify(targets), '1000']);
+    const results = parseJsonOutput<UdpProbeResult[]>(res.stdout.toString(), 'exec udp probe');
+    expect(results.filter((x) => x.result === 'answered').map((x) => `${x.label}: ${x.data}`), 'UDP answers from outside the sandbox').toEqual([]);
   });
 
   it('SSH shell: the same connections are refused', async () => {
@@ -574,6 +593,8 @@ describe('egress only per policy, default deny', () => {
     ];
     const res = await exec(sbx, [NODE, '-e', TCP_PROBE, JSON.stringify(targets), '1000']);
     expectAllRefused(parseJsonOutput<TcpProbeResult[]>(res.stdout.toString(), 'direct probe'), 'exec, policy sandbox');
+    const udp = await exec(sbx, [NODE, '-e', UDP_PROBE, JSON.stringify([{ host: egress!.hostIp, port: hostUdp.port, label: "UDP to the host's end of the veth" }]), '1000']);
+    expect(parseJsonOutput<UdpProbeResult[]>(udp.stdout.toString(), 'udp probe')[0]!.result, udp.stdout.toString()).not.toBe('answered');
   });
 
   it('a policy that names loopback is still refused loopback (refused at create, or the proxy refuses)', async () => {

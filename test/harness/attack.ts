@@ -6,6 +6,7 @@
 import { spawn, execFileSync, type ChildProcess } from 'node:child_process';
 import { randomInt } from 'node:crypto';
 import { readFileSync, existsSync } from 'node:fs';
+import dgram from 'node:dgram';
 import net from 'node:net';
 import { waitFor } from './wait.ts';
 
@@ -147,6 +148,45 @@ Promise.all(targets.map((t) => new Promise((resolve) => {
   s.on('error', (e) => { clearTimeout(timer); resolve({ ...t, result: 'error', code: e.code, message: e.message, ms: Date.now() - t0 }); });
 }))).then((r) => process.stdout.write(JSON.stringify(r) + '\\n'));
 `;
+
+/**
+ * UDP probe. Args: JSON `[{host, port, label}]`, wait ms. Sends a datagram to each target and
+ * reports `answered` (with the reply), `error` (send failed: the errno) or `silent` (no reply in time).
+ */
+export const UDP_PROBE = `${ARGS}
+const dgram = require('node:dgram');
+const targets = JSON.parse(args[0]);
+const limit = Number(args[1] || 1000);
+Promise.all(targets.map((t) => new Promise((resolve) => {
+  const s = dgram.createSocket(t.host.includes(':') ? 'udp6' : 'udp4');
+  const done = (r) => { clearTimeout(timer); try { s.close(); } catch {} resolve({ ...t, ...r }); };
+  const timer = setTimeout(() => done({ result: 'silent' }), limit);
+  s.on('message', (m) => done({ result: 'answered', data: m.toString('latin1').slice(0, 200) }));
+  s.on('error', (e) => done({ result: 'error', code: e.code }));
+  s.send('ping', t.port, t.host, (e) => { if (e) done({ result: 'error', code: e.code }); });
+}))).then((r) => process.stdout.write(JSON.stringify(r) + '\\n'));
+`;
+
+export interface UdpProbeResult {
+  host: string;
+  port: number;
+  label: string;
+  result: 'answered' | 'error' | 'silent';
+  code?: string;
+  data?: string;
+}
+
+/** A UDP echo server on the host (answers every datagram with `banner`). */
+export function hostUdpEcho(host: string, banner: string): Promise<{ port: number; close(): Promise<void> }> {
+  return new Promise((resolve, reject) => {
+    const sock = dgram.createSocket('udp4');
+    sock.on('error', reject);
+    sock.on('message', (_m, rinfo) => sock.send(banner, rinfo.port, rinfo.address));
+    sock.bind(0, host, () => {
+      resolve({ port: sock.address().port, close: () => new Promise<void>((r) => sock.close(() => r())) });
+    });
+  });
+}
 
 export interface TcpTarget {
   host: string;
