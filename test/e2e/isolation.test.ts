@@ -54,8 +54,12 @@ let redis: TestRedis;
 let r: Redis;
 let cluster: Cluster;
 let lb: Haproxy;
+/** Host listeners (TCP greeting, UDP echo) on loopback and, once it exists, the veth's host end. */
+const hostListeners: { port: number; close(): Promise<void> }[] = [];
 let hostServer: { port: number; close(): Promise<void> };
+let hostServer2: { port: number; close(): Promise<void> };
 let hostUdp: { port: number; close(): Promise<void> };
+let hostUdp2: { port: number; close(): Promise<void> };
 let peerSecret: string;
 let egress: EgressNet | null = null;
 let victimPort: number;
@@ -162,7 +166,7 @@ function controlPlaneTargets(): TcpTarget[] {
   t.push({ host: '127.0.0.1', port: redis.port, label: 'Redis', send: '*2\r\n$3\r\nGET\r\n$14\r\nsg:peer-secret\r\n' });
   t.push({ host: '127.0.0.1', port: Number(lb.address.split(':')[1]), label: 'load balancer' });
   t.push({ host: '127.0.0.1', port: hostServer.port, label: 'another host loopback port' });
-  t.push({ host: '127.0.0.2', port: hostServer.port, label: 'another host loopback address' });
+  t.push({ host: '127.0.0.2', port: hostServer2.port, label: 'another host loopback address' });
   t.push({ host: '127.0.0.1', port: victimPort, label: "a server in a second sandbox (its 127.0.0.1)" });
   return t;
 }
@@ -264,8 +268,12 @@ beforeAll(async () => {
   const lbPort = await freePort();
   cluster = await Cluster.start({ redisUrl: redis.url, replicas: 2, supervisorEndpoint: `127.0.0.1:${lbPort}` });
   lb = await startHaproxy(lbPort, cluster.replicas.map((x) => ({ name: x.id, grpcPort: x.grpcPort, httpPort: x.httpPort })));
-  hostServer = await hostBannerServer('0.0.0.0', HOST_BANNER);
-  hostUdp = await hostUdpEcho('0.0.0.0', HOST_BANNER);
+  // Loopback only: nothing of the test listens on the host's real interfaces.
+  hostServer = await hostBannerServer('127.0.0.1', HOST_BANNER);
+  hostServer2 = await hostBannerServer('127.0.0.2', HOST_BANNER);
+  hostUdp = await hostUdpEcho('127.0.0.1', HOST_BANNER);
+  hostUdp2 = await hostUdpEcho('127.0.0.2', HOST_BANNER);
+  hostListeners.push(hostServer, hostServer2, hostUdp, hostUdp2);
   peerSecret = await waitFor('the peer secret in Redis', async () => (await r.get('sg:peer-secret')) ?? undefined);
 
   // The victim: its main process writes a secret into its /sandbox and serves on its 127.0.0.1.
@@ -298,7 +306,6 @@ beforeAll(async () => {
 }, 180_000);
 
 afterAll(async () => {
-  if (process.env.ISOLATION_TEST_LOG && cluster) writeFileSync(process.env.ISOLATION_TEST_LOG, cluster.logs());
   if (cluster && lb) {
     const list = await runCli(['sandbox', 'list', '-o', 'json'], { gateway: gateway() }).catch(() => null);
     if (list?.code === 0) {
@@ -308,8 +315,7 @@ afterAll(async () => {
     }
   }
   await egress?.stop();
-  await hostServer?.close();
-  await hostUdp?.close();
+  for (const l of hostListeners) await l.close();
   await lb?.stop();
   await cluster?.stop();
   cluster?.cleanup();
@@ -375,7 +381,7 @@ describe('own network namespace: the control plane and other sandboxes are unrea
   it('exec: UDP gets no further (a host UDP server on 127.0.0.1 and on the host end of a veth stays silent)', async () => {
     const targets = [
       { host: '127.0.0.1', port: hostUdp.port, label: 'host UDP on loopback' },
-      { host: '127.0.0.2', port: hostUdp.port, label: 'host UDP on another loopback address' },
+      { host: '127.0.0.2', port: hostUdp2.port, label: 'host UDP on another loopback address' },
     ];
     // Sanity: the server answers from the host.
     const local = await runProcess(NODE, ['-e', UDP_PROBE, JSON.stringify(targets), '1000']);
@@ -586,14 +592,17 @@ describe('egress only per policy, default deny', () => {
   });
 
   it("a direct connection (no proxy) fails at once: the allowed server, the host's end of the veth, the control plane", async () => {
+    const vethTcp = await hostBannerServer(egress!.hostIp, HOST_BANNER);
+    const vethUdp = await hostUdpEcho(egress!.hostIp, HOST_BANNER);
+    hostListeners.push(vethTcp, vethUdp);
     const targets: TcpTarget[] = [
       { host: egress!.serverIp, port: Number(new URL(allowed).port), label: 'the allowed server, directly' },
-      { host: egress!.hostIp, port: hostServer.port, label: "the host's end of the veth" },
+      { host: egress!.hostIp, port: vethTcp.port, label: "the host's end of the veth" },
       ...controlPlaneTargets(),
     ];
     const res = await exec(sbx, [NODE, '-e', TCP_PROBE, JSON.stringify(targets), '1000']);
     expectAllRefused(parseJsonOutput<TcpProbeResult[]>(res.stdout.toString(), 'direct probe'), 'exec, policy sandbox');
-    const udp = await exec(sbx, [NODE, '-e', UDP_PROBE, JSON.stringify([{ host: egress!.hostIp, port: hostUdp.port, label: "UDP to the host's end of the veth" }]), '1000']);
+    const udp = await exec(sbx, [NODE, '-e', UDP_PROBE, JSON.stringify([{ host: egress!.hostIp, port: vethUdp.port, label: "UDP to the host's end of the veth" }]), '1000']);
     expect(parseJsonOutput<UdpProbeResult[]>(udp.stdout.toString(), 'udp probe')[0]!.result, udp.stdout.toString()).not.toBe('answered');
   });
 
