@@ -341,6 +341,17 @@ describe('non-root, no host secrets', () => {
     expectIdentityContained(await readInside(attacker, '/sandbox/main-identity.txt'), credentialOf(attacker), 'main process');
   });
 
+  it('ProcessPolicy run_as_user/run_as_group are honoured (exec, SSH and the main process), and the work directory is theirs', async () => {
+    const policy = writePolicy('runas', { version: 1, process: { run_as_user: '10500', run_as_group: '10501' } });
+    const sb = await create('runas', ['--policy', policy], ['sh', '-c', 'id -u > /sandbox/main-id; id -g >> /sandbox/main-id; exec sleep 86392']);
+    const script = 'id -u; id -G; touch /sandbox/written && echo writable';
+    const viaExec = await exec(sb, ['sh', '-c', script]);
+    expect(viaExec.stdout.toString(), viaExec.stderr).toBe('10500\n10501\nwritable\n');
+    const viaSsh = await ssh(await sshConfig(sb), sb, script);
+    expect(viaSsh.stdout.toString(), viaSsh.stderr).toBe('10500\n10501\nwritable\n');
+    expect(await readInside(sb, '/sandbox/main-id')).toBe('10500\n10501\n');
+  });
+
   const needle = () => Buffer.from(credentialOf(attacker)).toString('hex');
 
   it('exec: the credential is in no /proc/<pid>/environ, fd or mem of any process, nor an inherited fd', async () => {
