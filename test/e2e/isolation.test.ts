@@ -877,7 +877,14 @@ describe('policy fields sandgate does not enforce are refused, never ignored', (
     ['binaries', { network_policies: { web: { name: 'web', endpoints: [endpoint], binaries: [{ path: '/usr/bin/curl' }] } } }, 'binaries'],
     ['network_middlewares', { network_middlewares: { m: { name: 'm', middleware: 'x', endpoints: { include: ['api.example.com'] } } } }, 'network_middlewares'],
     ['credential rewriting', { network_policies: { web: { name: 'web', endpoints: [{ ...endpoint, request_body_credential_rewrite: true }] } } }, 'request_body_credential_rewrite'],
+    ['per-path filesystem rules', { filesystem_policy: { include_workdir: true, read_only: ['/usr'] } }, 'read_only'],
+    ['a read-only work directory', { filesystem_policy: { include_workdir: false } }, 'include_workdir'],
   ];
+  /** The policy file's shape → the message's (the file calls `filesystem` `filesystem_policy`). */
+  const asMessage = (policy: object) => {
+    const { filesystem_policy: fs, ...rest } = policy as { filesystem_policy?: object };
+    return { version: 1, ...rest, ...(fs ? { filesystem: fs } : {}) } as unknown as Parameters<typeof encodePolicy>[0];
+  };
   for (const [i, [label, policy, field]] of cases.entries()) {
     it(`${label}: refused naming ${field}, by the gateway with INVALID_ARGUMENT`, async () => {
       // Through the CLI, as a user would (upstream's policy file shape).
@@ -886,7 +893,7 @@ describe('policy fields sandgate does not enforce are refused, never ignored', (
       expect(res.code, `create with ${label} was accepted: ${res.stdout.toString()}`).not.toBe(0);
       expect(res.stderr).toContain(field);
       // Straight at the gateway (a client without the CLI's file parsing): the status itself.
-      const err = await createWithPolicyBytes(`refused-raw-${i}`, encodePolicy({ version: 1, ...(policy as object) } as unknown as Parameters<typeof encodePolicy>[0]));
+      const err = await createWithPolicyBytes(`refused-raw-${i}`, encodePolicy(asMessage(policy as object)));
       expect(err, `CreateSandbox with ${label} was accepted`).not.toBeNull();
       expect(err!.code, err!.details).toBe(3); // INVALID_ARGUMENT
       expect(err!.details).toContain(field);
