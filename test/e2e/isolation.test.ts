@@ -442,11 +442,23 @@ describe("the sandbox's own loopback works", () => {
     client = openShellClient(gateway());
     // A long exec: the server lives as long as the call.
     server = client.ExecSandbox({ sandbox_id: attacker.id, command: [NODE, '-e', BANNER_SERVER, '127.0.0.1', String(port), banner], environment: {} });
-    server.on('error', () => undefined);
+    let serverSaid = '';
+    let serverEnded = '';
+    server.on('data', (ev: { stdout?: { data: Buffer }; stderr?: { data: Buffer }; exit?: { exit_code?: number } }) => {
+      serverSaid += (ev.stdout?.data.toString() ?? '') + (ev.stderr?.data.toString() ?? '');
+      if (ev.exit) serverEnded = `exited ${ev.exit.exit_code ?? 0}`;
+    });
+    server.on('error', (err: Error) => (serverEnded = `call failed: ${err.message}`));
+    server.on('end', () => (serverEnded ||= 'call ended'));
+    let lastProbe = '';
     await waitFor('the server inside the sandbox', async () => {
+      if (serverEnded) throw new Error(`the server exec ${serverEnded}; it said: ${serverSaid}`);
       const res = await exec(attacker, [NODE, '-e', TCP_PROBE, JSON.stringify([{ host: '127.0.0.1', port, label: 'inner' }]), '2000']);
-      return res.stdout.toString().includes(banner);
-    }, 30_000, 300);
+      lastProbe = `${res.stdout.toString()}${res.stderr}`;
+      return lastProbe.includes(banner);
+    }, 30_000, 300).catch((err: unknown) => {
+      throw new Error(`${String(err)}; server output: ${JSON.stringify(serverSaid)}; last probe: ${lastProbe}`);
+    });
   });
 
   afterAll(() => {
