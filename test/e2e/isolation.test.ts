@@ -711,9 +711,15 @@ describe('limits: --memory 64Mi, --cpu 0.25, the pids cap', () => {
     expect(res.stdout.toString()).not.toContain('allocated 300 MiB');
     expect(res.code, `exit of the allocation; stderr: ${res.stderr}`).toBe(137);
     expect(res.stderr, 'the exec reports the OOM kill').toMatch(/out-of-memory|oom/i);
-    const logs = await runCli(['logs', sbx.name], { gateway: gateway() });
-    const status = await runCli(['sandbox', 'get', sbx.name, '-o', 'json'], { gateway: gateway() });
-    expect(`${logs.stdout.toString()}\n${status.stdout.toString()}`, "the sandbox's logs or status say the exec was OOM-killed").toMatch(/oom|out of memory/i);
+    // The gateway writes the log line as the exit goes by (best effort, not before it): poll.
+    let said = '';
+    for (let i = 0; i < 50 && !/oom|out of memory/i.test(said); i++) {
+      if (i > 0) await sleep(100);
+      const logs = await runCli(['logs', sbx.name], { gateway: gateway() });
+      const status = await runCli(['sandbox', 'get', sbx.name, '-o', 'json'], { gateway: gateway() });
+      said = `${logs.stdout.toString()}\n${status.stdout.toString()}`;
+    }
+    expect(said, "the sandbox's logs or status say the exec was OOM-killed").toMatch(/oom|out of memory/i);
     const next = await exec(sbx, ['echo', 'still-serving']);
     expect(next.stdout.toString(), next.stderr).toBe('still-serving\n');
     await othersStillServe();
@@ -798,7 +804,8 @@ describe('storm: nothing the workload does takes down its supervisor or a replic
 
   beforeAll(async () => {
     // The memory cap also bounds the /tmp fill (tmpfs pages are charged to the writer's cgroup).
-    sbx = await create('storm', ['--memory', '256Mi', '--cpu', '0.5'], ['sh', '-c', 'seq 1 2000000; exec sleep 86394']);
+    // --disk 128Mi: /sandbox is a filesystem of that size, so it can really be filled.
+    sbx = await create('storm', ['--memory', '256Mi', '--cpu', '0.5', '--disk', '128Mi'], ['sh', '-c', 'seq 1 2000000; exec sleep 86394']);
     cfg = await sshConfig(sbx);
     supervisor = await supervisorPid(sbx.id);
   }, 120_000);
@@ -819,6 +826,12 @@ describe('storm: nothing the workload does takes down its supervisor or a replic
     // Bounded at 512 MiB each even if no limit held: the host's disk and memory are shared.
     const fill = await exec(sbx, ['sh', '-c', 'dd if=/dev/zero of=/tmp/fill bs=1M count=512; dd if=/dev/zero of=/sandbox/fill bs=1M count=512; df -h /tmp /sandbox'], { timeoutSecs: 100 });
     expect(fill.code).not.toBeNull();
+    // Both were really full: each write stopped at its size, not at the 512 MiB the test asked.
+    expect(fill.stdout.toString() + fill.stderr.toString()).toMatch(/No space left on device[\s\S]*No space left on device/);
+    const sizes = await exec(sbx, ['sh', '-c', 'stat -c %s /tmp/fill /sandbox/fill']);
+    const [tmpBytes, diskBytes] = sizes.stdout.toString().trim().split('\n').map(Number);
+    expect(tmpBytes, '/tmp is a quarter of the 256Mi memory limit').toBeLessThanOrEqual(64 * 1024 * 1024);
+    expect(diskBytes, '/sandbox is its own 128Mi disk').toBeLessThanOrEqual(128 * 1024 * 1024);
     await stillServes('filling /tmp and /sandbox');
     // Judged on its own: the storms below start from an empty /tmp (the last test combines them).
     await exec(sbx, ['rm', '-f', '/tmp/fill', '/sandbox/fill']);

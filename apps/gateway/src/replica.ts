@@ -113,14 +113,23 @@ export async function startReplica(config: ReplicaConfig): Promise<RunningReplic
     maxExecsPerSandbox: config.maxExecsPerSandbox,
     disconnectGraceMs: 5_000,
     reports: {
-      mainExit: (id, instance, code) => lifecycle!.mainProcessExited(id, instance, code),
+      mainExit: (id, instance, code, oomKilled) => lifecycle!.mainProcessExited(id, instance, code, oomKilled),
       terminalFinal: (id, instance) => lifecycle!.terminalFinal(id, instance),
     },
     log,
     metrics,
   });
   const router = new ExecRouter({ replicaId: config.replicaId, sessions, ownership, replicas, peerSecret, log, debugBreaks: config.debugBreaks });
-  const exec = new ExecService({ store, router, peerSecret, scheduler, log, metrics, debugBreaks: config.debugBreaks });
+  const exec = new ExecService({
+    store,
+    router,
+    peerSecret,
+    scheduler,
+    log,
+    metrics,
+    debugBreaks: config.debugBreaks,
+    note: (id, message, level) => lifecycle?.note(id, message, level),
+  });
 
   const publicServer = new Server(GRPC_SERVER_OPTIONS);
   const peerServer = new Server(PEER_SERVER_OPTIONS);

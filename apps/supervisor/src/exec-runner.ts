@@ -226,6 +226,8 @@ export class ExecRunner {
     if (!this.timedOut && oomKilled(this.opts.launcher, this.oomBefore, signal)) {
       this.log.warn('exec killed by the out-of-memory killer', { exit_code: exit.exit_code });
       this.send({ stderr: Buffer.from(OOM_MESSAGE) });
+      // Also on the exit, so the gateway can say it in the sandbox's log.
+      exit.oom_killed = true;
     }
     void this.tree.kill().then(() => this.reportExit(exit));
   }

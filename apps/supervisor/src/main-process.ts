@@ -31,6 +31,8 @@ export interface MainProcessOptions {
 export interface MainExit {
   exitCode: number;
   signal: number;
+  /** SIGKILLed by the OOM killer (the workload cgroup counted it). */
+  oomKilled?: boolean;
 }
 
 export const MAIN_PTY_COLS = 80;
@@ -93,8 +95,8 @@ export class MainProcess {
         toStdout(chunk);
       });
       this.term.onExit(({ exitCode, signal }) => {
-        this.noteOom(signal || null, toStderr);
-        this.finish({ exitCode: normaliseExit(exitCode, signal || null), signal: signal ?? 0 });
+        const oomKilled = this.noteOom(signal || null, toStderr);
+        this.finish({ exitCode: normaliseExit(exitCode, signal || null), signal: signal ?? 0, oomKilled });
       });
     } else {
       const cmd = launchCommand({ argv, env, launcher });
@@ -123,21 +125,22 @@ export class MainProcess {
       // 'close' (not 'exit'): all output has been copied by then.
       child.on('close', (code, sig) => {
         const signal = signalNumber(sig) ?? 0;
-        this.noteOom(signal || null, toStderr);
-        this.finish({ exitCode: normaliseExit(code, signal || null), signal });
+        const oomKilled = this.noteOom(signal || null, toStderr);
+        this.finish({ exitCode: normaliseExit(code, signal || null), signal, oomKilled });
       });
     }
     log.info('main process started', { pid: this.pid, argv, tty });
   }
 
   /** A SIGKILL by the OOM killer is said so in the main process's output and the log. */
-  private noteOom(signal: number | null, toStderr: (c: Buffer) => void): void {
-    if (!oomKilled(this.opts.launcher, this.oomBefore, signal)) return;
+  private noteOom(signal: number | null, toStderr: (c: Buffer) => void): boolean {
+    if (!oomKilled(this.opts.launcher, this.oomBefore, signal)) return false;
     this.opts.log.warn('main process killed by the out-of-memory killer', { pid: this.pid });
     const line = Buffer.from(OOM_MESSAGE);
     this.output.write(line);
     this.journal.append('stderr', line);
     toStderr(line);
+    return true;
   }
 
   private finish(exit: MainExit): void {

@@ -128,7 +128,7 @@ export class Supervisor {
   private async finishMainProcess(): Promise<void> {
     const exit = await this.main.exited;
     await this.control.report('main_exit', {
-      main_exit: { instance_id: this.instanceId, exit_code: exit.exitCode, signal: exit.signal },
+      main_exit: { instance_id: this.instanceId, exit_code: exit.exitCode, signal: exit.signal, oom_killed: exit.oomKilled ?? false },
     });
     this.log.info('main process exit recorded by the gateway', { exit_code: exit.exitCode });
     this.releaseExit(exit);

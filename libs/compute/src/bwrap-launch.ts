@@ -42,9 +42,21 @@ export const SUPERVISOR_CAPABILITIES = [
   'CAP_DAC_OVERRIDE',
 ] as const;
 
-/** Sizes of the sandbox's private /tmp and /dev/shm (tmpfs, so RAM). */
+/** Sizes of the sandbox's private /tmp and /dev/shm (tmpfs, so RAM) without a memory limit. */
 export const TMP_BYTES = 1024 * 1024 * 1024;
 export const SHM_BYTES = 64 * 1024 * 1024;
+
+/**
+ * The /tmp and /dev/shm sizes for a sandbox. Their pages are charged to the workload's memory
+ * cgroup and can never be reclaimed (there is no swap), so with a memory limit each gets at most
+ * a quarter of it: a workload that fills both still has half its memory to run commands in,
+ * instead of every later exec being OOM-killed at once.
+ */
+export function tmpfsSizes(memoryBytes: number | undefined): { tmp: number; shm: number } {
+  if (memoryBytes === undefined) return { tmp: TMP_BYTES, shm: SHM_BYTES };
+  const quarter = Math.floor(memoryBytes / 4 / 4096) * 4096;
+  return { tmp: Math.min(TMP_BYTES, quarter), shm: Math.min(SHM_BYTES, quarter) };
+}
 
 /** Top-level host entries the sandbox gets its own version of instead of the host's. */
 const PRIVATE_TOP_LEVEL = new Set(['proc', 'dev', 'tmp', 'run', 'sandbox']);
@@ -68,6 +80,8 @@ export interface RootEntry {
 
 export interface BwrapLaunch {
   sandboxId: string;
+  /** The workload's memory limit, which sizes /tmp and /dev/shm (tmpfsSizes). */
+  memoryBytes?: number;
   /** Real path of the driver's state directory; hidden inside every sandbox. */
   stateRoot: string;
   /** <stateRoot>/sandboxes/<id> */
@@ -146,7 +160,7 @@ export function buildBwrapArgs(l: BwrapLaunch): string[] {
     '--perms',
     '1777',
     '--size',
-    String(SHM_BYTES),
+    String(tmpfsSizes(l.memoryBytes).shm),
     '--tmpfs',
     '/dev/shm',
     '--proc',
@@ -154,7 +168,7 @@ export function buildBwrapArgs(l: BwrapLaunch): string[] {
     '--perms',
     '1777',
     '--size',
-    String(TMP_BYTES),
+    String(tmpfsSizes(l.memoryBytes).tmp),
     '--tmpfs',
     '/tmp',
     // A private /run: the host's holds control sockets (docker.sock, dbus, …) that a process

@@ -171,6 +171,7 @@ export class LocalDriver implements ComputeDriver {
       const rt = await this.runtime();
       const args = buildBwrapArgs({
         sandboxId: spec.sandboxId,
+        memoryBytes: spec.limits?.memoryBytes,
         stateRoot: root,
         sandboxDir: dir,
         rootEntries: await readRootEntries(),

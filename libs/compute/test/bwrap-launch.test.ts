@@ -1,6 +1,6 @@
 // The bwrap command line and sandbox environment, as pure data.
 import { describe, expect, it } from 'vitest';
-import { buildBwrapArgs, buildSandboxEnv, hostnameFor, identityFilesFor, SUPERVISOR_CAPABILITIES } from '../src/bwrap-launch.ts';
+import { buildBwrapArgs, buildSandboxEnv, hostnameFor, identityFilesFor, SUPERVISOR_CAPABILITIES, tmpfsSizes } from '../src/bwrap-launch.ts';
 import { buildContainerEnv } from '../src/docker/launch.ts';
 import type { LaunchSpec } from '../src/driver.ts';
 
@@ -183,5 +183,12 @@ describe('buildSandboxEnv', () => {
   it('names the host after the first 8 characters of the id', () => {
     expect(hostnameFor('abcdefghijk')).toBe('sandbox-abcdefgh');
     expect(hostnameFor('ab')).toBe('sandbox-ab');
+  });
+
+  it('sizes /tmp and /dev/shm to a quarter of a memory limit each, so filling both leaves half to run in', () => {
+    expect(tmpfsSizes(undefined)).toEqual({ tmp: 1024 * 2 ** 20, shm: 64 * 2 ** 20 });
+    expect(tmpfsSizes(64 * 2 ** 20)).toEqual({ tmp: 16 * 2 ** 20, shm: 16 * 2 ** 20 });
+    expect(tmpfsSizes(8 * 2 ** 30)).toEqual({ tmp: 1024 * 2 ** 20, shm: 64 * 2 ** 20 });
+    expect(tmpfsSizes(100_000_001).tmp % 4096).toBe(0);
   });
 });

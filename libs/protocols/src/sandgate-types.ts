@@ -20,6 +20,7 @@ export interface ExecExit {
   exit_code?: number;
   timed_out?: boolean;
   signal?: number;
+  oom_killed?: boolean;
 }
 
 export interface PathError {
@@ -53,7 +54,7 @@ export interface SupervisorMessage {
   heartbeat?: { sent_at_ms?: number };
   exec_open_failed?: { exec_id?: string; message?: string };
   exec_kill_result?: { exec_id?: string; request_id?: string; killed?: number };
-  main_exit?: { instance_id?: string; exit_code?: number; signal?: number };
+  main_exit?: { instance_id?: string; exit_code?: number; signal?: number; oom_killed?: boolean };
   terminal_final?: { instance_id?: string };
   tcp_open_failed?: { channel_id?: string; message?: string };
   policy_applied?: { revision?: number; error?: string };

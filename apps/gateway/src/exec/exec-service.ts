@@ -15,6 +15,7 @@ import { pump, type LinkChannel } from '@sandgate/relay';
 import { relayFailure, toClientError, toServiceError } from '../api/grpc-errors.ts';
 import { presentedPeerSecret, secretsEqual } from '../api/secrets.ts';
 import { requireAccess, type AccessDeps } from '../api/access.ts';
+import { OOM_NOTE } from '../sandboxes/lifecycle-service.ts';
 
 /**
  * The argv that attaches to the sandbox's main process instead of starting a command (the same
@@ -35,6 +36,8 @@ export interface ExecServiceDeps {
   metrics: Metrics;
   /** Debug faults of this process (only `retriable-errors` acts here); normally empty. */
   debugBreaks?: ReadonlySet<DebugBreak>;
+  /** A line in the sandbox's log (LifecycleService.note). */
+  note?: (sandboxId: string, message: string, level?: string) => void;
 }
 
 /** The client's side of an exec: where its events go, and whether it is still there. */
@@ -185,6 +188,9 @@ export class ExecService {
       if (frame.exit) {
         exitSeen = true;
         metrics.inc('sandgate_exec_finished_total');
+        if (frame.exit.oom_killed) {
+          this.deps.note?.(start.sandbox_id!, `exec ${start.exec_id} (${start.argv?.[0] ?? '?'}) exited with code ${frame.exit.exit_code ?? 137}: ${OOM_NOTE}`, 'WARN');
+        }
         // The exit is the last frame: end the client's call as soon as it has been written (the
         // pump writes it when this returns) instead of waiting for every hop's end-of-stream.
         process.nextTick(finish);

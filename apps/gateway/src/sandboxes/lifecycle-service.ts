@@ -83,6 +83,9 @@ export function launchSpecFor(
   };
 }
 
+/** How the sandbox's log says a process died of the memory limit. */
+export const OOM_NOTE = "killed by the out-of-memory (OOM) killer: the sandbox's memory limit";
+
 export class LifecycleService implements LifecycleTransitions {
   private readonly deps: LifecycleDeps;
 
@@ -119,7 +122,7 @@ export class LifecycleService implements LifecycleTransitions {
   // ---- supervisor reports -------------------------------------------------------------------
 
   /** The supervisor's main-process exit report: durable before it is acknowledged. */
-  async mainProcessExited(sandboxId: string, instanceId: string, exitCode: number): Promise<void> {
+  async mainProcessExited(sandboxId: string, instanceId: string, exitCode: number, oomKilled = false): Promise<void> {
     let accepted = false;
     const rec = await this.transition(sandboxId, (s) => {
       const next = onMainProcessExit(s, instanceId, exitCode, now());
@@ -128,7 +131,11 @@ export class LifecycleService implements LifecycleTransitions {
     });
     if (!rec || !accepted) return; // a repeat, or a report from an older run: nothing to do
     this.deps.metrics.inc('sandgate_main_process_exits_total');
-    this.note(sandboxId, `main process exited with code ${exitCode}; phase ${phaseName(rec.sandbox.status?.phase)}`);
+    this.note(
+      sandboxId,
+      `main process exited with code ${exitCode}${oomKilled ? ` (${OOM_NOTE})` : ''}; phase ${phaseName(rec.sandbox.status?.phase)}`,
+      oomKilled ? 'WARN' : 'INFO',
+    );
     const policy = rec.sandbox.spec?.restart_policy;
     if (shouldRestart(policy, exitCode) && !isEphemeral(rec.sandbox.metadata?.annotations)) {
       const delay = restartDelayMs(rec.sandbox.status?.restart_count ?? 0);

@@ -67,7 +67,7 @@ export interface SessionDeps {
   disconnectGraceMs: number;
   /** Durable handling of the supervisor's reports; acknowledged only once these resolve. */
   reports: {
-    mainExit(sandboxId: string, instanceId: string, exitCode: number): Promise<void>;
+    mainExit(sandboxId: string, instanceId: string, exitCode: number, oomKilled: boolean): Promise<void>;
     terminalFinal(sandboxId: string, instanceId: string): Promise<void>;
   };
   log: Logger;
@@ -322,10 +322,10 @@ export class SessionRegistry {
   }
 
   /** Main-process exit: acknowledged only after it is durable (the supervisor resends until then). */
-  private onMainExit(session: Session, report: { instance_id?: string; exit_code?: number }): void {
+  private onMainExit(session: Session, report: { instance_id?: string; exit_code?: number; oom_killed?: boolean }): void {
     const instanceId = report.instance_id ?? '';
     this.deps.reports
-      .mainExit(session.sandboxId, instanceId, report.exit_code ?? 0)
+      .mainExit(session.sandboxId, instanceId, report.exit_code ?? 0, report.oom_killed ?? false)
       .then(() => {
         if (!session.closed) session.call.write({ main_exit_ack: { instance_id: instanceId } });
       })
