@@ -2,7 +2,7 @@
 // driver does the I/O, so the exact isolation can be read (and unit-tested) in one place.
 import path from 'node:path';
 import { SANDBOX_CREDENTIAL_PATH, type WorkloadIsolation } from '@sandgate/protocols/contract';
-import { supervisorEnvironmentFor, type LaunchSpec } from './driver.ts';
+import { CONFINEMENT_CAPABILITIES, supervisorEnvironmentFor, type LaunchSpec } from './driver.ts';
 
 /** Where the sandbox sees its own work directory, and uses it as cwd and HOME. */
 export const SANDBOX_MOUNT = '/sandbox';
@@ -21,20 +21,7 @@ export const WORKLOAD_USER_NAME = 'sandbox';
  * or the workload execs (setuid binaries, file capabilities) can gain one back.
  */
 export const SUPERVISOR_CAPABILITIES = [
-  // unshare(CLONE_NEWNET) for the netns agent, setns() into its namespace for every workload
-  // process (nsenter --net).
-  'CAP_SYS_ADMIN',
-  // Bring `lo` up in the workload's new network namespace.
-  'CAP_NET_ADMIN',
-  // setpriv --reuid/--regid/--clear-groups: become the workload's uid and gid, drop the groups.
-  'CAP_SETUID',
-  'CAP_SETGID',
-  // Signal workload processes (exec/SSH kill, timeouts, restart): they run as another uid.
-  'CAP_KILL',
-  // /proc/<pid>/environ (the exec tag kill-tree.ts finds exec trees by) and /proc/<pid>/ns/* are
-  // guarded by ptrace access checks: another uid's processes, and non-dumpable ones (a workload
-  // can make itself so to hide from the scan), need this capability.
-  'CAP_SYS_PTRACE',
+  ...CONFINEMENT_CAPABILITIES,
   // Files of another uid: /proc/<pid>/environ is the workload's own 0400 file, and the supervisor
   // checks and starts processes in the workload's files (an exec's cwd, argv[0]: preflight's
   // stat/access, the wrapper's chdir) before it drops to the workload's uid; a workload may make

@@ -44,7 +44,7 @@ import {
   STOP_TIMEOUT_S,
   volumeName,
 } from './docker/launch.ts';
-import { assertGatewayReachable, DEFAULT_NETWORK, endpointsForBridge, ensureSandboxNetwork, type SandboxNetwork } from './docker/network.ts';
+import { assertGatewayReachable, DEFAULT_NETWORK, endpointsForBridge, ensureSandboxNetwork, errMessage, statusOf, type SandboxNetwork } from './docker/network.ts';
 import { demuxDockerStream, describeFailure, elfInterpreter, tailLines } from './docker/diagnose.ts';
 import { DockerCgroups } from './docker/cgroups.ts';
 
@@ -754,12 +754,3 @@ function stripUndefined<T extends object>(o: T): Partial<T> {
   return Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as Partial<T>;
 }
 
-function statusOf(err: unknown): number | undefined {
-  const c = (err as { statusCode?: unknown } | null)?.statusCode;
-  return typeof c === 'number' ? c : undefined;
-}
-
-function errMessage(err: unknown): string {
-  const e = err as { json?: { message?: string }; message?: string } | null;
-  return (e?.json?.message ?? e?.message ?? String(err)).trim();
-}

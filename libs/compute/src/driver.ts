@@ -103,3 +103,25 @@ export interface ComputeDriver {
   /** All compute this driver manages on this host/cluster (for reconciliation). */
   list(): Promise<ObservedCompute[]>;
 }
+
+/**
+ * The capabilities a supervisor needs to confine its workload, whatever runs it (bwrap, a
+ * container). Each driver adds one for reading another uid's files; every other capability is
+ * dropped, and the workload (another uid, no_new_privs) holds none.
+ */
+export const CONFINEMENT_CAPABILITIES = [
+  // unshare(CLONE_NEWNET) for the netns agent, setns() into its namespace for every workload
+  // process (nsenter --net). Docker's default seccomp profile allows both only with this cap.
+  'CAP_SYS_ADMIN',
+  // Bring `lo` up in the workload's new network namespace (netlink RTM_NEWLINK).
+  'CAP_NET_ADMIN',
+  // setpriv --reuid/--regid/--clear-groups: become the workload's uid and gid, drop the groups.
+  'CAP_SETUID',
+  'CAP_SETGID',
+  // Signal workload processes (exec/SSH kill, timeouts, stop, restart): they run as another uid.
+  'CAP_KILL',
+  // /proc/<pid>/environ (the exec tag kill-tree.ts finds escaped exec trees by) and
+  // /proc/<pid>/ns/* are guarded by ptrace access checks: another uid's processes, and
+  // non-dumpable ones (a workload can make itself so to hide from the scan), need this.
+  'CAP_SYS_PTRACE',
+] as const;

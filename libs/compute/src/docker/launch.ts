@@ -4,7 +4,7 @@
 import path from 'node:path';
 import type Dockerode from 'dockerode';
 import { SANDBOX_CREDENTIAL_PATH, type WorkloadIsolation } from '@sandgate/protocols/contract';
-import { DEFAULT_PIDS_LIMIT, supervisorEnvironmentFor, type LaunchSpec, type ResourceLimits } from '../driver.ts';
+import { CONFINEMENT_CAPABILITIES, DEFAULT_PIDS_LIMIT, supervisorEnvironmentFor, type LaunchSpec, type ResourceLimits } from '../driver.ts';
 import type { WorkloadCgroup } from './cgroups.ts';
 
 /** Every container and volume sandgate makes carries these labels. */
@@ -28,21 +28,10 @@ export const STOP_TIMEOUT_S = 15;
  * the supervisor's wrapper (nsenter + setpriv --no-new-privs to a non-root uid), so they hold none.
  */
 export const SUPERVISOR_CAPABILITIES = [
-  // unshare(CLONE_NEWNET) for the netns agent and setns() in `nsenter --net`: the workload's own
-  // network namespace. Docker's default seccomp profile allows both syscalls only with this cap.
-  'CAP_SYS_ADMIN',
-  // Bringing `lo` up inside the new namespace (netlink RTM_NEWLINK).
-  'CAP_NET_ADMIN',
-  // `setpriv --reuid/--regid/--clear-groups`: switching every workload process to its uid/gid.
-  'CAP_SETUID',
-  'CAP_SETGID',
-  // Signalling workload processes, which run as another uid (exec timeouts, cancel, stop).
-  'CAP_KILL',
-  // Reading /proc/<pid>/environ of workload processes (another uid) to find an exec's escaped
-  // processes (setsid, daemonised) by SANDGATE_EXEC_ID and kill them: the ptrace access check…
-  'CAP_SYS_PTRACE',
-  // …and the file's own mode (0400, the workload's uid) both refuse a root without these two.
-  // Read-only: unlike CAP_DAC_OVERRIDE it never lets the supervisor write the workload's files.
+  ...CONFINEMENT_CAPABILITIES,
+  // /proc/<pid>/environ of workload processes is their own 0400 file: with the ptrace check, its
+  // mode also refuses a root without this. Read-only: unlike CAP_DAC_OVERRIDE it never lets the
+  // supervisor write the workload's files.
   'CAP_DAC_READ_SEARCH',
 ] as const;
 

@@ -174,12 +174,14 @@ export async function assertGatewayReachable(endpoints: string, bridgeGateway: s
   );
 }
 
-function statusOf(err: unknown): number | undefined {
+/** The HTTP status of a failed Docker API call (dockerode's statusCode), if any. */
+export function statusOf(err: unknown): number | undefined {
   const c = (err as { statusCode?: unknown } | null)?.statusCode;
   return typeof c === 'number' ? c : undefined;
 }
 
-function errMessage(err: unknown): string {
+/** The Docker engine's own message for a failed API call, else the error's. */
+export function errMessage(err: unknown): string {
   const e = err as { json?: { message?: string }; message?: string } | null;
   return (e?.json?.message ?? e?.message ?? String(err)).trim();
 }
