@@ -1,7 +1,7 @@
 // N gateway replicas as separate processes (`sandgate gateway`), on one Redis. Supervisors are
 // given every replica's gRPC address, as they would be given a load balancer's.
-import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -171,6 +171,9 @@ export class Cluster {
 
   /** Removes the state dir (after sandboxes were deleted or killed). */
   cleanup(): void {
+    // A sandbox a test left behind still has its disk (a loop-mounted /sandbox) mounted in the
+    // state dir: detach it first, or rmSync would empty it and then fail on the mount point.
+    for (const mountPoint of mountsUnder(this.stateDir)) spawnSync('umount', ['-l', mountPoint]);
     rmSync(this.stateDir, { recursive: true, force: true });
   }
 }
@@ -270,4 +273,14 @@ export async function startWorker(cluster: Cluster, id: string, env: Record<stri
       return exited;
     },
   };
+}
+
+/** Mount points at or below `dir` (this process's mount namespace), deepest first. */
+function mountsUnder(dir: string): string[] {
+  const out: string[] = [];
+  for (const line of readFileSync('/proc/self/mountinfo', 'utf8').split('\n')) {
+    const mountPoint = (line.split(' ')[4] ?? '').replace(/\\([0-7]{3})/g, (_m, o: string) => String.fromCharCode(parseInt(o, 8)));
+    if (mountPoint === dir || mountPoint.startsWith(`${dir}/`)) out.push(mountPoint);
+  }
+  return out.sort((a, b) => b.length - a.length);
 }
