@@ -124,7 +124,7 @@ describe('docker sandboxes hold their workload in', () => {
     // A server in sandbox B's container (its supervisor's side, as root): the host reaches it, A must not.
     const b = containerOf(ids[ids.length - 1]!);
     const ipB = docker('inspect', '-f', `{{ (index .NetworkSettings.Networks "${DEFAULT_DOCKER_NETWORK}").IPAddress }}`, b);
-    spawnSync('docker', ['exec', '-d', b, '/opt/sandgate/node/bin/node', '-e', "require('net').createServer((s)=>s.end('B\\n')).listen(7000,'0.0.0.0')"]);
+    spawnSync('docker', ['exec', '-d', b, '/opt/sandgate/node/bin/node', '-e', "require('net').createServer((s)=>{s.on('error',()=>{});s.end('B\\n')}).listen(7000,'0.0.0.0')"]);
     await waitFor('B serving to the host', () => spawnSync('bash', ['-c', `exec 3<>/dev/tcp/${ipB}/7000`]).status === 0, 15_000);
 
     const targets: [string, string, number][] = [

@@ -326,7 +326,7 @@ describe('workload confinement (uid, network namespace, egress proxy, cgroups)',
 
   it('serves the sandbox its own loopback: an exec, ForwardTcp and ssh -L reach a server another exec started', async () => {
     innerPort = await freePort();
-    const server = `require('net').createServer((c) => c.end('inner-banner\\n')).listen(${innerPort}, '127.0.0.1', () => console.log('listening'))`;
+    const server = `require('net').createServer((c) => { c.on('error', () => {}); c.end('inner-banner\\n'); }).listen(${innerPort}, '127.0.0.1', () => console.log('listening'))`;
     innerExec = await gw.openExec({ exec_id: newId(), argv: [NODE, '-e', server], workdir: home });
     await innerExec.waitStdout(/listening/, 10_000);
 
