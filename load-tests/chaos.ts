@@ -695,7 +695,10 @@ async function main(): Promise<void> {
       const dir = `${os.tmpdir()}/sandgate-chaos-${seed}-${Date.now()}`;
       mkdirSync(dir, { recursive: true });
       for (const rep of cluster.replicas) writeFileSync(`${dir}/${rep.id}.log`, rep.logs.join(''));
-      if (existsSync(`${cluster.stateDir}/sandboxes`)) cpSync(`${cluster.stateDir}/sandboxes`, `${dir}/sandboxes`, { recursive: true });
+      // Logs and handles only: each sandbox's disk image is a sparse 10Gi file (a plain copy writes
+      // every byte), and its work directory is that disk's contents.
+      const keep = (src: string) => !/\/(disk\.img(\.partial)?|work)$/.test(src);
+      if (existsSync(`${cluster.stateDir}/sandboxes`)) cpSync(`${cluster.stateDir}/sandboxes`, `${dir}/sandboxes`, { recursive: true, filter: keep });
       console.log(`logs kept in ${dir}`);
     }
     console.log(`\nchaos ${passed ? 'PASSED' : 'FAILED'} (seed ${seed}, ${((Date.now() - t0) / 1000).toFixed(0)} s)`);
