@@ -10,6 +10,7 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseReplicaConfig, startReplica, type RunningReplica } from '@sandgate/gateway';
 import { redisForFile } from '@sandgate/test-harness/redis-per-file';
+import { replicaBaseEnv } from '@sandgate/test-harness/cluster';
 
 const bin = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../bin/sandgate.js');
 
@@ -43,7 +44,8 @@ afterAll(async () => {
 /** Runs the CLI (asynchronously: the replica serving it lives in this process). */
 function sandgate(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
   return new Promise((resolve) => {
-    const child = spawn(process.execPath, [bin, ...args], { env: { ...process.env, SANDGATE_GATEWAY: replica.grpcAddress } });
+    // An explicit environment: nothing exported in the test's shell (a SANDGATE_*) reaches the CLI.
+    const child = spawn(process.execPath, [bin, ...args], { env: { ...replicaBaseEnv(), SANDGATE_GATEWAY: replica.grpcAddress } });
     let stdout = '';
     let stderr = '';
     child.stdout.on('data', (d: Buffer) => (stdout += d));
