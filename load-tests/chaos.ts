@@ -70,6 +70,9 @@ const { values } = parseArgs({
     duration: { type: 'string', default: '300' },
     seed: { type: 'string', default: String(Date.now() % 100000) },
     workers: { type: 'string', default: '6' },
+    // Seconds the end state may take to become clean. A negative run waits all of it (its check
+    // must stay failed), so CI gives those a shorter limit than the positive run needs none of.
+    'quiesce-limit': { type: 'string', default: '45' },
     break: { type: 'string', multiple: true, default: [] },
     'no-fencing': { type: 'boolean', default: false },
     'no-jobs': { type: 'boolean', default: false },
@@ -78,10 +81,11 @@ const { values } = parseArgs({
 const durationMs = Number(values.duration) * 1000;
 const seed = Number(values.seed);
 const workers = Number(values.workers);
+const quiesceLimitMs = Number(values['quiesce-limit']) * 1000;
 // A run shorter than about 30 s is allowed but cannot pass: its chaos scenarios do not happen, and
 // the `scenarios` invariant says so (CI's negative run of that invariant is such a run).
-if (!(durationMs >= 1_000) || !Number.isFinite(seed) || !(workers >= 1)) {
-  console.error('chaos: --duration must be at least 1 (seconds), --seed a number, --workers at least 1');
+if (!(durationMs >= 1_000) || !Number.isFinite(seed) || !(workers >= 1) || !(quiesceLimitMs >= 0)) {
+  console.error('chaos: --duration must be at least 1 (seconds), --seed a number, --workers at least 1, --quiesce-limit at least 0 (seconds)');
   process.exit(2);
 }
 const breakNames = [...values.break.flatMap((b) => b.split(',')), ...(values['no-fencing'] ? ['fencing'] : []), ...(values['no-jobs'] ? ['jobs'] : [])]
@@ -123,8 +127,6 @@ const OWNER_TTL_MS = 6_000;
  * new owner's record, so a longer gap is a lost record.
  */
 const OWNER_GAP_LIMIT_MS = 20_000;
-/** After the last check-relevant event, how long cleanup (jobs, reconcile every 10 s) may take. */
-const QUIESCE_LIMIT_MS = 45_000;
 
 interface SshResult {
   code: number | null;
@@ -588,9 +590,10 @@ async function main(): Promise<void> {
     await Promise.all(pendingChecks);
 
     // ---- invariants ----------------------------------------------------------------------------
-    // End state, re-read until it is clean or the quiesce limit passes: long enough for the
-    // reconcile sweep (every 10 s) to finish a create interrupted 30 s ago and remove orphaned
-    // compute, and for every cleanup job to run. A negative run waits the whole limit.
+    // End state, re-read until it is clean or the quiesce limit passes (--quiesce-limit, 45 s by
+    // default): long enough for the reconcile sweep (every 10 s) to finish a create interrupted
+    // 30 s ago and remove orphaned compute, and for every cleanup job to run. A negative run waits
+    // the whole limit.
     const endState = async () => {
       let ephemeralLeft = 0;
       let neverRan = 0;
@@ -617,7 +620,7 @@ async function main(): Promise<void> {
     // seconds; a record an unfenced stale owner deleted never comes back, so the gap outlasts the
     // limit and the owner-records invariant sees it.
     while (
-      Date.now() - quiesceStart < QUIESCE_LIMIT_MS &&
+      Date.now() - quiesceStart < quiesceLimitMs &&
       (end.ephemeralLeft || end.orphans.length || end.stuck.length || end.leftovers || owners.openGaps() > 0)
     ) {
       await sleep(1_000);
