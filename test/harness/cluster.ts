@@ -6,6 +6,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { freePorts } from './ports.ts';
+import { cliEnv, credentialsFor } from './credentials.ts';
 import { waitFor } from './wait.ts';
 
 export const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
@@ -204,7 +205,7 @@ export interface CliResult {
 export function runCli(args: string[], opts: { gateway: string; input?: Buffer | string; env?: Record<string, string>; timeoutMs?: number }): Promise<CliResult> {
   return new Promise((resolve, reject) => {
     const proc = spawn(process.execPath, [cliBin, ...args], {
-      env: { ...process.env, SANDGATE_GATEWAY: opts.gateway, ...opts.env },
+      env: { ...process.env, SANDGATE_GATEWAY: opts.gateway, ...cliEnv(credentialsFor(opts.gateway)), ...opts.env },
       stdio: ['pipe', 'pipe', 'pipe'],
     });
     const out: Buffer[] = [];

@@ -1,17 +1,36 @@
-// A raw OpenShell gRPC client for tests that need what the CLI does not expose.
-import { credentials, makeGenericClientConstructor, type Client, type ServiceError } from '@grpc/grpc-js';
+// A raw OpenShell gRPC client for tests that need what the CLI does not expose. It presents the
+// credentials given, else those registered for the address (credentials.ts).
+import { credentials as grpcCredentials, makeGenericClientConstructor, Metadata, type Client, type Interceptor, type InterceptingCall, type ServiceError } from '@grpc/grpc-js';
+import { InterceptingCall as Intercepting } from '@grpc/grpc-js';
 import { serviceDefinition } from '@sandgate/protocols';
+import { credentialsFor, type GatewayCredentials } from './credentials.ts';
 
 const OpenShellClient = makeGenericClientConstructor(serviceDefinition('openshell.v1.OpenShell'), 'OpenShell');
 
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
 export type AnyClient = Client & Record<string, any>;
 
-export function openShellClient(address: string): AnyClient {
+/** Adds `authorization: Bearer <token>` to every call, as OpenShell's SDKs do. */
+export function bearerInterceptor(token: string): Interceptor {
+  return (options, nextCall): InterceptingCall =>
+    new Intercepting(nextCall(options), {
+      start(metadata: Metadata, listener, next) {
+        metadata.set('authorization', `Bearer ${token}`);
+        next(metadata, listener);
+      },
+    });
+}
+
+/** `creds` undefined: the registered credentials of `address`; `{}`: none at all (anonymous, plaintext). */
+export function openShellClient(address: string, creds?: GatewayCredentials): AnyClient {
+  const c = creds ?? credentialsFor(address);
+  const channel = c.ca ? grpcCredentials.createSsl(c.ca, c.key ?? null, c.cert ?? null) : grpcCredentials.createInsecure();
   // Reconnect quickly after a replica or the balancer dropped us (grpc-js defaults back off to 2 min).
-  return new OpenShellClient(address, credentials.createInsecure(), {
+  return new OpenShellClient(address, channel, {
     'grpc.initial_reconnect_backoff_ms': 100,
     'grpc.max_reconnect_backoff_ms': 1000,
+    ...(c.servername ? { 'grpc.ssl_target_name_override': c.servername, 'grpc.default_authority': c.servername } : {}),
+    interceptors: c.token ? [bearerInterceptor(c.token)] : [],
   }) as unknown as AnyClient;
 }
 

@@ -2,10 +2,12 @@
 // streams, and `waitForReady`. The CLI commands use it; so can tests and load tests.
 import {
   credentials,
+  InterceptingCall,
   makeGenericClientConstructor,
   status as Status,
   Metadata,
   type CallOptions,
+  type Interceptor,
   type Client,
   type ClientDuplexStream,
   type ClientReadableStream,
@@ -35,6 +37,19 @@ type UnaryMethod = (req: object, md: Metadata, opts: CallOptions, cb: (err: Serv
 export interface ClientOptions {
   /** Deadline for each unary call, in milliseconds (default 60 s). */
   unaryTimeoutMs?: number;
+  /** Sent on every call as `authorization: Bearer <token>`, as OpenShell's SDKs send it. */
+  token?: string;
+}
+
+/** Adds `authorization: Bearer <token>` to every call. */
+export function bearerInterceptor(token: string): Interceptor {
+  return (options, nextCall) =>
+    new InterceptingCall(nextCall(options), {
+      start(metadata, listener, next) {
+        metadata.set('authorization', `Bearer ${token}`);
+        next(metadata, listener);
+      },
+    });
 }
 
 /** What CreateSandbox takes, with the always-present maps optional. */
@@ -126,6 +141,7 @@ export function createClient(endpoint: string, options: ClientOptions = {}): San
     'grpc.keepalive_timeout_ms': 10_000,
     'grpc.initial_reconnect_backoff_ms': 100,
     'grpc.max_reconnect_backoff_ms': 2000,
+    interceptors: options.token ? [bearerInterceptor(options.token)] : [],
   });
   const methods = raw as unknown as Record<string, unknown>;
   const unaryTimeoutMs = options.unaryTimeoutMs ?? 60_000;

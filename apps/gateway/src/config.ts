@@ -36,6 +36,32 @@ export interface ReplicaConfig {
   dockerImage: string;
   /** Empty: the secret shared through Redis (`sg:peer-secret`). */
   peerSecret: string;
+  /** PEM files of the public listeners' certificate and key; both empty: plaintext. */
+  tlsCert: string;
+  tlsKey: string;
+  /** PEM file of the CA that signed tlsCert, handed to supervisors; empty: tlsCert itself (self-signed). */
+  tlsCa: string;
+  /** PEM file of the CA whose client certificates are principals (mTLS); empty: no mTLS. */
+  clientCa: string;
+  /** Authenticate every public call (false only with an explicit --no-auth). */
+  auth: boolean;
+  /** OIDC issuer URL; empty: OIDC tokens are not accepted. */
+  oidcIssuer: string;
+  oidcAudience: string;
+  /** Empty: discovered from the issuer's /.well-known/openid-configuration. */
+  oidcJwksUrl: string;
+  /** Dotted path of the claim naming the caller's workspace. */
+  oidcWorkspaceClaim: string;
+  /** Dotted path of the claim holding the caller's role(s). */
+  oidcRoleClaim: string;
+  /** The role value (in oidcRoleClaim) that makes a caller a gateway admin. */
+  oidcAdminRole: string;
+  /** 0 = no limit. */
+  maxSandboxesPerWorkspace: number;
+  /** Concurrent execs per workspace, across replicas; 0 = no limit. */
+  maxExecsPerWorkspace: number;
+  /** PEM file of the CA a `rediss://` Redis presents; empty: the system's CAs. */
+  redisCa: string;
   logLevel: LogLevel;
   /** Debug faults switched on (only ever non-empty with SANDGATE_DEBUG_UNSAFE=1). */
   debugBreaks: ReadonlySet<DebugBreak>;
@@ -271,6 +297,103 @@ export const REPLICA_OPTIONS: Specs = {
     env: 'SANDGATE_PEER_SECRET',
     default: { text: 'shared through Redis', compute: () => '' },
     description: 'secret replicas present on peer calls',
+    parse: anyString,
+  },
+  tlsCert: {
+    flag: 'tls-cert',
+    env: 'SANDGATE_TLS_CERT',
+    default: { text: 'none (plaintext)', compute: () => '' },
+    description: 'PEM certificate (chain) of the public gRPC and HTTP listeners; with --tls-key, they serve TLS',
+    parse: anyString,
+  },
+  tlsKey: {
+    flag: 'tls-key',
+    env: 'SANDGATE_TLS_KEY',
+    default: { text: 'none', compute: () => '' },
+    description: 'PEM private key of --tls-cert',
+    parse: anyString,
+  },
+  tlsCa: {
+    flag: 'tls-ca',
+    env: 'SANDGATE_TLS_CA',
+    default: { text: '--tls-cert itself (self-signed)', compute: () => '' },
+    description: 'PEM CA that signed --tls-cert: supervisors are handed it to verify the gateway',
+    parse: anyString,
+  },
+  clientCa: {
+    flag: 'client-ca',
+    env: 'SANDGATE_CLIENT_CA',
+    default: { text: 'none (no mTLS)', compute: () => '' },
+    description: 'PEM CA of client certificates: a certificate it signed is a principal (mTLS); needs --tls-cert',
+    parse: anyString,
+  },
+  auth: {
+    flag: 'no-auth',
+    flagSets: '0',
+    up: true,
+    env: 'SANDGATE_AUTH',
+    default: '1',
+    description: 'authenticate every public call, 0 or 1; --no-auth lets anyone in as an admin (a warning at start)',
+    parse: zeroOrOne,
+  },
+  oidcIssuer: {
+    flag: 'oidc-issuer',
+    env: 'SANDGATE_OIDC_ISSUER',
+    default: { text: 'none (OIDC tokens refused)', compute: () => '' },
+    description: 'OIDC issuer URL whose JWTs are accepted as bearer tokens (`iss` must match)',
+    parse: anyString,
+  },
+  oidcAudience: {
+    flag: 'oidc-audience',
+    env: 'SANDGATE_OIDC_AUDIENCE',
+    default: { text: 'none', compute: () => '' },
+    description: 'the `aud` an OIDC token must carry (required with --oidc-issuer)',
+    parse: anyString,
+  },
+  oidcJwksUrl: {
+    env: 'SANDGATE_OIDC_JWKS_URL',
+    default: { text: "the issuer's discovery document", compute: () => '' },
+    description: 'JWKS URL of the OIDC issuer (default: jwks_uri from <issuer>/.well-known/openid-configuration)',
+    parse: anyString,
+  },
+  oidcWorkspaceClaim: {
+    env: 'SANDGATE_OIDC_WORKSPACE_CLAIM',
+    default: 'workspace',
+    description: "dotted path of the OIDC claim naming the caller's workspace (absent: default)",
+    parse: nonEmpty,
+  },
+  oidcRoleClaim: {
+    env: 'SANDGATE_OIDC_ROLE_CLAIM',
+    default: 'roles',
+    description: "dotted path of the OIDC claim holding the caller's role or roles",
+    parse: nonEmpty,
+  },
+  oidcAdminRole: {
+    env: 'SANDGATE_OIDC_ADMIN_ROLE',
+    default: 'admin',
+    description: 'the role (in the role claim) that makes an OIDC caller a gateway admin',
+    parse: nonEmpty,
+  },
+  maxSandboxesPerWorkspace: {
+    flag: 'max-sandboxes-per-workspace',
+    env: 'SANDGATE_MAX_SANDBOXES_PER_WORKSPACE',
+    default: '0',
+    description: 'sandboxes one workspace may hold (0 = no limit); the next create fails with RESOURCE_EXHAUSTED',
+    parse: nonNegativeInt,
+  },
+  maxExecsPerWorkspace: {
+    flag: 'max-execs-per-workspace',
+    env: 'SANDGATE_MAX_EXECS_PER_WORKSPACE',
+    default: '0',
+    description: 'concurrent execs one workspace may run across replicas (0 = no limit); the next fails with RESOURCE_EXHAUSTED',
+    parse: nonNegativeInt,
+  },
+  redisCa: {
+    flag: 'redis-ca',
+    worker: true,
+    env: 'SANDGATE_REDIS_CA',
+    default: { text: "the system's CAs", compute: () => '' },
+    description: 'PEM CA of a `rediss://` Redis',
     parse: anyString,
   },
   logLevel: {

@@ -18,6 +18,7 @@ import { servePeerPort } from './relay/peer-port.ts';
 import { ExecService } from './exec/exec-service.ts';
 import { SandboxService } from './sandboxes/sandbox-service.ts';
 import { openShellDefinition, openShellImplementation } from './api/openshell-service.ts';
+import { noAuthentication } from './auth/authenticator.ts';
 import { buildHttp } from './api/http.ts';
 import { LifecycleService } from './sandboxes/lifecycle-service.ts';
 import { WatchService } from './sandboxes/watch-service.ts';
@@ -184,7 +185,7 @@ export async function startReplica(config: ReplicaConfig): Promise<RunningReplic
     peerSecret,
     log,
   });
-  publicServer.addService(openShellDefinition, openShellImplementation(sandboxes, exec, lifecycle, watch, log, { sessions: ssh, forward }, configService));
+  publicServer.addService(openShellDefinition, openShellImplementation(noAuthentication, sandboxes, exec, lifecycle, watch, log, { sessions: ssh, forward }, configService));
   publicServer.addService(serviceDefinition('sandgate.v1.SupervisorGateway'), {
     Control: (call: ControlCall) => sessions.handleControl(call),
     ExecChannel: (call: ExecChannelCall) => sessions.handleExecChannel(call),

@@ -6,6 +6,7 @@ import type { Redis } from 'ioredis';
 import { serviceDefinition, type SandboxStreamEvent, type WatchSandboxRequest } from '@sandgate/protocols';
 import { SandboxFeed, SandboxLogStore, SandboxStore } from '@sandgate/store';
 import { createLogger } from '@sandgate/telemetry';
+import { LOCAL_DEV_PRINCIPAL } from '@sandgate/core';
 import { WatchService } from '../src/sandboxes/watch-service.ts';
 import { startRedis, type TestRedis } from '@sandgate/test-harness/redis';
 import { openShellClient, type AnyClient } from '@sandgate/test-harness/grpc-client';
@@ -38,7 +39,7 @@ beforeAll(async () => {
         if (!ok) entry.sawBackpressure = true;
         return ok;
       }) as typeof call.write;
-      entry.ended = watch.handleWatch(call);
+      entry.ended = watch.handleWatch(call, LOCAL_DEV_PRINCIPAL);
       watches.set(call.request.id!, entry);
     },
   });

@@ -11,3 +11,4 @@ export * from './policy.ts';
 export * from './resources.ts';
 export * from './policy-merge.ts';
 export * from './egress.ts';
+export * from './principal.ts';

@@ -40,6 +40,10 @@ export const SupervisorEnv = {
   prefix: 'SANDGATE_',
   /** Comma-separated gRPC endpoints the supervisor dials, rotating on failure. */
   gateway: 'SANDGATE_GATEWAY',
+  /** Path (inside the sandbox) of the PEM CA the gateway's certificate chains to; absent: plaintext. */
+  gatewayCaFile: 'SANDGATE_GATEWAY_CA_FILE',
+  /** The name the supervisor verifies the gateway's certificate for, whatever address it dials. */
+  gatewayTlsName: 'SANDGATE_GATEWAY_TLS_NAME',
   sandboxId: 'SANDGATE_SANDBOX_ID',
   /** Path (inside the sandbox) of the credential file; the credential itself is never in the environment. */
   credentialFile: 'SANDGATE_CREDENTIAL_FILE',

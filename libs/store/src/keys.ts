@@ -46,4 +46,18 @@ export const keys = {
   forwardsByToken: (digest: string) => `sg:sshfwd:tok:${digest}`,
   /** Sorted set, expiring: live forwards to one sandbox (member = forward id, score = heartbeat ms). */
   forwardsBySandbox: (sandboxId: string) => `sg:sshfwd:sbx:${sandboxId}`,
+  /** Hash: one API token (`id`, `name`, `ws`, `role`, `created`, `exp`), by the token's SHA-256; the token itself is never stored. */
+  apiToken: (digest: string) => `sg:tok:${digest}`,
+  /** Hash: every API token's id → its digest (listing and revoking by id). */
+  apiTokenIndex: () => 'sg:toks',
+  /** Hash: one workspace (`id`, `created`, `rv`, `labels` JSON, `phase`, `deleted`). */
+  workspace: (name: string) => `sg:ws:${name}`,
+  /** Set: every workspace name. */
+  workspaceIndex: () => 'sg:wss',
+  /** Hash: a workspace's members, subject → JSON {id, role, created}. */
+  workspaceMembers: (name: string) => `sg:wsmem:${name}`,
+  /** Set: sandbox ids of one workspace (per-workspace quota and listing). */
+  workspaceSandboxes: (name: string) => `sg:wssbx:${name}`,
+  /** Sorted set, expiring: live execs of one workspace across replicas (member = exec id, score = heartbeat ms). */
+  workspaceExecs: (name: string) => `sg:wsexec:${name}`,
 } as const;

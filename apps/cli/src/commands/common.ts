@@ -13,7 +13,7 @@ export const GATEWAY_OPTION = { gateway: { type: 'string' } } as const;
  */
 export async function withClient(ctx: CommandContext, flag: string | undefined, fn: (client: SandgateClient) => Promise<number>): Promise<number> {
   const endpoint = resolveEndpoint(flag ?? ctx.gateway, ctx.env);
-  const client = createClient(endpoint);
+  const client = createClient(endpoint, { token: ctx.env.SANDGATE_TOKEN || undefined });
   try {
     return await fn(client);
   } catch (err) {

@@ -1,8 +1,11 @@
 // The public openshell.v1.OpenShell service: binds handlers to the wire; everything else in the
-// service answers UNIMPLEMENTED with the method's name.
-import { type UntypedServiceImplementation, type handleUnaryCall, type sendUnaryData, type ServerUnaryCall } from '@grpc/grpc-js';
+// service answers UNIMPLEMENTED with the method's name. Every method, implemented or not, first
+// passes the gate: the call is authenticated (UNAUTHENTICATED otherwise) and the handler is given
+// the caller.
+import { type UntypedServiceImplementation, type handleUnaryCall, type sendUnaryData, type ServerUnaryCall, type Metadata } from '@grpc/grpc-js';
 import { serviceDefinition, ServiceStatus } from '@sandgate/protocols';
-import { GatewayError, Code } from '@sandgate/core';
+import { GatewayError, Code, type Principal } from '@sandgate/core';
+import type { AuthContext, Authenticator } from '../auth/authenticator.ts';
 import type { Logger } from '@sandgate/telemetry';
 import type { SandboxService } from '../sandboxes/sandbox-service.ts';
 import type { ExecService } from '../exec/exec-service.ts';
@@ -17,16 +20,37 @@ export const openShellDefinition = serviceDefinition('openshell.v1.OpenShell');
 
 export const GATEWAY_VERSION = '0.1.0';
 
-function unary<Req, Res>(log: Logger, fn: (req: Req) => Promise<Res>): handleUnaryCall<Req, Res> {
-  return (call: ServerUnaryCall<Req, Res>, callback: sendUnaryData<Res>) => {
-    fn(call.request).then(
+type GatedCall = { metadata: Metadata; getAuthContext(): AuthContext };
+
+function unary<Req, Res>(log: Logger, fn: (req: Req, caller: Principal) => Promise<Res>): (call: ServerUnaryCall<Req, Res>, callback: sendUnaryData<Res>, caller: Principal) => void {
+  return (call, callback, caller) => {
+    fn(call.request, caller).then(
       (res) => callback(null, res),
       (err: unknown) => callback(toServiceError(err, log)),
     );
   };
 }
 
+/**
+ * Wraps a handler that takes the caller as its last argument into a plain grpc-js handler that
+ * authenticates first. A refused call is failed through its callback (unary and client-streaming)
+ * or its 'error' event (server-streaming and bidi), before the handler sees any of it.
+ */
+function gated(authenticator: Authenticator, log: Logger, respondsByCallback: boolean, handler: (call: never, callback: never, caller: Principal) => void) {
+  return (call: GatedCall & { emit(e: 'error', v: unknown): void }, callback?: sendUnaryData<unknown>) => {
+    authenticator.authenticate({ metadata: call.metadata, authContext: call.getAuthContext() }).then(
+      (caller) => (handler as (c: unknown, cb: unknown, p: Principal) => void)(call, callback, caller),
+      (err: unknown) => {
+        const e = toServiceError(err, log);
+        if (respondsByCallback) callback!(e);
+        else call.emit('error', e);
+      },
+    );
+  };
+}
+
 export function openShellImplementation(
+  authenticator: Authenticator,
   sandboxes: SandboxService,
   exec: ExecService,
   lifecycle: LifecycleService,
@@ -35,7 +59,8 @@ export function openShellImplementation(
   ssh?: { sessions: SshService; forward: TcpForwardService },
   config?: ConfigService,
 ): UntypedServiceImplementation {
-  const implemented: UntypedServiceImplementation = {
+  // Handlers before the gate: each takes (call, callback, caller) or (call, caller).
+  const implemented: Record<string, (call: never, callback: never, caller: Principal) => void> = {
     Health: unary(log, async () => ({ status: ServiceStatus.HEALTHY, version: GATEWAY_VERSION })),
     CreateSandbox: unary(log, (req: Parameters<SandboxService['create']>[0]) => sandboxes.create(req)),
     GetSandbox: unary(log, (req: Parameters<SandboxService['get']>[0]) => sandboxes.get(req)),
@@ -43,27 +68,31 @@ export function openShellImplementation(
     DeleteSandbox: unary(log, (req: Parameters<SandboxService['delete']>[0]) => sandboxes.delete(req)),
     StopSandbox: unary(log, (req: Parameters<LifecycleService['stop']>[0]) => lifecycle.stop(req)),
     StartSandbox: unary(log, (req: Parameters<LifecycleService['start']>[0]) => lifecycle.start(req)),
-    WatchSandbox: (call: Parameters<WatchService['handleWatch']>[0]) => watch.handleWatch(call),
+    WatchSandbox: (call: Parameters<WatchService['handleWatch']>[0], _cb: unknown, caller: Principal) => watch.handleWatch(call, caller),
     GetSandboxLogs: unary(log, (req: Parameters<WatchService['getLogs']>[0]) => watch.getLogs(req)),
-    ExecSandbox: (call: Parameters<ExecService['handleUnary']>[0]) => exec.handleUnary(call),
-    ExecSandboxInteractive: (call: Parameters<ExecService['handleInteractive']>[0]) => exec.handleInteractive(call),
+    ExecSandbox: (call: Parameters<ExecService['handleUnary']>[0], _cb: unknown, caller: Principal) => exec.handleUnary(call, caller),
+    ExecSandboxInteractive: (call: Parameters<ExecService['handleInteractive']>[0], _cb: unknown, caller: Principal) => exec.handleInteractive(call, caller),
   };
   if (ssh) {
     implemented.CreateSshSession = unary(log, (req: Parameters<SshService['create']>[0]) => ssh.sessions.create(req));
     implemented.RevokeSshSession = unary(log, (req: Parameters<SshService['revoke']>[0]) => ssh.sessions.revoke(req));
-    implemented.ForwardTcp = (call: Parameters<TcpForwardService['handleForward']>[0]) => ssh.forward.handleForward(call);
+    implemented.ForwardTcp = (call: Parameters<TcpForwardService['handleForward']>[0], _cb: unknown, caller: Principal) => ssh.forward.handleForward(call, caller);
   }
   if (config) {
     implemented.GetSandboxConfig = unary(log, (req: Parameters<ConfigService['getSandboxConfig']>[0]) => config.getSandboxConfig(req));
     implemented.UpdateConfig = unary(log, (req: Parameters<ConfigService['updateConfig']>[0]) => config.updateConfig(req));
   }
+  const service: UntypedServiceImplementation = {};
   for (const method of Object.keys(openShellDefinition)) {
-    if (implemented[method]) continue;
     const def = openShellDefinition[method]!;
-    const err = new GatewayError(Code.UNIMPLEMENTED, `method ${method} is not implemented by sandgate yet`);
-    implemented[method] = unimplementedHandler(def.requestStream, def.responseStream, err, log);
+    let handler = implemented[method];
+    if (!handler) {
+      const err = new GatewayError(Code.UNIMPLEMENTED, `method ${method} is not implemented by sandgate yet`);
+      handler = unimplementedHandler(def.requestStream, def.responseStream, err, log) as never;
+    }
+    service[method] = gated(authenticator, log, !def.responseStream, handler as never) as never;
   }
-  return implemented;
+  return service;
 }
 
 function unimplementedHandler(requestStream: boolean, responseStream: boolean, err: GatewayError, log: Logger) {

@@ -1,6 +1,7 @@
 // Exec, as clients and peers see it. The entry replica validates, applies the access rule and
 // opens an ExecPath to the supervisor (local or through the owner); frames are then relayed
 // unchanged, with back-pressure, until the supervisor reports the exit.
+import type { Principal } from '@sandgate/core';
 import { randomUUID } from 'node:crypto';
 import type { ServerDuplexStream, ServerUnaryCall, ServerWritableStream, ServiceError, sendUnaryData } from '@grpc/grpc-js';
 import type { JobScheduler } from '@sandgate/jobs';
@@ -126,13 +127,13 @@ export class ExecService {
   }
 
   /** ExecSandbox: server-streaming; stdin is the request's whole payload. */
-  handleUnary(call: ServerWritableStream<ExecSandboxRequest, ExecSandboxEvent>): void {
+  handleUnary(call: ServerWritableStream<ExecSandboxRequest, ExecSandboxEvent>, _caller: Principal): void {
     this.deps.metrics.inc('sandgate_exec_started_total');
     this.begin(call.request, true, call).catch((err: unknown) => endWithError(call, this.clientError(err)));
   }
 
   /** ExecSandboxInteractive: bidi; the first message must be `start`. */
-  handleInteractive(call: ServerDuplexStream<ExecSandboxInput, ExecSandboxEvent>): void {
+  handleInteractive(call: ServerDuplexStream<ExecSandboxInput, ExecSandboxEvent>, _caller: Principal): void {
     this.deps.metrics.inc('sandgate_exec_started_total');
     // Later stdin frames stay buffered until the path is open.
     takeFirstMessage(call, 'empty stream: expected start message', (first: ExecSandboxInput) => {

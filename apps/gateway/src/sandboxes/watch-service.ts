@@ -2,6 +2,7 @@
 // stream (appended atomically by every record write, so every change arrives once, in order,
 // whichever replica made it); log lines from its log stream. One blocking Redis connection per
 // watcher (the store's follower), closed with the call.
+import type { Principal } from '@sandgate/core';
 import type { ServerUnaryCall, ServerWritableStream, sendUnaryData } from '@grpc/grpc-js';
 import type {
   GetSandboxLogsRequest,
@@ -70,7 +71,7 @@ export class WatchService {
   }
 
   /** Resolves when the watch has ended (for tests: a watch must end when its client goes away). */
-  handleWatch(call: WatchCall): Promise<void> {
+  handleWatch(call: WatchCall, _caller: Principal): Promise<void> {
     return this.watch(call).catch((err: unknown) => endWithError(call, toServiceError(err, this.deps.log)));
   }
 

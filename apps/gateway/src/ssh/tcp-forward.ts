@@ -2,6 +2,7 @@
 // frame, the access rule, the SSH session token and the connection caps — then opens a TCP channel
 // to the sandbox's supervisor wherever its session is (locally, or relayed through the owner) and
 // relays raw bytes both ways until either end closes.
+import type { Principal } from '@sandgate/core';
 import { randomUUID } from 'node:crypto';
 import type { ServerDuplexStream } from '@grpc/grpc-js';
 import type { LinkChannel } from '@sandgate/relay';
@@ -38,7 +39,7 @@ export class TcpForwardService {
   private readonly clientError = (err: unknown) => toClientError(err, this.deps.log, this.deps.debugBreaks?.has('retriable-errors') ?? false);
 
   /** ForwardTcp: bidi; the first client frame must be `init`. */
-  handleForward(call: ForwardCall): void {
+  handleForward(call: ForwardCall, _caller: Principal): void {
     // Later data frames wait until the path is open.
     takeFirstMessage(call, 'empty ForwardTcp stream', (first: TcpForwardFrame) => {
       if (!first.init) {
