@@ -6,3 +6,4 @@ export * from './events.ts';
 export * from './ssh-sessions.ts';
 export * from './counters.ts';
 export * from './connection.ts';
+export * from './tokens.ts';
