@@ -41,7 +41,7 @@ function serial(): string {
   return bytes.toString('hex');
 }
 
-async function keyPem(key: CryptoKey): Promise<string> {
+async function keyPem(key: webcrypto.CryptoKey): Promise<string> {
   const der = await webcrypto.subtle.exportKey('pkcs8', key as webcrypto.CryptoKey);
   return x509.PemConverter.encode(der, 'PRIVATE KEY');
 }
@@ -50,14 +50,14 @@ function escapeDn(value: string): string {
   return value.replace(/([,+"\\<>;=])/g, '\\$1');
 }
 
-async function caFrom(cert: x509.X509Certificate, keys: CryptoKeyPair | { privateKey: CryptoKey }): Promise<CertificateAuthority> {
+async function caFrom(cert: x509.X509Certificate, keys: webcrypto.CryptoKeyPair | { privateKey: webcrypto.CryptoKey }): Promise<CertificateAuthority> {
   const certPem = cert.toString('pem');
   const caKeyPem = await keyPem(keys.privateKey);
   return {
     cert: certPem,
     key: caKeyPem,
     async issue(req: IssueRequest): Promise<PemPair> {
-      const leafKeys = (await webcrypto.subtle.generateKey(ALGORITHM, true, ['sign', 'verify'])) as CryptoKeyPair;
+      const leafKeys = (await webcrypto.subtle.generateKey(ALGORITHM, true, ['sign', 'verify'])) as webcrypto.CryptoKeyPair;
       const notBefore = req.notBefore ?? new Date(Date.now() - 3_600_000);
       const names = [`CN=${escapeDn(req.commonName)}`, ...(req.organizationalUnits ?? []).map((ou) => `OU=${escapeDn(ou)}`)];
       const altNames = [
@@ -88,7 +88,7 @@ async function caFrom(cert: x509.X509Certificate, keys: CryptoKeyPair | { privat
 
 /** A new self-signed CA (10 years). */
 export async function createCertificateAuthority(commonName = 'sandgate CA'): Promise<CertificateAuthority> {
-  const keys = (await webcrypto.subtle.generateKey(ALGORITHM, true, ['sign', 'verify'])) as CryptoKeyPair;
+  const keys = (await webcrypto.subtle.generateKey(ALGORITHM, true, ['sign', 'verify'])) as webcrypto.CryptoKeyPair;
   const notBefore = new Date(Date.now() - 3_600_000);
   const cert = await x509.X509CertificateGenerator.createSelfSigned({
     serialNumber: serial(),
