@@ -1,2 +1,3 @@
 export * from './pump.ts';
 export * from './link.ts';
+export * from './handshake.ts';

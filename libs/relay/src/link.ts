@@ -1,30 +1,40 @@
-// The peer link: how an entry replica relays one exec (or one TCP channel) to the owner replica.
+// The peer link: how an entry replica relays one exec (or one TCP channel, or one unary peer
+// call) to the owner replica.
 //
-// One plain TCP connection per relayed channel, on the owner's peer port (which tells it apart
-// from gRPC by the first four bytes). A gRPC stream per exec cost ≈0.7 ms of grpc-js work on the
-// critical path even when opened ahead of time; a framed socket costs a few tens of µs, and TCP
-// gives each channel its own flow control, so back-pressure needs no protocol of its own.
+// One plain TCP connection per relayed channel, on the owner's peer port. A gRPC stream per exec
+// cost ≈0.7 ms of grpc-js work on the critical path even when opened ahead of time; a framed
+// socket costs a few tens of µs, and TCP gives each channel its own flow control, so
+// back-pressure needs no protocol of its own.
 //
-// Wire: the connecting side sends the magic `SGL1`, then both sides send frames
+// Wire: each side first sends the magic `SGL2`, then frames
 //   u32 length (big-endian, counts type + payload) | u8 type | payload
-// HELLO   client → server, first frame: JSON {secret, kind, from}
-// MSG     either way: one protobuf message (ExecFrame or TcpFrame)
+// Handshake (handshake.ts): the server speaks first, unasked, so nothing the client sends is read
+// before a challenge is out; nothing but these frames is accepted until it completes, and they
+// are at most MAX_HANDSHAKE_FRAME_BYTES.
+// CHALLENGE server → client, on accept: JSON {nonce, replica}
+// HELLO     client → server: JSON {kind, from, to, nonce, mac}; the secret itself is never sent
+// PROOF     server → client: JSON {mac}; the client sends no MSG before it checked it
+// Then:
+// MSG     either way: one protobuf message (ExecFrame or TcpFrame), or one JSON peer call
 // OPENED  server → client: the owner has opened the channel to the supervisor (gRPC's headers)
 // END     either way: no more MSG from the sender (half-close)
 // STATUS  server → client: JSON {code, details, notHere}: the channel failed; the server closes
-// PING    either way, every 1 s: a side that hears nothing for 3.5 s drops the connection, so a
-//         frozen replica is noticed as fast as with the gRPC keepalive it replaces.
+// PING    either way, every 1 s once authenticated: a side that hears nothing for 3.5 s drops the
+//         connection, so a frozen replica is noticed as fast as with the gRPC keepalive it replaces.
 // Closing the connection without END is a cancel (the owner kills what the channel runs).
 import { connect, type Socket } from 'node:net';
 import { Duplex } from 'node:stream';
+import { handshakeMac, macValid, newNonce, NONCE_BYTES, type Transcript } from './handshake.ts';
 
-export const LINK_MAGIC = Buffer.from('SGL1');
+export const LINK_MAGIC = Buffer.from('SGL2');
 
-export const LinkFrame = { HELLO: 1, MSG: 2, OPENED: 3, END: 4, STATUS: 5, PING: 6 } as const;
+export const LinkFrame = { HELLO: 1, MSG: 2, OPENED: 3, END: 4, STATUS: 5, PING: 6, CHALLENGE: 7, PROOF: 8 } as const;
 
 const HEADER_BYTES = 5;
 /** Larger frames are a protocol error (an exec's whole stdin rides in its start frame). */
 const MAX_FRAME_BYTES = 64 * 1024 * 1024;
+/** Before authentication nothing larger is buffered: a stranger cannot make us hold 64 MiB. */
+export const MAX_HANDSHAKE_FRAME_BYTES = 4096;
 export const LINK_PING_INTERVAL_MS = 1_000;
 export const LINK_SILENCE_LIMIT_MS = 3_500;
 
@@ -33,11 +43,28 @@ export interface LinkCodec<T> {
   decode(bytes: Uint8Array): T;
 }
 
+/** What the client side needs to open a link; `secret` is used for the MACs and never sent. */
 export interface LinkHello {
   secret: string;
-  /** Which relay the channel carries: 'exec' or 'tcp'. */
+  /** Which relay the channel carries: 'exec', 'tcp' or 'call'. */
   kind: string;
   from: string;
+  /** The replica the client means to reach; when set, a server naming itself otherwise is refused. */
+  to?: string;
+}
+
+/** An authenticated HELLO, as the server side sees it. */
+export interface LinkPeer {
+  kind: string;
+  from: string;
+  to: string;
+}
+
+/** The server side's half of the handshake. */
+export interface LinkServerAuth {
+  secret: string;
+  /** This replica's id: named in the CHALLENGE and bound into both MACs. */
+  self: string;
 }
 
 /** How a channel failed, as the client side sees it (shaped like a grpc-js ServiceError). */
@@ -69,18 +96,21 @@ export interface LinkTiming {
 /**
  * One relayed channel as an object-mode Duplex of protobuf messages. The client side emits
  * 'metadata' when the owner reports the channel open and 'error' (a LinkError) when it fails;
- * the server side emits 'hello', and 'cancelled' when the client goes away without END. An
+ * the server side emits 'hello' (a LinkPeer, once the client proved it holds the secret), and
+ * 'cancelled' when the client goes away without END. Either side emits 'refused' (a reason)
+ * when the other end failed the handshake or spoke something else, just before closing. An
  * 'error' emitted on the server side (e.g. by endWithError) is sent to the client as STATUS.
  */
 export class LinkChannel<T> extends Duplex {
   readonly role: 'client' | 'server';
   /** Server: the client went away without END. Client: cancel() was called. */
   cancelled = false;
-  hello: LinkHello | null = null;
+  /** Server: the authenticated HELLO. */
+  hello: LinkPeer | null = null;
   private readonly socket: Socket;
   /** Server side: known once the HELLO said which relay the channel carries. */
   private codec: LinkCodec<T> | null;
-  private readonly codecFor: ((hello: LinkHello) => LinkCodec<T> | null) | null;
+  private readonly codecFor: ((hello: LinkPeer) => LinkCodec<T> | null) | null;
   private readonly timer: NodeJS.Timeout;
   private pending: Buffer[] = [];
   private pendingBytes = 0;
@@ -88,12 +118,27 @@ export class LinkChannel<T> extends Duplex {
   private remoteEnded = false;
   private failed = false;
   private socketError = '';
+  // ---- handshake state ----
+  /** The other side's magic has not been seen yet. */
+  private awaitingMagic = true;
+  /** Both sides proved themselves: MSG and the rest may flow. */
+  private authenticated = false;
+  private readonly clientHello: LinkHello | null;
+  private readonly serverAuth: LinkServerAuth | null;
+  private transcript: Transcript | null = null;
+  private readonly serverNonce: Buffer | null = null;
+  /** Client: writes (and the end) wait here until the server's proof checked out. */
+  private held: Array<() => void> = [];
 
-  /** `codec` may be chosen from the HELLO (server side): null for a kind this side does not serve. */
+  /**
+   * Client: `auth` is the hello (and the secret for the MACs). Server: `auth` is this replica's
+   * secret and id, and `codec` may be chosen from the HELLO (null for a kind this side does not serve).
+   */
   constructor(
     socket: Socket,
-    codec: LinkCodec<T> | ((hello: LinkHello) => LinkCodec<T> | null),
+    codec: LinkCodec<T> | ((hello: LinkPeer) => LinkCodec<T> | null),
     role: 'client' | 'server',
+    auth: LinkHello | LinkServerAuth,
     timing: LinkTiming = {},
   ) {
     super({ objectMode: true, allowHalfOpen: true, highWaterMark: 16 });
@@ -101,6 +146,8 @@ export class LinkChannel<T> extends Duplex {
     this.codec = typeof codec === 'function' ? null : codec;
     this.codecFor = typeof codec === 'function' ? codec : null;
     this.role = role;
+    this.clientHello = role === 'client' ? (auth as LinkHello) : null;
+    this.serverAuth = role === 'server' ? (auth as LinkServerAuth) : null;
     socket.setNoDelay(true);
     socket.on('data', (chunk: Buffer) => this.onBytes(chunk));
     socket.on('error', (err) => (this.socketError ||= err.message));
@@ -119,7 +166,8 @@ export class LinkChannel<T> extends Duplex {
         socket.destroy();
         return;
       }
-      this.sendFrame(LinkFrame.PING);
+      // Nothing but handshake frames before it completed (the other side would refuse a PING).
+      if (this.authenticated) this.sendFrame(LinkFrame.PING);
     }, interval);
     this.timer.unref();
     // Both sides said END: the channel is over even if nobody reads what is left (an entry
@@ -130,6 +178,10 @@ export class LinkChannel<T> extends Duplex {
     if (role === 'server') {
       // endWithError(call, err) emits 'error' on the call: for a link channel that is the status.
       this.on('error', (err: unknown) => this.sendStatus(err));
+      // The challenge goes out before a byte from the client is read.
+      this.serverNonce = newNonce();
+      socket.write(LINK_MAGIC);
+      this.sendFrame(LinkFrame.CHALLENGE, Buffer.from(JSON.stringify({ nonce: this.serverNonce.toString('base64'), replica: this.serverAuth!.self })));
     }
   }
 
@@ -145,13 +197,8 @@ export class LinkChannel<T> extends Duplex {
     this.socket.destroy();
   }
 
-  sendHello(hello: LinkHello): void {
-    this.socket.write(LINK_MAGIC);
-    this.sendFrame(LinkFrame.HELLO, Buffer.from(JSON.stringify(hello)));
-  }
-
   private sendStatus(err: unknown): void {
-    if (this.failed || this.socket.destroyed) return;
+    if (this.failed || this.socket.destroyed || !this.authenticated) return;
     this.failed = true;
     const e = err as { code?: number; details?: string; message?: string; notHere?: boolean };
     const status = { code: e.code ?? UNAVAILABLE, details: e.details ?? e.message ?? 'peer channel failed', notHere: e.notHere === true };
@@ -173,12 +220,20 @@ export class LinkChannel<T> extends Duplex {
   }
 
   override _write(frame: T, _encoding: BufferEncoding, callback: (err?: Error | null) => void): void {
+    if (!this.authenticated && !this.socket.destroyed) {
+      this.held.push(() => this._write(frame, _encoding, callback));
+      return;
+    }
     // After the connection is gone writes are dropped: its closing already reported the failure.
     if (!this.codec || this.sendFrame(LinkFrame.MSG, this.codec.encode(frame)) || this.socket.destroyed) callback();
     else this.socket.once('drain', () => callback());
   }
 
   override _final(callback: (err?: Error | null) => void): void {
+    if (!this.authenticated && !this.socket.destroyed) {
+      this.held.push(() => this._final(callback));
+      return;
+    }
     this.sendFrame(LinkFrame.END);
     callback();
   }
@@ -192,27 +247,52 @@ export class LinkChannel<T> extends Duplex {
     // A clean end flushes what is queued; anything else tears the connection down.
     if (!err && this.remoteEnded && this.writableFinished) this.socket.end();
     else this.socket.destroy();
+    this.releaseHeld();
     callback(err);
+  }
+
+  /** Runs what waited for the handshake (or, once the socket is gone, lets it drop). */
+  private releaseHeld(): void {
+    const held = this.held;
+    this.held = [];
+    for (const run of held) run();
   }
 
   private onBytes(chunk: Buffer): void {
     this.lastHeardMs = Date.now();
     this.pending.push(chunk);
     this.pendingBytes += chunk.length;
+    if (this.awaitingMagic) {
+      const head = this.flatten();
+      const seen = head.subarray(0, Math.min(head.length, LINK_MAGIC.length));
+      // Checked byte by byte as they come: an HTTP/2 preface or a stray client is dropped at once.
+      if (!seen.equals(LINK_MAGIC.subarray(0, seen.length))) return this.refuse('not the peer link protocol');
+      if (head.length < LINK_MAGIC.length) return;
+      this.awaitingMagic = false;
+      this.pending = head.length > LINK_MAGIC.length ? [head.subarray(LINK_MAGIC.length)] : [];
+      this.pendingBytes -= LINK_MAGIC.length;
+    }
     while (this.pendingBytes >= HEADER_BYTES) {
       let head = this.pending[0]!;
       if (head.length < HEADER_BYTES) head = this.flatten();
       const length = head.readUInt32BE(0);
+      const type = head[4]!;
+      if (!this.authenticated) {
+        // Judged on the header alone: before the handshake no other frame is decoded, or buffered.
+        const expected = this.role === 'server' ? LinkFrame.HELLO : this.transcript ? LinkFrame.PROOF : LinkFrame.CHALLENGE;
+        if (type !== expected) return this.refuse(`frame type ${type} before the handshake completed`);
+        if (length < 1 || length > MAX_HANDSHAKE_FRAME_BYTES) return this.refuse(`handshake frame of ${length} bytes`);
+      }
       if (length < 1 || length > MAX_FRAME_BYTES) return this.protocolError(`bad frame length ${length}`);
       if (this.pendingBytes < 4 + length) return;
       if (head.length < 4 + length) head = this.flatten();
-      const type = head[4]!;
       const payload = head.subarray(HEADER_BYTES, 4 + length);
       const rest = head.subarray(4 + length);
       this.pending[0] = rest;
       this.pendingBytes -= 4 + length;
       if (rest.length === 0) this.pending.shift();
-      this.onFrame(type, payload);
+      if (this.authenticated) this.onFrame(type, payload);
+      else this.onHandshakeFrame(type, payload);
       if (this.destroyed || this.socket.destroyed) return;
     }
   }
@@ -221,6 +301,52 @@ export class LinkChannel<T> extends Duplex {
     const all = Buffer.concat(this.pending);
     this.pending = [all];
     return all;
+  }
+
+  private onHandshakeFrame(type: number, payload: Buffer): void {
+    const body = parseJson(payload);
+    if (!body) return this.refuse('undecodable handshake frame');
+    if (type === LinkFrame.CHALLENGE) {
+      const hello = this.clientHello!;
+      const serverNonce = nonceOf(body.nonce);
+      const to = body.replica;
+      if (!serverNonce || typeof to !== 'string') return this.refuse('malformed challenge');
+      if (hello.to !== undefined && hello.to !== to) return this.refuse(`the peer port is replica '${to}', not '${hello.to}'`);
+      const clientNonce = newNonce();
+      this.transcript = { serverNonce, clientNonce, kind: hello.kind, from: hello.from, to };
+      const mac = handshakeMac(hello.secret, 'client', this.transcript);
+      this.socket.write(LINK_MAGIC);
+      this.sendFrame(
+        LinkFrame.HELLO,
+        Buffer.from(JSON.stringify({ kind: hello.kind, from: hello.from, to, nonce: clientNonce.toString('base64'), mac: mac.toString('base64') })),
+      );
+      return;
+    }
+    if (type === LinkFrame.PROOF) {
+      const mac = typeof body.mac === 'string' ? Buffer.from(body.mac, 'base64') : Buffer.alloc(0);
+      if (!macValid(this.clientHello!.secret, 'server', this.transcript!, mac)) return this.refuse('the peer could not prove it holds the peer secret');
+      this.authenticated = true;
+      this.releaseHeld();
+      return;
+    }
+    // HELLO, server side.
+    const auth = this.serverAuth!;
+    const clientNonce = nonceOf(body.nonce);
+    const { kind, from, to } = body;
+    if (!clientNonce || typeof kind !== 'string' || typeof from !== 'string' || typeof to !== 'string' || typeof body.mac !== 'string') {
+      return this.refuse('malformed hello');
+    }
+    const transcript: Transcript = { serverNonce: this.serverNonce!, clientNonce, kind, from, to };
+    // `to` is in the transcript, so a HELLO made for another replica's challenge fails here too.
+    if (to !== auth.self || !macValid(auth.secret, 'client', transcript, Buffer.from(body.mac, 'base64'))) {
+      return this.refuse(`bad hello MAC (from '${from}')`);
+    }
+    this.hello = { kind, from, to };
+    if (this.codecFor) this.codec = this.codecFor(this.hello);
+    if (!this.codec) return this.refuse(`no relay of kind '${kind}' here`);
+    this.authenticated = true;
+    this.sendFrame(LinkFrame.PROOF, Buffer.from(JSON.stringify({ mac: handshakeMac(auth.secret, 'server', transcript).toString('base64') })));
+    this.emit('hello', this.hello);
   }
 
   private onFrame(type: number, payload: Buffer): void {
@@ -243,34 +369,27 @@ export class LinkChannel<T> extends Duplex {
         this.push(null);
         if (this.writableFinished) this.destroy();
         return;
-      case LinkFrame.HELLO:
-        if (this.role !== 'server' || this.hello) return this.protocolError('unexpected hello');
-        try {
-          this.hello = JSON.parse(payload.toString()) as LinkHello;
-        } catch {
-          return this.protocolError('undecodable hello');
-        }
-        if (this.codecFor) this.codec = this.codecFor(this.hello);
-        if (!this.codec) return this.protocolError(`no relay of kind '${String(this.hello.kind)}' here`);
-        this.emit('hello', this.hello);
-        return;
       case LinkFrame.OPENED:
         if (this.role === 'client') this.emit('metadata');
         return;
       case LinkFrame.STATUS: {
         if (this.role !== 'client') return this.protocolError('unexpected status');
-        let status: { code?: number; details?: string; notHere?: boolean };
-        try {
-          status = JSON.parse(payload.toString()) as typeof status;
-        } catch {
-          status = {};
-        }
+        const status = (parseJson(payload) ?? {}) as { code?: number; details?: string; notHere?: boolean };
         this.fail(linkError(status.code ?? UNAVAILABLE, status.details ?? 'peer channel failed', { notHere: status.notHere === true, answered: true }));
         return;
       }
       default:
-        return this.protocolError(`unknown frame type ${type}`);
+        return this.protocolError(`unexpected frame type ${type}`);
     }
+  }
+
+  /** The other end failed the handshake or speaks something else: closed, and said so once. */
+  private refuse(why: string): void {
+    this.socketError ||= `peer link refused: ${why}`;
+    this.pending = [];
+    this.pendingBytes = 0;
+    this.emit('refused', why);
+    this.socket.destroy();
   }
 
   private protocolError(why: string): void {
@@ -290,7 +409,7 @@ export class LinkChannel<T> extends Duplex {
   private onSocketClosed(): void {
     clearInterval(this.timer);
     if (this.role === 'server') {
-      if (!this.remoteEnded && !this.cancelled) {
+      if (this.authenticated && !this.remoteEnded && !this.cancelled) {
         this.cancelled = true;
         this.emit('cancelled');
       }
@@ -304,37 +423,45 @@ export class LinkChannel<T> extends Duplex {
   }
 }
 
-/** Client side: connects to a peer port and says hello; usable at once (writes queue until connected). */
-export function connectLink<T>(address: string, codec: LinkCodec<T>, hello: LinkHello, timing?: LinkTiming): LinkChannel<T> {
-  const colon = address.lastIndexOf(':');
-  const socket = connect({ host: address.slice(0, colon), port: Number(address.slice(colon + 1)) });
-  const channel = new LinkChannel(socket, codec, 'client', timing);
-  channel.sendHello(hello);
-  return channel;
+function parseJson(payload: Buffer): Record<string, unknown> | null {
+  try {
+    const value: unknown = JSON.parse(payload.toString());
+    return value && typeof value === 'object' && !Array.isArray(value) ? (value as Record<string, unknown>) : null;
+  } catch {
+    return null;
+  }
+}
+
+function nonceOf(value: unknown): Buffer | null {
+  if (typeof value !== 'string') return null;
+  const nonce = Buffer.from(value, 'base64');
+  return nonce.length === NONCE_BYTES ? nonce : null;
 }
 
 /**
- * Server side: tells a link connection from anything else (gRPC) by its first four bytes. Calls
- * `onLink` with the socket (the magic consumed), or `onOther` with the socket and the bytes
- * already read (to be handed to another protocol's server).
+ * Client side: connects to a peer port; usable at once (writes queue until the server proved
+ * itself). The HELLO goes out when the server's challenge arrives.
  */
-export function sniffLink(socket: Socket, onLink: (socket: Socket) => void, onOther: (socket: Socket, head: Buffer) => void): void {
-  const chunks: Buffer[] = [];
-  let length = 0;
-  const onData = (chunk: Buffer) => {
-    chunks.push(chunk);
-    length += chunk.length;
-    if (length < LINK_MAGIC.length) return;
-    socket.off('data', onData);
-    socket.pause();
-    const head = Buffer.concat(chunks);
-    if (head.subarray(0, LINK_MAGIC.length).equals(LINK_MAGIC)) {
-      const rest = head.subarray(LINK_MAGIC.length);
-      if (rest.length) socket.unshift(rest);
-      onLink(socket);
-      socket.resume();
-    } else onOther(socket, head);
+export function connectLink<T>(address: string, codec: LinkCodec<T>, hello: LinkHello, timing?: LinkTiming): LinkChannel<T> {
+  const colon = address.lastIndexOf(':');
+  const socket = connect({ host: address.slice(0, colon), port: Number(address.slice(colon + 1)) });
+  return new LinkChannel(socket, codec, 'client', hello, timing);
+}
+
+/** Server side: a peer-port connection; the challenge goes out at once. */
+export function acceptLink<T>(
+  socket: Socket,
+  codecFor: (hello: LinkPeer) => LinkCodec<T> | null,
+  auth: LinkServerAuth,
+  timing?: LinkTiming,
+): LinkChannel<T> {
+  return new LinkChannel(socket, codecFor, 'server', auth, timing);
+}
+
+/** A peer-link codec of JSON values (the unary peer calls). */
+export function jsonCodec<T>(): LinkCodec<T> {
+  return {
+    encode: (value) => Buffer.from(JSON.stringify(value)),
+    decode: (bytes) => JSON.parse(Buffer.from(bytes).toString()) as T,
   };
-  socket.on('data', onData);
-  socket.on('error', () => undefined);
 }

@@ -1,9 +1,10 @@
 // The peer link over real loopback sockets: framing, END/STATUS/cancel semantics, liveness,
-// back-pressure, and telling a link from another protocol on a shared port.
+// back-pressure, and the handshake's refusals of anything that is not a peer holding the secret
+// (the attacks themselves: apps/gateway/test/peer-port.test.ts).
 import { afterEach, describe, expect, it } from 'vitest';
 import { createServer, connect, type Server, type Socket } from 'node:net';
 import { once } from 'node:events';
-import { connectLink, LinkChannel, sniffLink, LINK_MAGIC, type LinkCodec, type LinkError } from '../src/link.ts';
+import { acceptLink, connectLink, LinkChannel, LINK_MAGIC, type LinkCodec, type LinkError } from '../src/link.ts';
 
 interface Msg {
   n?: number;
@@ -14,6 +15,7 @@ const json: LinkCodec<Msg> = {
   decode: (b) => JSON.parse(Buffer.from(b).toString()) as Msg,
 };
 const HELLO = { secret: 's', kind: 'exec', from: 'test' };
+const SERVER = { secret: 's', self: 'owner' };
 
 const servers: Server[] = [];
 afterEach(() => {
@@ -22,16 +24,10 @@ afterEach(() => {
 
 /** A link server whose channels are handed to `onChannel` once they said hello. */
 async function linkServer(onChannel: (ch: LinkChannel<Msg>) => void, timing = {}): Promise<string> {
-  const server = createServer((socket) =>
-    sniffLink(
-      socket,
-      (s) => {
-        const ch = new LinkChannel(s, json, 'server', timing);
-        ch.once('hello', () => onChannel(ch));
-      },
-      (s) => s.destroy(),
-    ),
-  );
+  const server = createServer((socket) => {
+    const ch = acceptLink(socket, () => json, SERVER, timing);
+    ch.once('hello', () => onChannel(ch));
+  });
   servers.push(server);
   server.listen(0, '127.0.0.1');
   await once(server, 'listening');
@@ -50,7 +46,7 @@ describe('peer link', () => {
     let serverSide: LinkChannel<Msg> | null = null;
     const address = await linkServer((ch) => {
       serverSide = ch;
-      expect(ch.hello).toEqual(HELLO);
+      expect(ch.hello).toEqual({ kind: 'exec', from: 'test', to: 'owner' });
       ch.sendMetadata();
       ch.on('data', (m: Msg) => ch.write({ n: (m.n ?? 0) * 2 }));
       ch.on('end', () => ch.end());
@@ -160,47 +156,40 @@ describe('peer link', () => {
     expect(maxBuffered).toBeLessThan(8 * 1024 * 1024);
   });
 
-  it('tells a link from another protocol on the same port by its first bytes', async () => {
-    const seen: string[] = [];
-    const server = createServer((socket) =>
-      sniffLink(
-        socket,
-        () => seen.push('link'),
-        (s, head) => {
-          seen.push(`other:${head.toString()}`);
-          s.destroy();
-        },
-      ),
-    );
+  it('drops a connection that speaks another protocol, or sends frames before the handshake', async () => {
+    const refusals: string[] = [];
+    const server = createServer((socket) => {
+      const ch = acceptLink(socket, () => json, SERVER);
+      ch.on('refused', (why: string) => refusals.push(why));
+      ch.on('hello', () => refusals.push('accepted'));
+    });
     servers.push(server);
     server.listen(0, '127.0.0.1');
     await once(server, 'listening');
     const port = (server.address() as { port: number }).port;
-    const other = connect(port, '127.0.0.1', () => other.write('PRI * HTTP/2.0'));
+    const other = connect(port, '127.0.0.1', () => other.write('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n'));
+    other.resume();
     await once(other, 'close');
-    const link = connect(port, '127.0.0.1', () => link.write(LINK_MAGIC));
-    await new Promise((r) => setTimeout(r, 100));
-    link.destroy();
-    expect(seen).toEqual(['other:PRI * HTTP/2.0', 'link']);
+    // The magic, then an oversized MSG header straight away: refused on the header alone.
+    const raw = connect(port, '127.0.0.1', () => raw.write(Buffer.concat([LINK_MAGIC, Buffer.from([0xff, 0xff, 0xff, 0xff, 2])])));
+    raw.resume();
+    await once(raw, 'close');
+    expect(refusals).toEqual(['not the peer link protocol', 'frame type 2 before the handshake completed']);
   });
 
-  it('drops a connection that sends garbage instead of frames', async () => {
-    let serverSide!: LinkChannel<Msg>;
-    const server = createServer((socket) =>
-      sniffLink(
-        socket,
-        (s) => {
-          serverSide = new LinkChannel(s, json, 'server');
-        },
-        (s) => s.destroy(),
-      ),
-    );
-    servers.push(server);
-    server.listen(0, '127.0.0.1');
-    await once(server, 'listening');
-    const port = (server.address() as { port: number }).port;
-    const raw = connect(port, '127.0.0.1', () => raw.write(Buffer.concat([LINK_MAGIC, Buffer.from([0xff, 0xff, 0xff, 0xff, 9])])));
-    await once(raw, 'close');
-    expect(serverSide.cancelled).toBe(true);
+  it('a client with another secret is refused, and a server with another secret gets no message', async () => {
+    let served = 0;
+    const address = await linkServer(() => served++);
+    const client = connectLink(address, json, { ...HELLO, secret: 'wrong' });
+    client.write({ n: 1 });
+    const [err] = (await once(client, 'error')) as [LinkError];
+    expect(err.code).toBe(14);
+    expect(served).toBe(0);
+
+    const refused: string[] = [];
+    const client2 = connectLink(address, json, { ...HELLO, to: 'someone-else' });
+    client2.on('refused', (why: string) => refused.push(why));
+    await once(client2, 'error');
+    expect(refused).toEqual(["the peer port is replica 'owner', not 'someone-else'"]);
   });
 });
