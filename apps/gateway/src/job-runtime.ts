@@ -28,7 +28,7 @@ export interface JobRuntimeDeps {
  */
 export async function runJobWorker(
   processId: string,
-  config: { redisUrl: string; debugBreaks: ReadonlySet<DebugBreak> },
+  config: { redisUrl: string; debugBreaks: ReadonlySet<DebugBreak>; /** PEM CA of a rediss:// Redis ('' for none). */ redisTlsCa?: string },
   deps: JobRuntimeDeps,
 ): Promise<RunningWorker> {
   await deps.scheduler.ensureReconcile();
@@ -46,6 +46,7 @@ export async function runJobWorker(
   });
   return startJobWorker(config.redisUrl, processors, {
     connectionName: jobConnectionNames(processId).worker,
+    redisTlsCa: config.redisTlsCa,
     onError: (err) => deps.log.warn('job worker error', { err: err.message }),
   });
 }

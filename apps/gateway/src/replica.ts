@@ -7,7 +7,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Redis } from 'ioredis';
 import { loopbackHost, serviceDefinition } from '@sandgate/protocols';
-import { ClusterCounter, ClusterCounters, createRedisConnection, OwnershipStore, ReplicaRegistry, SandboxFeed, SandboxLogStore, SandboxStore, sharedPeerSecret, SshSessionStore } from '@sandgate/store';
+import { ClusterCounter, ClusterCounters, createRedisConnection, deleteLeftoverPeerSecret, loadRedisCa, OwnershipStore, ReplicaRegistry, resolvePeerSecret, SandboxFeed, SandboxLogStore, SandboxStore, SshSessionStore } from '@sandgate/store';
 import { DockerDriver, LocalDriver, type ComputeDriver } from '@sandgate/compute';
 import { createLogger, Metrics, type Logger } from '@sandgate/telemetry';
 import { JobScheduler, jobConnectionNames, type RunningWorker } from '@sandgate/jobs';
@@ -35,14 +35,6 @@ const GRPC_SERVER_OPTIONS = {
   'grpc.enable_channelz': 0,
   'grpc.keepalive_time_ms': 10_000,
   'grpc.keepalive_timeout_ms': 5_000,
-  'grpc.keepalive_permit_without_calls': 1,
-};
-// Peers are on a local network: a stalled or vanished replica is noticed within ~4 s, which bounds
-// how long a relayed exec can outlive its client after the entry replica froze.
-const PEER_SERVER_OPTIONS = {
-  'grpc.enable_channelz': 0,
-  'grpc.keepalive_time_ms': 2_000,
-  'grpc.keepalive_timeout_ms': 2_000,
   'grpc.keepalive_permit_without_calls': 1,
 };
 
@@ -89,20 +81,26 @@ export async function startReplica(config: ReplicaConfig): Promise<RunningReplic
   const log = createLogger({ component: 'gateway', replica: config.replicaId }, config.logLevel);
   const metrics = new Metrics();
   const stopDebugReminder = announceDebugBreaks(config.debugBreaks, log, metrics);
-  const redis = createRedisConnection(config.redisUrl, 'commands', { lazyConnect: true });
+  // Before anything connects: a replica without a peer secret must not start (and says how to fix it).
+  const peerSecret = resolvePeerSecret(config.peerSecret, config.redisUrl);
+  const redisTlsCa = loadRedisCa(config.redisCa);
+  const redis = createRedisConnection(config.redisUrl, 'commands', { lazyConnect: true, tlsCa: redisTlsCa });
   redis.on('error', (err: Error) => log.warn('redis error', { err: err.message }));
   await redis.connect();
+  if (await deleteLeftoverPeerSecret(redis)) log.warn('deleted the peer secret an older version had left in Redis (sg:peer-secret)');
 
   const store = new SandboxStore(redis);
   const ownership = new OwnershipStore(redis, config.ownerTtlMs, { fencing: !config.debugBreaks.has('fencing') });
   const replicas = new ReplicaRegistry(redis, config.ownerTtlMs);
   const driver = createDriver(config);
-  // The peer secret is shared through Redis on first start (replicas trust the same Redis).
-  const peerSecret = config.peerSecret || (await sharedPeerSecret(redis));
 
   const logs = new SandboxLogStore(redis);
   // BullMQ gets its own connections (workers block on Redis), named after the replica.
-  const scheduler = new JobScheduler(config.redisUrl, { connectionName: jobConnectionNames(config.replicaId).scheduler, enabled: !config.debugBreaks.has('jobs') });
+  const scheduler = new JobScheduler(config.redisUrl, {
+    connectionName: jobConnectionNames(config.replicaId).scheduler,
+    enabled: !config.debugBreaks.has('jobs'),
+    redisTlsCa,
+  });
   // Sessions report to the lifecycle, which asks the router about sessions: bound late.
   let lifecycle: LifecycleService | undefined;
   const sessions = new SessionRegistry({
@@ -124,7 +122,6 @@ export async function startReplica(config: ReplicaConfig): Promise<RunningReplic
   const exec = new ExecService({
     store,
     router,
-    peerSecret,
     scheduler,
     log,
     metrics,
@@ -133,7 +130,6 @@ export async function startReplica(config: ReplicaConfig): Promise<RunningReplic
   });
 
   const publicServer = new Server(GRPC_SERVER_OPTIONS);
-  const peerServer = new Server(PEER_SERVER_OPTIONS);
   const grpcPort = await bindGrpc(publicServer, config.host, config.grpcPort);
   const grpcAddress = `${config.host}:${grpcPort}`;
   await listenForDockerSupervisors(publicServer, driver, config.host, grpcPort, log);
@@ -182,7 +178,6 @@ export async function startReplica(config: ReplicaConfig): Promise<RunningReplic
     store,
     pushPolicy: (id, revision) => router.pushPolicy(id, revision),
     pushPolicyLocal: (id, revision) => sessions.pushPolicy(id, revision),
-    peerSecret,
     log,
   });
   publicServer.addService(openShellDefinition, openShellImplementation(noAuthentication, sandboxes, exec, lifecycle, watch, log, { sessions: ssh, forward }, configService));
@@ -191,25 +186,25 @@ export async function startReplica(config: ReplicaConfig): Promise<RunningReplic
     ExecChannel: (call: ExecChannelCall) => sessions.handleExecChannel(call),
     TcpChannel: (call: TcpChannelCall) => sessions.handleTcpChannel(call),
   });
-  peerServer.addService(serviceDefinition('sandgate.v1.Peer'), {
-    KillExec: (call: Parameters<ExecService['handlePeerKill']>[0], cb: Parameters<ExecService['handlePeerKill']>[1]) => exec.handlePeerKill(call, cb),
-    PushPolicy: (call: Parameters<ConfigService['handlePeerPushPolicy']>[0], cb: Parameters<ConfigService['handlePeerPushPolicy']>[1]) =>
-      configService.handlePeerPushPolicy(call, cb),
-  });
   const peerPort = await servePeerPort({
     host: config.host,
     port: config.peerPort,
+    replicaId: config.replicaId,
     peerSecret,
-    grpc: peerServer,
     onExec: (channel) => exec.servePeer(channel),
     onTcp: (channel) => forward.servePeer(channel),
+    calls: {
+      KillExec: (request) => exec.handlePeerKill(request),
+      PushPolicy: (request) => configService.handlePeerPushPolicy(request),
+    },
     log,
+    metrics,
   });
   const peerAddress = `${config.advertiseHost || config.host}:${peerPort.port}`;
 
   let worker: RunningWorker | null = null;
   if (config.workers) {
-    worker = await runJobWorker(config.replicaId, config, { redis, store, driver, scheduler, lifecycle, router, log, metrics });
+    worker = await runJobWorker(config.replicaId, { ...config, redisTlsCa }, { redis, store, driver, scheduler, lifecycle, router, log, metrics });
   }
 
   const info = { replicaId: config.replicaId, peerAddress, grpcAddress, pid: process.pid, startedAtMs: Date.now() };
@@ -254,7 +249,7 @@ export async function startReplica(config: ReplicaConfig): Promise<RunningReplic
       await replicas.remove(config.replicaId).catch(() => undefined);
       router.close();
       peerPort.close();
-      await Promise.all([shutdownGrpc(publicServer), shutdownGrpc(peerServer), http.close()]);
+      await Promise.all([shutdownGrpc(publicServer), http.close()]);
       redis.disconnect();
       log.info('replica stopped');
     })();

@@ -1,8 +1,8 @@
 // `sandgate worker`: the durable job workers alone, without listeners. It holds no supervisor
 // session, so everything it does to a session goes through Redis (ownership revoke) or the owner
-// replica's peer port (Peer.KillExec, with the shared peer secret).
+// replica's peer port (Peer.KillExec on an authenticated peer link).
 import type { Redis } from 'ioredis';
-import { OwnershipStore, ReplicaRegistry, SandboxLogStore, SandboxStore, createRedisConnection, sharedPeerSecret } from '@sandgate/store';
+import { createRedisConnection, deleteLeftoverPeerSecret, loadRedisCa, OwnershipStore, ReplicaRegistry, resolvePeerSecret, SandboxLogStore, SandboxStore } from '@sandgate/store';
 import { createLogger, Metrics } from '@sandgate/telemetry';
 import { JobScheduler, jobConnectionNames } from '@sandgate/jobs';
 import type { ReplicaConfig } from './config.ts';
@@ -13,7 +13,7 @@ import { LifecycleService } from './sandboxes/lifecycle-service.ts';
 
 /** `sandgate worker`: what a worker needs of a replica's configuration, and nothing that listens. */
 export interface WorkerConfig
-  extends Pick<ReplicaConfig, 'redisUrl' | 'driver' | 'stateDir' | 'dockerImage' | 'ownerTtlMs' | 'provisionTimeoutMs' | 'peerSecret' | 'logLevel' | 'debugBreaks'> {
+  extends Pick<ReplicaConfig, 'redisUrl' | 'driver' | 'stateDir' | 'dockerImage' | 'ownerTtlMs' | 'provisionTimeoutMs' | 'peerSecret' | 'redisCa' | 'logLevel' | 'debugBreaks'> {
   workerId: string;
   /** What restarted supervisors dial (the load balancer): a worker has no gRPC address of its own. */
   supervisorEndpoint: string;
@@ -30,16 +30,18 @@ export interface RunningStandaloneWorker {
 export async function startWorker(config: WorkerConfig): Promise<RunningStandaloneWorker> {
   const log = createLogger({ component: 'worker', worker: config.workerId }, config.logLevel);
   const metrics = new Metrics();
-  const redis = createRedisConnection(config.redisUrl, 'commands', { lazyConnect: true, connectionName: `sandgate:${config.workerId}` });
+  const peerSecret = resolvePeerSecret(config.peerSecret, config.redisUrl);
+  const redisTlsCa = loadRedisCa(config.redisCa);
+  const redis = createRedisConnection(config.redisUrl, 'commands', { lazyConnect: true, connectionName: `sandgate:${config.workerId}`, tlsCa: redisTlsCa });
   redis.on('error', (err: Error) => log.warn('redis error', { err: err.message }));
   await redis.connect();
+  if (await deleteLeftoverPeerSecret(redis)) log.warn('deleted the peer secret an older version had left in Redis (sg:peer-secret)');
 
   const store = new SandboxStore(redis);
   const ownership = new OwnershipStore(redis, config.ownerTtlMs);
   const replicas = new ReplicaRegistry(redis, config.ownerTtlMs);
   const driver = createDriver(config);
-  const peerSecret = config.peerSecret || (await sharedPeerSecret(redis));
-  const scheduler = new JobScheduler(config.redisUrl, { connectionName: jobConnectionNames(config.workerId).scheduler, enabled: config.jobsEnabled });
+  const scheduler = new JobScheduler(config.redisUrl, { connectionName: jobConnectionNames(config.workerId).scheduler, enabled: config.jobsEnabled, redisTlsCa });
   // It holds no supervisor session: the router always finds the owner replica in Redis and kills
   // execs there (Peer.KillExec).
   const router = new ExecRouter({ replicaId: config.workerId, sessions: NO_LOCAL_SESSIONS, ownership, replicas, peerSecret, log });
@@ -57,7 +59,7 @@ export async function startWorker(config: WorkerConfig): Promise<RunningStandalo
     log,
     metrics,
   });
-  const worker = await runJobWorker(config.workerId, config, { redis, store, driver, scheduler, lifecycle, router, log, metrics });
+  const worker = await runJobWorker(config.workerId, { ...config, redisTlsCa }, { redis, store, driver, scheduler, lifecycle, router, log, metrics });
   log.info('worker running', { driver: config.driver, supervisorEndpoint: config.supervisorEndpoint });
 
   let closing: Promise<void> | undefined;

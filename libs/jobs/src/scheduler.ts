@@ -21,6 +21,8 @@ export interface JobSchedulerOptions {
   connectionName: string;
   /** DEBUG ONLY (the `jobs` debug fault): when false nothing is enqueued, for the chaos suite's negative run. */
   enabled?: boolean;
+  /** PEM CA of a `rediss://` Redis (see createRedisConnection). */
+  redisTlsCa?: string;
 }
 
 export class JobScheduler {
@@ -31,7 +33,7 @@ export class JobScheduler {
 
   constructor(redisUrl: string, opts: JobSchedulerOptions) {
     this.enabled = opts.enabled ?? true;
-    this.connection = createRedisConnection(redisUrl, 'commands', { connectionName: opts.connectionName });
+    this.connection = createRedisConnection(redisUrl, 'commands', { connectionName: opts.connectionName, tlsCa: opts.redisTlsCa });
     this.queue = new Queue(QUEUE_NAME, {
       connection: this.connection,
       defaultJobOptions: {

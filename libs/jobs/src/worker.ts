@@ -24,11 +24,13 @@ export interface JobWorkerOptions {
   /** CLIENT SETNAME of the worker's connections (BullMQ's blocking one is a duplicate and keeps it). */
   connectionName: string;
   onError: (err: Error) => void;
+  /** PEM CA of a `rediss://` Redis (see createRedisConnection). */
+  redisTlsCa?: string;
 }
 
 export function startJobWorker(redisUrl: string, processors: JobProcessors, opts: JobWorkerOptions): RunningWorker {
   // Workers block on Redis and must retry forever (BullMQ requires maxRetriesPerRequest: null).
-  const connection = createRedisConnection(redisUrl, 'jobs-worker', { connectionName: opts.connectionName });
+  const connection = createRedisConnection(redisUrl, 'jobs-worker', { connectionName: opts.connectionName, tlsCa: opts.redisTlsCa });
   const worker = new Worker(
     QUEUE_NAME,
     async (job: Job) => {

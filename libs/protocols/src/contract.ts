@@ -25,10 +25,9 @@ export const MetadataKey = {
   sandboxId: 'x-sandgate-sandbox-id',
   /** Supervisor → gateway: the per-sandbox secret the driver handed over as a file. */
   credential: 'x-sandgate-credential',
-  /** Replica → replica (sandgate.v1.Peer): the shared peer secret. */
-  peerSecret: 'x-sandgate-peer-secret',
-  /** Replica → replica: the calling replica's id (for logs). */
-  fromReplica: 'x-sandgate-from-replica',
+  // Replicas no longer call each other over gRPC (peer calls ride authenticated peer links,
+  // libs/relay/src/link.ts), and no secret travels in metadata: `x-sandgate-peer-secret` and
+  // `x-sandgate-from-replica` are gone.
 } as const;
 
 /**

@@ -19,12 +19,10 @@ describe('names on the wire', () => {
     expect(Object.keys(proto)).toHaveLength(Object.keys(SandboxPhase).length);
   });
 
-  it('metadata keys are unchanged (older supervisors and replicas send these)', () => {
+  it('metadata keys are unchanged (older supervisors send these)', () => {
     expect(MetadataKey).toEqual({
       sandboxId: 'x-sandgate-sandbox-id',
       credential: 'x-sandgate-credential',
-      peerSecret: 'x-sandgate-peer-secret',
-      fromReplica: 'x-sandgate-from-replica',
     });
   });
 });

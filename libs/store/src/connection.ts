@@ -1,4 +1,5 @@
 // Redis connections for the apps, so that connection policy lives with the rest of Redis.
+import { readFileSync } from 'node:fs';
 import { Redis } from 'ioredis';
 
 /**
@@ -9,14 +10,40 @@ import { Redis } from 'ioredis';
  */
 export type RedisPurpose = 'commands' | 'jobs-worker';
 
-export function createRedisConnection(
-  url: string,
-  purpose: RedisPurpose,
-  opts: { lazyConnect?: boolean; /** Shown by CLIENT LIST, so an operator (or a test) can tell connections apart. */ connectionName?: string } = {},
-): Redis {
+export interface RedisConnectionOptions {
+  lazyConnect?: boolean;
+  /** Shown by CLIENT LIST, so an operator (or a test) can tell connections apart. */
+  connectionName?: string;
+  /**
+   * PEM CA(s) that sign a `rediss://` server's certificate (`--redis-ca`); empty: the system's CAs.
+   * Refused with a `redis://` URL, where it would silently mean nothing.
+   */
+  tlsCa?: string;
+}
+
+/** The TLS part of every connection: `rediss://` already turns TLS on; a CA only narrows whom it trusts. */
+export function redisTlsOptions(url: string, tlsCa: string | undefined): { tls?: { ca: string } } {
+  if (!tlsCa) return {};
+  if (!url.startsWith('rediss://')) throw new Error('a Redis CA (--redis-ca / SANDGATE_REDIS_CA) needs a rediss:// Redis URL');
+  return { tls: { ca: tlsCa } };
+}
+
+/** Credentials (the URL's user and password) go with the URL: ioredis sends AUTH user password. */
+export function createRedisConnection(url: string, purpose: RedisPurpose, opts: RedisConnectionOptions = {}): Redis {
   return new Redis(url, {
     maxRetriesPerRequest: purpose === 'jobs-worker' ? null : 2,
     lazyConnect: opts.lazyConnect ?? false,
     ...(opts.connectionName ? { connectionName: opts.connectionName } : {}),
+    ...redisTlsOptions(url, opts.tlsCa),
   });
+}
+
+/** The PEM file `--redis-ca` names ('' for none), read once at start; a bad path says which option to fix. */
+export function loadRedisCa(file: string): string {
+  if (!file) return '';
+  try {
+    return readFileSync(file, 'utf8');
+  } catch (err) {
+    throw new Error(`cannot read the Redis CA (--redis-ca / SANDGATE_REDIS_CA) ${file}: ${(err as Error).message}`);
+  }
 }

@@ -1,6 +1,5 @@
-// Cluster-wide facts other than sandboxes: counters operators and tests read, and the secret
-// replicas share for peer calls.
-import { randomBytes } from 'node:crypto';
+// Cluster-wide facts other than sandboxes: counters operators and tests read; and the removal of
+// the peer secret older versions stored here.
 import type { Redis } from 'ioredis';
 import { keys, type ClusterCounterName } from './keys.ts';
 
@@ -19,9 +18,10 @@ export class ClusterCounters {
   }
 }
 
-/** The peer secret shared through Redis: the first replica sets it, every later one reads it. */
-export async function sharedPeerSecret(redis: Redis): Promise<string> {
-  const candidate = randomBytes(24).toString('base64url');
-  await redis.set(keys.peerSecret(), candidate, 'NX');
-  return (await redis.get(keys.peerSecret())) ?? candidate;
+/**
+ * Older versions kept the peer secret in Redis, in clear (`sg:peer-secret`). It is never read:
+ * every replica and worker deletes it at start, so an upgraded cluster does not keep it lying there.
+ */
+export async function deleteLeftoverPeerSecret(redis: Redis): Promise<boolean> {
+  return (await redis.del(keys.legacyPeerSecret())) > 0;
 }

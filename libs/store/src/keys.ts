@@ -36,8 +36,8 @@ export const keys = {
   fence: (id: string) => `sg:fence:${id}`,
   /** String, expiring: a live replica and its addresses (JSON). */
   replica: (replicaId: string) => `sg:replica:${replicaId}`,
-  /** String: the secret replicas present on peer calls, set once by the first replica. */
-  peerSecret: () => 'sg:peer-secret',
+  /** String, never written: where older versions kept the peer secret in clear; deleted at start. */
+  legacyPeerSecret: () => 'sg:peer-secret',
   /** Counter: one cluster-wide counter. */
   counter: (name: ClusterCounterName) => `sg:metrics:${name}`,
   /** Hash, expiring: one SSH session (`sbx`, `run`, `exp`, `rev`, `created`), by the token's digest. */

@@ -11,7 +11,10 @@ import {
   SandboxLogStore,
   SandboxStore,
   keys,
-  sharedPeerSecret,
+  deleteLeftoverPeerSecret,
+  derivePeerSecret,
+  NO_PEER_SECRET,
+  resolvePeerSecret,
   type FollowedEntry,
   type StreamFollower,
 } from '@sandgate/store';
@@ -269,11 +272,33 @@ describe('cluster-wide facts', () => {
     expect(await client.get('sg:metrics:exec_backstop_kills')).toBe('4');
   });
 
-  it('the first replica sets the peer secret, every later one reads the same', async () => {
-    const [a, b] = await Promise.all([sharedPeerSecret(client), sharedPeerSecret(client)]);
-    expect(a).toBe(b);
-    expect(a.length).toBeGreaterThan(20);
-    expect(await sharedPeerSecret(client)).toBe(a);
+  it('a peer secret an older version left in Redis (in clear) is deleted', async () => {
+    await client.set('sg:peer-secret', 'left-by-an-older-version');
+    expect(await deleteLeftoverPeerSecret(client)).toBe(true);
+    expect(await client.exists('sg:peer-secret')).toBe(0);
+    expect(await deleteLeftoverPeerSecret(client)).toBe(false);
+  });
+});
+
+describe('peer secret', () => {
+  it('is the configured one, else derived from the Redis password, never from Redis', () => {
+    expect(resolvePeerSecret('configured', 'redis://sandgate:pw@127.0.0.1:6379')).toBe('configured');
+    const derived = resolvePeerSecret('', 'redis://sandgate:pw@127.0.0.1:6379');
+    // Same password, same secret (replicas share the URL); user, host and scheme do not matter.
+    expect(resolvePeerSecret('', 'rediss://other:pw@10.0.0.1:6380/2')).toBe(derived);
+    expect(derived).toBe(derivePeerSecret('pw'));
+    expect(derived).not.toContain('pw');
+    expect(Buffer.from(derived, 'base64url')).toHaveLength(32);
+    expect(resolvePeerSecret('', 'redis://:p%40ss@h:1')).toBe(derivePeerSecret('p@ss'));
+    expect(resolvePeerSecret('', 'redis://sandgate:pw2@127.0.0.1:6379')).not.toBe(derived);
+  });
+
+  it('refuses to exist without a secret or a Redis password, saying what to set', () => {
+    for (const url of ['redis://127.0.0.1:6379', 'redis://sandgate@127.0.0.1:6379', 'not a url']) {
+      expect(() => resolvePeerSecret('', url)).toThrow(NO_PEER_SECRET);
+    }
+    expect(NO_PEER_SECRET).toMatch(/SANDGATE_PEER_SECRET/);
+    expect(NO_PEER_SECRET).toMatch(/password/);
   });
 });
 

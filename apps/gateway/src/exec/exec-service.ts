@@ -3,7 +3,7 @@
 // unchanged, with back-pressure, until the supervisor reports the exit.
 import type { Principal } from '@sandgate/core';
 import { randomUUID } from 'node:crypto';
-import type { ServerDuplexStream, ServerUnaryCall, ServerWritableStream, ServiceError, sendUnaryData } from '@grpc/grpc-js';
+import type { ServerDuplexStream, ServerWritableStream, ServiceError } from '@grpc/grpc-js';
 import type { JobScheduler } from '@sandgate/jobs';
 import type { Writable } from 'node:stream';
 import type { ExecFrame, ExecSandboxEvent, ExecSandboxInput, ExecSandboxRequest, ExecStart } from '@sandgate/protocols';
@@ -14,7 +14,6 @@ import { SessionNotHere, toPeerError, type ExecPath, type ExecRouter } from '../
 import { endWithError, takeFirstMessage } from '../api/calls.ts';
 import { pump, type LinkChannel } from '@sandgate/relay';
 import { relayFailure, toClientError, toServiceError } from '../api/grpc-errors.ts';
-import { presentedPeerSecret, secretsEqual } from '../api/secrets.ts';
 import { requireAccess, type AccessDeps } from '../api/access.ts';
 import { OOM_NOTE } from '../sandboxes/lifecycle-service.ts';
 
@@ -30,7 +29,6 @@ const TIMEOUT_BACKSTOP_GRACE_MS = 3_000;
 export interface ExecServiceDeps {
   store: SandboxStore;
   router: ExecRouter;
-  peerSecret: string;
   /** Durable deadline jobs for execs with a timeout; null when jobs are disabled. */
   scheduler: JobScheduler | null;
   log: Logger;
@@ -231,18 +229,11 @@ export class ExecService {
     }
   }
 
-  /** Peer.KillExec on the owner replica: the deadline job's backstop. */
-  handlePeerKill(
-    call: ServerUnaryCall<{ sandbox_id?: string; exec_id?: string }, { killed: number }>,
-    callback: sendUnaryData<{ killed: number }>,
-  ): void {
-    if (!secretsEqual(presentedPeerSecret(call.metadata), this.deps.peerSecret)) return callback(toServiceError(new GatewayError(Code.PERMISSION_DENIED, 'bad peer secret')));
-    const { sandbox_id: sandboxId, exec_id: execId } = call.request;
-    if (!sandboxId || !execId) return callback(toServiceError(new GatewayError(Code.INVALID_ARGUMENT, 'sandbox_id and exec_id are required')));
-    this.deps.router
-      .killExecLocal(sandboxId, execId)
-      .then((killed) => callback(null, { killed }))
-      .catch((err: unknown) => callback(toServiceError(err, this.deps.log)));
+  /** Peer.KillExec on the owner replica (a 'call' peer link, already authenticated): the deadline job's backstop. */
+  async handlePeerKill(request: { sandbox_id?: string; exec_id?: string }): Promise<{ killed: number }> {
+    const { sandbox_id: sandboxId, exec_id: execId } = request;
+    if (!sandboxId || !execId) throw new GatewayError(Code.INVALID_ARGUMENT, 'sandbox_id and exec_id are required');
+    return { killed: await this.deps.router.killExecLocal(sandboxId, execId) };
   }
 
   /**

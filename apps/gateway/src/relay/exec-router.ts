@@ -1,8 +1,8 @@
 // Finds the way to a sandbox's supervisor: directly when this replica holds its session,
 // otherwise through the owner replica's peer port (found in Redis).
-import { credentials, makeGenericClientConstructor, Metadata, type Client, type ServiceError } from '@grpc/grpc-js';
+import type { ServiceError } from '@grpc/grpc-js';
 import type { Duplex } from 'node:stream';
-import { MetadataKey, serviceDefinition, type ExecFrame, type ExecStart, type TcpOpen } from '@sandgate/protocols';
+import type { ExecFrame, ExecStart, TcpOpen } from '@sandgate/protocols';
 import { GatewayError, Code, type DebugBreak } from '@sandgate/core';
 import type { OwnershipStore, ReplicaRegistry } from '@sandgate/store';
 import type { Logger } from '@sandgate/telemetry';
@@ -12,7 +12,7 @@ import { relayFailure, toServiceError } from '../api/grpc-errors.ts';
 import { OwnerCache } from './owner-cache.ts';
 import { WarmCalls } from './warm-calls.ts';
 import { connectLink, type LinkChannel, type LinkError } from '@sandgate/relay';
-import { execFrameCodec, tcpFrameCodec } from './peer-port.ts';
+import { execFrameCodec, peerCallCodec, tcpFrameCodec, type PeerCalls } from './peer-port.ts';
 
 /** One exec's frame stream to the supervisor, wherever it is, and how to tear it down. */
 export interface ExecPath {
@@ -38,31 +38,13 @@ function firstFailure(stream: NodeJS.EventEmitter): () => unknown {
 /** One TCP channel's frame stream to the supervisor (TcpFrames), wherever it is. */
 export type TcpPath = ExecPath;
 
-const PeerClient = makeGenericClientConstructor(serviceDefinition('sandgate.v1.Peer'), 'Peer');
-
-type PeerClientInstance = Client & {
-  KillExec(
-    req: { sandbox_id: string; exec_id: string },
-    metadata: Metadata,
-    options: { deadline: number },
-    cb: (err: ServiceError | null, res?: { killed?: number }) => void,
-  ): void;
-  PushPolicy(
-    req: { sandbox_id: string; revision: number },
-    metadata: Metadata,
-    options: { deadline: number },
-    cb: (err: ServiceError | null, res?: { connected?: boolean; applied_revision?: number }) => void,
-  ): void;
-};
-
 /**
  * One owner replica as seen from here: exec links opened ahead of need (peer links, see
- * libs/relay/src/link.ts) and a gRPC client for the unary Peer calls.
+ * libs/relay/src/link.ts); the unary peer calls each take a link of their own.
  */
 interface Peer {
   address: string;
   warmExec: WarmCalls<LinkChannel<ExecFrame>>;
-  client: PeerClientInstance | null;
 }
 
 /** Idle exec links kept open per owner replica (see warm-calls.ts). */
@@ -223,15 +205,8 @@ export class ExecRouter {
   async killExec(sandboxId: string, execId: string): Promise<number> {
     if (this.deps.sessions.get(sandboxId)) return this.killExecLocal(sandboxId, execId);
     const address = await this.ownerPeerAddress(sandboxId);
-    const client = this.grpcClient(this.peer(address));
-    return new Promise<number>((resolve, reject) => {
-      client.KillExec({ sandbox_id: sandboxId, exec_id: execId }, this.peerMetadata(), { deadline: Date.now() + 15_000 }, (err, res) => {
-        if (err) {
-          if (err.code === Code.UNAVAILABLE) this.evict(address);
-          reject(err);
-        } else resolve(res?.killed ?? 0);
-      });
-    });
+    const res = await this.peerCall(address, 'KillExec', { sandbox_id: sandboxId, exec_id: execId }, 15_000);
+    return res.killed ?? 0;
   }
 
   /**
@@ -245,15 +220,44 @@ export class ExecRouter {
     if (!owner || owner.replica === this.deps.replicaId) return false;
     const info = await this.deps.replicas.get(owner.replica);
     if (!info) return false;
-    const client = this.grpcClient(this.peer(info.peerAddress));
-    return new Promise<boolean>((resolve, reject) => {
-      // The owner waits POLICY_APPLY_TIMEOUT_MS for its supervisor; this deadline only bounds a hung peer.
-      client.PushPolicy({ sandbox_id: sandboxId, revision }, this.peerMetadata(), { deadline: Date.now() + 10_000 }, (err, res) => {
-        if (err) {
-          if (err.code === Code.UNAVAILABLE) this.evict(info.peerAddress);
-          reject(err);
-        } else resolve(res?.connected ?? false);
-      });
+    // The owner waits POLICY_APPLY_TIMEOUT_MS for its supervisor; this deadline only bounds a hung peer.
+    const res = await this.peerCall(info.peerAddress, 'PushPolicy', { sandbox_id: sandboxId, revision }, 10_000);
+    return res.connected ?? false;
+  }
+
+  /**
+   * One unary peer call on a link of its own (kind 'call'): the request goes out once the owner
+   * proved itself; one response or a STATUS comes back. A broken link evicts the peer, as a
+   * failed relay does.
+   */
+  private peerCall<M extends keyof PeerCalls>(
+    address: string,
+    method: M,
+    request: Parameters<PeerCalls[M]>[0],
+    timeoutMs: number,
+  ): Promise<Partial<Awaited<ReturnType<PeerCalls[M]>>>> {
+    return new Promise((resolve, reject) => {
+      const link = connectLink(address, peerCallCodec, this.linkHello('call'));
+      let settled = false;
+      const settle = (err: unknown, res?: Record<string, unknown>) => {
+        if (settled) return;
+        settled = true;
+        clearTimeout(timer);
+        link.cancel();
+        if (!err) return resolve((res ?? {}) as Partial<Awaited<ReturnType<PeerCalls[M]>>>);
+        const e = err as Partial<LinkError>;
+        if (e.code === Code.UNAVAILABLE) this.evict(address);
+        reject(err);
+      };
+      const timer = setTimeout(
+        () => settle(new GatewayError(Code.DEADLINE_EXCEEDED, `peer call ${method} to ${address} got no answer within ${timeoutMs / 1000}s`)),
+        timeoutMs,
+      );
+      link.on('refused', (why: string) => this.deps.log.warn('peer refused: it could not prove it holds the peer secret', { address, why }));
+      link.on('error', (err: unknown) => settle(err));
+      link.once('data', (res: Record<string, unknown>) => settle(null, res));
+      link.once('end', () => settle(new GatewayError(Code.UNAVAILABLE, `peer call ${method} to ${address} ended without an answer`)));
+      link.end({ method, request });
     });
   }
 
@@ -261,13 +265,6 @@ export class ExecRouter {
     const session = this.deps.sessions.get(sandboxId);
     if (!session) return Promise.reject(new GatewayError(Code.UNAVAILABLE, 'supervisor session not connected'));
     return this.deps.sessions.killExec(session, execId);
-  }
-
-  private peerMetadata(): Metadata {
-    const metadata = new Metadata();
-    metadata.set(MetadataKey.peerSecret, this.deps.peerSecret);
-    metadata.set(MetadataKey.fromReplica, this.deps.replicaId);
-    return metadata;
   }
 
   /** This replica holds the session: ask the supervisor for an ExecChannel. */
@@ -312,27 +309,14 @@ export class ExecRouter {
         // shutting down) takes every owner hint naming that replica with it.
         onIdleLost: () => this.owners.forgetAddress(address),
       });
-      peer = { address, warmExec, client: null };
+      peer = { address, warmExec };
       this.peers.set(address, peer);
     }
     return peer;
   }
 
-  private linkHello(kind: 'exec' | 'tcp') {
+  private linkHello(kind: 'exec' | 'tcp' | 'call') {
     return { secret: this.deps.peerSecret, kind, from: this.deps.replicaId };
-  }
-
-  private grpcClient(peer: Peer): PeerClientInstance {
-    peer.client ??= new PeerClient(peer.address, credentials.createInsecure(), {
-      'grpc.enable_retries': 0,
-      'grpc.enable_channelz': 0,
-      'grpc.keepalive_time_ms': 2_000,
-      'grpc.keepalive_timeout_ms': 2_000,
-      'grpc.keepalive_permit_without_calls': 1,
-      'grpc.initial_reconnect_backoff_ms': 100,
-      'grpc.max_reconnect_backoff_ms': 1000,
-    }) as unknown as PeerClientInstance;
-    return peer.client;
   }
 
   private evict(address: string): void {
@@ -341,14 +325,12 @@ export class ExecRouter {
     if (peer) {
       this.peers.delete(address);
       peer.warmExec.close();
-      peer.client?.close();
     }
   }
 
   close(): void {
     for (const peer of this.peers.values()) {
       peer.warmExec.close();
-      peer.client?.close();
     }
     this.peers.clear();
   }

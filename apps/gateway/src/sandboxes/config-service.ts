@@ -4,7 +4,6 @@
 // to the sandbox's supervisor wherever its session is, and UpdateConfig returns once the
 // supervisor confirmed it: new connections follow the new rules from then on.
 import { createHash } from 'node:crypto';
-import type { sendUnaryData, ServerUnaryCall } from '@grpc/grpc-js';
 import {
   Code,
   GatewayError,
@@ -22,7 +21,6 @@ import {
 import { policyInForce, type SandboxStore } from '@sandgate/store';
 import type { Logger } from '@sandgate/telemetry';
 import { toServiceError } from '../api/grpc-errors.ts';
-import { presentedPeerSecret, secretsEqual } from '../api/secrets.ts';
 
 /** The four registered setting keys upstream always returns (§5.2); sandgate sets none of them. */
 export const SETTING_KEYS = ['providers_v2_enabled', 'ocsf_json_enabled', 'agent_policy_proposals_enabled', 'proposal_approval_mode'] as const;
@@ -73,7 +71,6 @@ export interface ConfigServiceDeps {
   pushPolicy(sandboxId: string, revision: number): Promise<boolean>;
   /** The owner side of a push relayed by another replica (this replica's sessions only). */
   pushPolicyLocal(sandboxId: string, revision: number): Promise<boolean>;
-  peerSecret: string;
   log: Logger;
 }
 
@@ -174,24 +171,13 @@ export class ConfigService {
     return { version: outcome.revision, policy_hash: outcome.hash, annotations: written.sandbox.metadata?.annotations ?? {} };
   }
 
-  /** Peer.PushPolicy on the owner replica. */
-  handlePeerPushPolicy(
-    call: ServerUnaryCall<{ sandbox_id?: string; revision?: number }, { connected: boolean; applied_revision: number }>,
-    callback: sendUnaryData<{ connected: boolean; applied_revision: number }>,
-  ): void {
-    if (!secretsEqual(presentedPeerSecret(call.metadata), this.deps.peerSecret)) {
-      callback(toServiceError(new GatewayError(Code.PERMISSION_DENIED, 'bad peer secret')));
-      return;
-    }
-    const { sandbox_id: sandboxId, revision = 0 } = call.request;
-    if (!sandboxId) {
-      callback(toServiceError(new GatewayError(Code.INVALID_ARGUMENT, 'sandbox_id is required')));
-      return;
-    }
-    this.deps
-      .pushPolicyLocal(sandboxId, revision)
-      .then((connected) => callback(null, { connected, applied_revision: connected ? revision : 0 }))
-      .catch((err: unknown) => callback(toServiceError(err, this.deps.log)));
+  /** Peer.PushPolicy on the owner replica (a 'call' peer link, already authenticated). */
+  async handlePeerPushPolicy(request: { sandbox_id?: string; revision?: number }): Promise<{ connected: boolean; applied_revision: number }> {
+    const { sandbox_id: sandboxId, revision = 0 } = request;
+    if (!sandboxId) throw new GatewayError(Code.INVALID_ARGUMENT, 'sandbox_id is required');
+    if (typeof revision !== 'number') throw new GatewayError(Code.INVALID_ARGUMENT, 'revision must be a number');
+    const connected = await this.deps.pushPolicyLocal(sandboxId, revision);
+    return { connected, applied_revision: connected ? revision : 0 };
   }
 }
 
