@@ -1,6 +1,10 @@
 // A private redis-server per test file, on a free port, so tests can kill and restart it.
+// Locked like `sandgate up`'s by default: the `default` user is off and an ACL user with a random
+// password is the only way in, so every test's Redis URL carries credentials (and replicas derive
+// their peer secret from it, as in production).
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { randomBytes } from 'node:crypto';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { Redis } from 'ioredis';
@@ -8,8 +12,12 @@ import { freePort } from './ports.ts';
 import { waitFor } from './wait.ts';
 
 export interface TestRedis {
+  /** With the credentials (and `rediss://` when TLS is on). */
   url: string;
   port: number;
+  /** The ACL user and its password; '' for both with `auth: false`. */
+  user: string;
+  password: string;
   client(): Redis;
   /** Stops the server (SIGTERM: it writes its append-only file) and starts it again on the same port and data. */
   restart(): Promise<void>;
@@ -19,11 +27,18 @@ export interface TestRedis {
 export interface RedisOptions {
   /** Append-only persistence, so a restart keeps every key. */
   persistent?: boolean;
+  /** false: no password (the `default` user on), for a test that needs an open Redis. Default true. */
+  auth?: boolean;
+  /** TLS only (no plaintext port), with this server certificate: the URL is `rediss://`; `ca` is what the harness' clients trust. */
+  tls?: { cert: string; key: string; ca: string };
 }
 
-async function waitForPing(url: string): Promise<void> {
+/** The ACL user replicas use (as `sandgate up` names it). */
+export const TEST_REDIS_USER = 'sandgate';
+
+async function waitForPing(url: string, tlsCa?: string): Promise<void> {
   await waitFor('redis-server to answer PING', async () => {
-    const r = new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null });
+    const r = new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null, ...(tlsCa ? { tls: { ca: tlsCa } } : {}) });
     r.on('error', () => undefined); // refused until the server is up: that is what we poll for
     try {
       await r.connect();
@@ -35,21 +50,33 @@ async function waitForPing(url: string): Promise<void> {
 }
 
 export async function startRedis(opts: RedisOptions = {}): Promise<TestRedis> {
+  const tlsCa = opts.tls?.ca;
   const port = await freePort();
   const dir = mkdtempSync(path.join(os.tmpdir(), 'sg-redis-'));
+  const auth = opts.auth ?? true;
+  const user = auth ? TEST_REDIS_USER : '';
+  const password = auth ? randomBytes(18).toString('base64url') : '';
+  const tlsArgs: string[] = [];
+  if (opts.tls) {
+    writeFileSync(path.join(dir, 'server.crt'), opts.tls.cert);
+    writeFileSync(path.join(dir, 'server.key'), opts.tls.key, { mode: 0o600 });
+    tlsArgs.push('--port', '0', '--tls-port', String(port), '--tls-cert-file', path.join(dir, 'server.crt'), '--tls-key-file', path.join(dir, 'server.key'), '--tls-auth-clients', 'no');
+  }
   const args = [
-    '--port', String(port),
+    ...(opts.tls ? tlsArgs : ['--port', String(port)]),
     '--bind', '127.0.0.1',
     '--dir', dir,
     '--save', '',
     '--appendonly', opts.persistent ? 'yes' : 'no',
     '--appendfsync', 'everysec',
     '--daemonize', 'no',
+    // `default off` first: a connection without the password can do nothing, not even PING.
+    ...(auth ? ['--user', 'default', 'off', '--user', user, 'on', `>${password}`, '~*', '&*', '+@all'] : []),
   ];
   let proc: ChildProcess = spawn('redis-server', args, { stdio: 'ignore' });
-  const url = `redis://127.0.0.1:${port}`;
+  const url = `${opts.tls ? 'rediss' : 'redis'}://${auth ? `${user}:${password}@` : ''}127.0.0.1:${port}`;
   const clients: Redis[] = [];
-  await waitForPing(url);
+  await waitForPing(url, tlsCa);
   const exit = (p: ChildProcess, sig: NodeJS.Signals) =>
     new Promise<void>((resolve) => {
       if (p.exitCode !== null || p.signalCode !== null) return resolve();
@@ -59,8 +86,10 @@ export async function startRedis(opts: RedisOptions = {}): Promise<TestRedis> {
   return {
     url,
     port,
+    user,
+    password,
     client() {
-      const c = new Redis(url);
+      const c = new Redis(url, tlsCa ? { tls: { ca: tlsCa } } : {});
       c.on('error', () => undefined);
       clients.push(c);
       return c;
@@ -68,7 +97,7 @@ export async function startRedis(opts: RedisOptions = {}): Promise<TestRedis> {
     async restart() {
       await exit(proc, 'SIGTERM');
       proc = spawn('redis-server', args, { stdio: 'ignore' });
-      await waitForPing(url);
+      await waitForPing(url, tlsCa);
     },
     async stop() {
       for (const c of clients) c.disconnect();
