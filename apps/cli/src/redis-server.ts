@@ -1,13 +1,21 @@
 // A private redis-server for `sandgate up`: found on PATH, started on a free loopback port with
-// its data in <stateDir>/redis, and considered up once it answers PING.
+// its data in <stateDir>/redis, locked (the `default` user off; one ACL user, `sandgate`, whose
+// generated password is kept 0600 in <stateDir>/redis-password and reused across starts), and
+// considered up once it answers PING as that user. The password reaches redis-server through an
+// ACL file (0600), never its command line, and the replica through the URL (which `up` never prints).
 import { spawn, type ChildProcess } from 'node:child_process';
-import { accessSync, constants, mkdirSync } from 'node:fs';
+import { randomBytes } from 'node:crypto';
+import { accessSync, chmodSync, constants, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
 
 export const REDIS_NOT_FOUND = 'redis-server not found on PATH: install it (apt-get install redis-server) or pass --redis URL';
 
+/** The ACL user the replicas connect as. */
+export const PRIVATE_REDIS_USER = 'sandgate';
+
 export interface PrivateRedis {
+  /** With the credentials: hand it to the replica, never print it. */
   url: string;
   port: number;
   /** SIGTERM, then wait for it to exit (SIGKILL after `graceMs`). */
@@ -31,8 +39,8 @@ export function findOnPath(name: string, pathVar: string | undefined): string | 
   return undefined;
 }
 
-/** redis-server's arguments for a private instance. */
-export function redisServerArgs(port: number, dir: string): string[] {
+/** redis-server's arguments for a private instance; its users come from `aclFile`. */
+export function redisServerArgs(port: number, dir: string, aclFile: string): string[] {
   return [
     '--port', String(port),
     '--dir', dir,
@@ -41,7 +49,32 @@ export function redisServerArgs(port: number, dir: string): string[] {
     '--daemonize', 'no',
     '--bind', '127.0.0.1',
     '--protected-mode', 'yes',
+    '--aclfile', aclFile,
   ];
+}
+
+/** The ACL file's lines: nobody gets in as `default`; the replicas' user may do everything. */
+export function aclFileText(password: string): string {
+  return `user default off\nuser ${PRIVATE_REDIS_USER} on >${password} ~* &* +@all\n`;
+}
+
+/** The state directory's Redis password: generated on first start (0600), the same ever after. */
+export function privateRedisPassword(stateDir: string): string {
+  const file = path.join(stateDir, 'redis-password');
+  try {
+    const existing = readFileSync(file, 'utf8').trim();
+    // Only what we generate is accepted: anything else could break the ACL line.
+    if (/^[A-Za-z0-9_-]{32,}$/.test(existing)) {
+      chmodSync(file, 0o600);
+      return existing;
+    }
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
+  }
+  const password = randomBytes(32).toString('base64url');
+  writeFileSync(file, `${password}\n`, { mode: 0o600 });
+  chmodSync(file, 0o600);
+  return password;
 }
 
 export function freeLoopbackPort(): Promise<number> {
@@ -56,8 +89,11 @@ export function freeLoopbackPort(): Promise<number> {
   });
 }
 
-/** One PING over a raw socket: true when the server answers +PONG. */
-export function pingRedis(port: number, host = '127.0.0.1', timeoutMs = 1000): Promise<boolean> {
+/**
+ * One PING over a raw socket: true when the server answers +PONG. With `auth`, an AUTH first, and
+ * both must succeed (so "up" also means "our user works").
+ */
+export function pingRedis(port: number, host = '127.0.0.1', timeoutMs = 1000, auth?: { user: string; password: string }): Promise<boolean> {
   return new Promise((resolve) => {
     const socket = net.connect({ port, host });
     let reply = '';
@@ -67,10 +103,13 @@ export function pingRedis(port: number, host = '127.0.0.1', timeoutMs = 1000): P
     };
     socket.setTimeout(timeoutMs, () => done(false));
     socket.once('error', () => done(false));
-    socket.once('connect', () => socket.write('PING\r\n'));
+    const request = (auth ? `AUTH ${auth.user} ${auth.password}\r\n` : '') + 'PING\r\n';
+    const expected = (auth ? '+OK\r\n' : '') + '+PONG\r\n';
+    const lines = auth ? 2 : 1;
+    socket.once('connect', () => socket.write(request));
     socket.on('data', (chunk: Buffer) => {
       reply += chunk.toString('latin1');
-      if (reply.includes('\r\n')) done(reply.startsWith('+PONG'));
+      if (reply.split('\r\n').length > lines) done(reply === expected);
     });
   });
 }
@@ -81,11 +120,15 @@ export async function startPrivateRedis(stateDir: string, env: Readonly<Record<s
   if (!binary) throw new Error(REDIS_NOT_FOUND);
   const dir = path.join(stateDir, 'redis');
   mkdirSync(dir, { recursive: true, mode: 0o700 });
+  const password = privateRedisPassword(stateDir);
+  const aclFile = path.join(dir, 'users.acl');
+  writeFileSync(aclFile, aclFileText(password), { mode: 0o600 });
+  chmodSync(aclFile, 0o600);
   let lastError: Error | undefined;
   for (let attempt = 0; attempt < 3; attempt++) {
     const port = await freeLoopbackPort();
     try {
-      return await startOn(binary, port, dir, timeoutMs);
+      return await startOn(binary, port, dir, aclFile, password, timeoutMs);
     } catch (err) {
       lastError = err as Error;
     }
@@ -93,9 +136,9 @@ export async function startPrivateRedis(stateDir: string, env: Readonly<Record<s
   throw lastError ?? new Error('redis-server did not start');
 }
 
-async function startOn(binary: string, port: number, dir: string, timeoutMs: number): Promise<PrivateRedis> {
+async function startOn(binary: string, port: number, dir: string, aclFile: string, password: string, timeoutMs: number): Promise<PrivateRedis> {
   // Its own process group: a terminal's Ctrl-C reaches only us, and we stop Redis after the replica.
-  const proc: ChildProcess = spawn(binary, redisServerArgs(port, dir), { stdio: ['ignore', 'pipe', 'pipe'], detached: true });
+  const proc: ChildProcess = spawn(binary, redisServerArgs(port, dir, aclFile), { stdio: ['ignore', 'pipe', 'pipe'], detached: true });
   let tail = '';
   const collect = (chunk: Buffer) => {
     tail = (tail + chunk.toString()).slice(-4000);
@@ -113,7 +156,7 @@ async function startOn(binary: string, port: number, dir: string, timeoutMs: num
   process.once('exit', killOnExit);
 
   const deadline = Date.now() + timeoutMs;
-  while (!(await pingRedis(port))) {
+  while (!(await pingRedis(port, '127.0.0.1', 1000, { user: PRIVATE_REDIS_USER, password }))) {
     if (exitedWith !== undefined) {
       process.off('exit', killOnExit);
       throw new Error(`redis-server exited (${exitedWith}) before answering PING: ${tail.trim().split('\n').slice(-3).join(' | ')}`);
@@ -126,7 +169,7 @@ async function startOn(binary: string, port: number, dir: string, timeoutMs: num
     await new Promise((r) => setTimeout(r, 50));
   }
   return {
-    url: `redis://127.0.0.1:${port}`,
+    url: `redis://${PRIVATE_REDIS_USER}:${password}@127.0.0.1:${port}`,
     port,
     exited,
     async stop(graceMs = 10_000) {

@@ -33,9 +33,10 @@ describe('up', () => {
     expect(redactRedisUrl('redis://r:6379')).toBe('redis://r:6379');
   });
 
-  it('runs redis-server with persistence on loopback', () => {
-    expect(redisServerArgs(6001, '/s/redis')).toEqual([
+  it('runs redis-server with persistence on loopback, its users from an ACL file (no password in its argv)', () => {
+    expect(redisServerArgs(6001, '/s/redis', '/s/redis/users.acl')).toEqual([
       '--port', '6001', '--dir', '/s/redis', '--save', '60', '1', '--appendonly', 'yes', '--daemonize', 'no', '--bind', '127.0.0.1', '--protected-mode', 'yes',
+      '--aclfile', '/s/redis/users.acl',
     ]);
   });
 
