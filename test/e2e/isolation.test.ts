@@ -12,6 +12,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Redis } from 'ioredis';
 import type { ClientDuplexStream, ClientReadableStream } from '@grpc/grpc-js';
 import { encodePolicy } from '@sandgate/core';
+import { derivePeerSecret } from '@sandgate/store';
 import { Cluster, cliBin, runCli, type CliResult } from '../harness/cluster.ts';
 import { startRedis, type TestRedis } from '../harness/redis.ts';
 import { startHaproxy, type Haproxy } from '../harness/haproxy.ts';
@@ -256,6 +257,7 @@ function expectCrossContained(out: string, route: string): void {
   expect(worked.map((n) => `${n}: ${a[n] ?? '(no result line)'}`), `${route}: these attacks worked (full output:\n${out})`).toEqual([]);
   expect(out, `${route}: the other sandbox's secret was printed`).not.toContain(VICTIM_SECRET);
   expect(out, `${route}: the peer secret was printed`).not.toContain(peerSecret);
+  expect(out, `${route}: the Redis password was printed`).not.toContain(redis.password);
   expect(existsSync(path.join(cluster.stateDir, 'sandboxes', victim.id, 'work', 'pwned')), `${route}: wrote into the other sandbox`).toBe(false);
 }
 
@@ -274,7 +276,8 @@ beforeAll(async () => {
   hostUdp = await hostUdpEcho('127.0.0.1', HOST_BANNER);
   hostUdp2 = await hostUdpEcho('127.0.0.2', HOST_BANNER);
   hostListeners.push(hostServer, hostServer2, hostUdp, hostUdp2);
-  peerSecret = await waitFor('the peer secret in Redis', async () => (await r.get('sg:peer-secret')) ?? undefined);
+  // Never in Redis (the replicas derive it from the password in their Redis URL).
+  peerSecret = derivePeerSecret(redis.password);
 
   // The victim: its main process writes a secret into its /sandbox and serves on its 127.0.0.1.
   victimPort = await freePort();

@@ -34,7 +34,7 @@ export interface ReplicaConfig {
   sshMaxConnectionsPerSandbox: number;
   /** Empty: the docker driver's default image. */
   dockerImage: string;
-  /** Empty: the secret shared through Redis (`sg:peer-secret`). */
+  /** Empty: derived (HKDF-SHA256) from the Redis URL's password; never stored in Redis. */
   peerSecret: string;
   /** PEM files of the public listeners' certificate and key; both empty: plaintext. */
   tlsCert: string;
@@ -295,8 +295,8 @@ export const REPLICA_OPTIONS: Specs = {
   },
   peerSecret: {
     env: 'SANDGATE_PEER_SECRET',
-    default: { text: 'shared through Redis', compute: () => '' },
-    description: 'secret replicas present on peer calls',
+    default: { text: "derived from the Redis URL's password", compute: () => '' },
+    description: 'secret replicas prove to each other on the peer port (HMAC challenge–response, never sent); the same on every replica and worker; without it and without a Redis password a replica refuses to start',
     parse: anyString,
   },
   tlsCert: {
