@@ -11,7 +11,7 @@ import path from 'node:path';
 import { promisify } from 'node:util';
 import { Redis } from 'ioredis';
 import { parseReplicaConfig, startReplica } from '@sandgate/gateway';
-import { derivePeerSecret } from '@sandgate/store';
+import { derivePeerSecret, NO_PEER_SECRET } from '@sandgate/store';
 import { startPrivateRedis, type PrivateRedis } from '../src/redis-server.ts';
 
 const run = promisify(execFile);
@@ -94,5 +94,23 @@ describe('sandgate up: private Redis', () => {
     } finally {
       client.disconnect();
     }
+  });
+
+  it('a replica given neither SANDGATE_PEER_SECRET nor a Redis password refuses to start, saying which to set', async () => {
+    const url = new URL(redis!.url);
+    url.username = '';
+    url.password = '';
+    const start = startReplica({
+      ...parseReplicaConfig({}, {}, { hostname: 'test', pid: process.pid, homedir: stateDir, randomHex: () => '0000' }),
+      grpcPort: 0,
+      httpPort: 0,
+      peerPort: 0,
+      redisUrl: url.toString(),
+      replicaId: 'private-redis-r2',
+      driver: 'local',
+      stateDir,
+      workers: false,
+    });
+    await expect(start).rejects.toThrow(NO_PEER_SECRET);
   });
 });
