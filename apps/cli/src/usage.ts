@@ -213,7 +213,8 @@ Flags:
   up: `Usage: sandgate up [flags]
 
 Runs a complete sandgate in one process: a gateway replica with its workers and, unless a
-Redis URL is given, a private redis-server (from PATH) keeping its data in STATE_DIR/redis.
+Redis URL is given, a private redis-server (from PATH) keeping its data in STATE_DIR/redis,
+locked with a generated password (STATE_DIR/redis-password, 0600, user sandgate).
 Stops everything on SIGINT or SIGTERM.
 
 Missing redis-server, bwrap (bubblewrap) or ip (iproute2; both for the local driver)? As root
