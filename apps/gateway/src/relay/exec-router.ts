@@ -183,6 +183,11 @@ export class ExecRouter {
 
   /** The peer address of the replica holding the sandbox's session (not this one), or UNAVAILABLE. */
   private async ownerPeerAddress(sandboxId: string): Promise<string> {
+    return (await this.ownerPeer(sandboxId)).address;
+  }
+
+  /** The replica holding the sandbox's session (not this one) and its peer address, or UNAVAILABLE. */
+  private async ownerPeer(sandboxId: string): Promise<{ replica: string; address: string }> {
     const owner = await this.deps.ownership.get(sandboxId);
     if (!owner || owner.replica === this.deps.replicaId) {
       throw new GatewayError(Code.UNAVAILABLE, 'supervisor relay failed: supervisor session not connected');
@@ -195,7 +200,7 @@ export class ExecRouter {
       );
     }
     this.owners.set(sandboxId, { replica: owner.replica, address: info.peerAddress });
-    return info.peerAddress;
+    return { replica: owner.replica, address: info.peerAddress };
   }
 
   /**
@@ -204,8 +209,8 @@ export class ExecRouter {
    */
   async killExec(sandboxId: string, execId: string): Promise<number> {
     if (this.deps.sessions.get(sandboxId)) return this.killExecLocal(sandboxId, execId);
-    const address = await this.ownerPeerAddress(sandboxId);
-    const res = await this.peerCall(address, 'KillExec', { sandbox_id: sandboxId, exec_id: execId }, 15_000);
+    const owner = await this.ownerPeer(sandboxId);
+    const res = await this.peerCall(owner, 'KillExec', { sandbox_id: sandboxId, exec_id: execId }, 15_000);
     return res.killed ?? 0;
   }
 
@@ -221,23 +226,24 @@ export class ExecRouter {
     const info = await this.deps.replicas.get(owner.replica);
     if (!info) return false;
     // The owner waits POLICY_APPLY_TIMEOUT_MS for its supervisor; this deadline only bounds a hung peer.
-    const res = await this.peerCall(info.peerAddress, 'PushPolicy', { sandbox_id: sandboxId, revision }, 10_000);
+    const res = await this.peerCall({ replica: owner.replica, address: info.peerAddress }, 'PushPolicy', { sandbox_id: sandboxId, revision }, 10_000);
     return res.connected ?? false;
   }
 
   /**
    * One unary peer call on a link of its own (kind 'call'): the request goes out once the owner
-   * proved itself; one response or a STATUS comes back. A broken link evicts the peer, as a
-   * failed relay does.
+   * proved itself — and named itself as the replica the owner record names, so an address now
+   * held by another replica gets no request; one response or a STATUS comes back. A broken link
+   * evicts the peer, as a failed relay does.
    */
   private peerCall<M extends keyof PeerCalls>(
-    address: string,
+    { replica, address }: { replica: string; address: string },
     method: M,
     request: Parameters<PeerCalls[M]>[0],
     timeoutMs: number,
   ): Promise<Partial<Awaited<ReturnType<PeerCalls[M]>>>> {
     return new Promise((resolve, reject) => {
-      const link = connectLink(address, peerCallCodec, this.linkHello('call'));
+      const link = connectLink(address, peerCallCodec, { ...this.linkHello('call'), to: replica });
       let settled = false;
       const settle = (err: unknown, res?: Record<string, unknown>) => {
         if (settled) return;
