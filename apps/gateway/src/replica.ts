@@ -27,6 +27,7 @@ import { gatewayHostForResponse, SshService } from './ssh/ssh-service.ts';
 import { TcpForwardService } from './ssh/tcp-forward.ts';
 import { announceDebugBreaks } from './debug-breaks.ts';
 import { runJobWorker } from './job-runtime.ts';
+import { grpcServerCredentials, httpsOptions, loadServerTls, warnIfPlaintext } from './tls.ts';
 
 const supervisorEntry = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../supervisor/src/main.ts');
 
@@ -46,9 +47,9 @@ const PEER_SERVER_OPTIONS = {
   'grpc.keepalive_permit_without_calls': 1,
 };
 
-function bindGrpc(server: Server, host: string, port: number): Promise<number> {
+function bindGrpc(server: Server, host: string, port: number, credentials: ServerCredentials = ServerCredentials.createInsecure()): Promise<number> {
   return new Promise((resolve, reject) => {
-    server.bindAsync(`${host}:${port}`, ServerCredentials.createInsecure(), (err, bound) => (err ? reject(err) : resolve(bound)));
+    server.bindAsync(`${host}:${port}`, credentials, (err, bound) => (err ? reject(err) : resolve(bound)));
   });
 }
 
@@ -59,11 +60,11 @@ function bindGrpc(server: Server, host: string, port: number): Promise<number> {
  * --driver docker` works without a --host, and the gateway is still not on any outside
  * interface. (Behind a load balancer, the balancer must listen there: deploy/README.md.)
  */
-async function listenForDockerSupervisors(server: Server, driver: ComputeDriver, host: string, port: number, log: Logger): Promise<void> {
+async function listenForDockerSupervisors(server: Server, driver: ComputeDriver, host: string, port: number, credentials: ServerCredentials, log: Logger): Promise<void> {
   if (!(driver instanceof DockerDriver) || loopbackHost(host) === null) return;
   try {
     const address = await driver.supervisorAddress();
-    await bindGrpc(server, address, port);
+    await bindGrpc(server, address, port, credentials);
     log.info('listening for docker supervisors on the sandbox network', { address: `${address}:${port}` });
   } catch (err) {
     // No engine yet: creates say so themselves; this replica just is not reachable from containers.
@@ -87,6 +88,10 @@ export function createDriver(config: Pick<ReplicaConfig, 'driver' | 'stateDir' |
 
 export async function startReplica(config: ReplicaConfig): Promise<RunningReplica> {
   const log = createLogger({ component: 'gateway', replica: config.replicaId }, config.logLevel);
+  // Before anything connects: a bad certificate or key is a start-up error naming the flag.
+  const tls = loadServerTls(config);
+  warnIfPlaintext(config.host, tls, log);
+  const grpcCredentials = grpcServerCredentials(tls);
   const metrics = new Metrics();
   const stopDebugReminder = announceDebugBreaks(config.debugBreaks, log, metrics);
   const redis = createRedisConnection(config.redisUrl, 'commands', { lazyConnect: true });
@@ -134,9 +139,9 @@ export async function startReplica(config: ReplicaConfig): Promise<RunningReplic
 
   const publicServer = new Server(GRPC_SERVER_OPTIONS);
   const peerServer = new Server(PEER_SERVER_OPTIONS);
-  const grpcPort = await bindGrpc(publicServer, config.host, config.grpcPort);
+  const grpcPort = await bindGrpc(publicServer, config.host, config.grpcPort, grpcCredentials);
   const grpcAddress = `${config.host}:${grpcPort}`;
-  await listenForDockerSupervisors(publicServer, driver, config.host, grpcPort, log);
+  await listenForDockerSupervisors(publicServer, driver, config.host, grpcPort, grpcCredentials, log);
   const supervisorEndpoint = config.supervisorEndpoint || grpcAddress;
 
   lifecycle = new LifecycleService({
@@ -145,6 +150,7 @@ export async function startReplica(config: ReplicaConfig): Promise<RunningReplic
     driver,
     scheduler,
     supervisorEndpoint: () => supervisorEndpoint,
+    supervisorTls: tls?.supervisor,
     sessionLive: (id) => router.sessionLive(id),
     revokeSessions: async (id, reason) => {
       await ownership.revoke(id);
@@ -227,6 +233,7 @@ export async function startReplica(config: ReplicaConfig): Promise<RunningReplic
   const heartbeatTimer = setInterval(() => void heartbeat(), Math.max(200, Math.floor(config.ownerTtlMs / 3)));
 
   const http = buildHttp({
+    https: httpsOptions(tls),
     replicaId: config.replicaId,
     metrics,
     debugBreaks: [...config.debugBreaks],
@@ -239,8 +246,8 @@ export async function startReplica(config: ReplicaConfig): Promise<RunningReplic
   await http.listen({ host: config.host, port: config.httpPort });
   const httpAddress = http.server.address();
   const httpPort = typeof httpAddress === 'object' && httpAddress ? httpAddress.port : config.httpPort;
-  const httpUrl = `http://${config.host}:${httpPort}`;
-  log.info('replica listening', { grpcAddress, peerAddress, httpUrl, supervisorEndpoint });
+  const httpUrl = `${tls ? 'https' : 'http'}://${urlHost(config.host)}:${httpPort}`;
+  log.info('replica listening', { grpcAddress, peerAddress, httpUrl, supervisorEndpoint, tls: tls !== null, mtls: Boolean(tls?.clientCa) });
 
   let closing: Promise<void> | undefined;
   const close = () => {
@@ -262,6 +269,11 @@ export async function startReplica(config: ReplicaConfig): Promise<RunningReplic
   };
 
   return { replicaId: config.replicaId, grpcAddress, httpUrl, peerAddress, close };
+}
+
+/** A host as a URL spells it: an IPv6 address in brackets. */
+function urlHost(host: string): string {
+  return host.includes(':') && !host.startsWith('[') ? `[${host}]` : host;
 }
 
 /** Waits briefly for calls to finish, then forces the rest closed. */

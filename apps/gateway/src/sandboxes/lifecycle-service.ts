@@ -29,7 +29,7 @@ import {
   workloadUserFor,
 } from '@sandgate/core';
 import { policyInForce, type SandboxLogStore, type SandboxStore, type StoredSandbox } from '@sandgate/store';
-import type { ComputeDriver, LaunchSpec } from '@sandgate/compute';
+import type { ComputeDriver, GatewayTls, LaunchSpec } from '@sandgate/compute';
 import type { JobScheduler, LifecycleTransitions } from '@sandgate/jobs';
 import type { Logger, Metrics } from '@sandgate/telemetry';
 import { newCredential } from '../sessions/credentials.ts';
@@ -40,6 +40,8 @@ export interface LifecycleDeps {
   driver: ComputeDriver;
   scheduler: JobScheduler;
   supervisorEndpoint: () => string;
+  /** The gateway serves TLS: the CA and name supervisors verify it with; absent: plaintext. */
+  supervisorTls?: GatewayTls;
   /** Is a supervisor session live anywhere for this sandbox? */
   sessionLive: (sandboxId: string) => Promise<boolean>;
   /** Ends the sandbox's supervisor session wherever it is (stop/start and new runs revoke access). */
@@ -64,6 +66,7 @@ export function launchSpecFor(
   gatewayEndpoints: string,
   supervisorBreaks: string,
   policy: Buffer | undefined = sandbox.spec?.policy,
+  gatewayTls?: GatewayTls,
 ): LaunchSpec {
   const spec = sandbox.spec!;
   return {
@@ -80,6 +83,7 @@ export function launchSpecFor(
     limits: parseResources(spec.template?.resources),
     policy,
     workloadUser: workloadUserFor(policy ? decodePolicy(policy) : undefined),
+    gatewayTls,
   };
 }
 
@@ -95,7 +99,7 @@ export class LifecycleService implements LifecycleTransitions {
 
   /** What the driver launches for a run of `sandbox`: its supervisor dials our endpoint, with our supervisor-side debug faults. */
   launchSpec(sandbox: Sandbox, credential: string, policy: Buffer | undefined = sandbox.spec?.policy): LaunchSpec {
-    return launchSpecFor(sandbox, credential, this.deps.supervisorEndpoint(), supervisorDebugBreaks(this.deps.debugBreaks), policy);
+    return launchSpecFor(sandbox, credential, this.deps.supervisorEndpoint(), supervisorDebugBreaks(this.deps.debugBreaks), policy, this.deps.supervisorTls);
   }
 
   /** A line in the sandbox's log (source "gateway"), best effort. */
