@@ -310,7 +310,15 @@ export interface CliResult {
 export function runCli(args: string[], opts: { gateway: string; input?: Buffer | string; env?: Record<string, string>; timeoutMs?: number }): Promise<CliResult> {
   return new Promise((resolve, reject) => {
     const proc = spawn(process.execPath, [cliBin, ...args], {
-      env: { ...process.env, SANDGATE_GATEWAY: opts.gateway, ...cliEnv(credentialsFor(opts.gateway)), ...opts.env },
+      // No client config file of the machine's (a `sandgate up` someone ran) leaks into a test.
+      env: {
+        ...process.env,
+        XDG_CONFIG_HOME: path.join(os.tmpdir(), 'sg-no-client-config'),
+        SANDGATE_CONFIG: undefined,
+        SANDGATE_GATEWAY: opts.gateway,
+        ...cliEnv(credentialsFor(opts.gateway)),
+        ...opts.env,
+      },
       stdio: ['pipe', 'pipe', 'pipe'],
     });
     const out: Buffer[] = [];

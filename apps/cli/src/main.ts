@@ -40,6 +40,9 @@ function version(): string {
   return pkg.version ?? '0.0.0';
 }
 
+/** Connection flags that may come before the command, like --gateway. */
+const GLOBAL_CONNECTION_FLAGS = ['token', 'ca', 'client-cert', 'client-key', 'tls-server-name'] as const;
+
 /** Runs the CLI and returns its exit status (does not exit). */
 export async function run(argv: string[], env: Env): Promise<number> {
   const ctx: CommandContext = { env, gateway: undefined };
@@ -65,6 +68,14 @@ export async function run(argv: string[], env: Env): Promise<number> {
     if (arg.startsWith('--gateway=')) {
       ctx.gateway = arg.slice('--gateway='.length);
       i += 1;
+      continue;
+    }
+    const global = GLOBAL_CONNECTION_FLAGS.find((f) => arg === `--${f}` || arg.startsWith(`--${f}=`));
+    if (global !== undefined) {
+      const value = arg.includes('=') ? arg.slice(arg.indexOf('=') + 1) : argv[i + 1];
+      if (value === undefined) throw new UsageError(`option '--${global} <value>' argument missing`);
+      ctx.connection = { ...ctx.connection, [global]: value };
+      i += arg.includes('=') ? 1 : 2;
       continue;
     }
     throw new UsageError(`unknown option '${arg}'`);

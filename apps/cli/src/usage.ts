@@ -1,8 +1,18 @@
 // Help texts. Kept apart from the commands so `--help` loads nothing else.
-const GLOBAL_FLAGS = `Global flags:
-  --gateway URL   gateway endpoint (env SANDGATE_GATEWAY, default 127.0.0.1:8080);
-                  host:port, http://host:port or grpc://host:port (plaintext gRPC)
-  -h, --help      show help`;
+const GLOBAL_FLAGS = `Global flags (also after the command):
+  --gateway URL   gateway endpoint (env SANDGATE_GATEWAY, else the client config
+                  file's, else 127.0.0.1:8080); host:port or http://host:port
+                  (plaintext unless --ca), https://host:port or grpcs:// (TLS)
+  --token T       API token, sent as authorization: Bearer (env SANDGATE_TOKEN)
+  --ca FILE       PEM CA of the gateway's certificate (env SANDGATE_CA; an https
+                  gateway without one trusts the system's CAs)
+  --client-cert FILE, --client-key FILE
+                  mTLS client certificate and key (env SANDGATE_CLIENT_CERT/_KEY)
+  --tls-server-name N
+                  name to check the gateway's certificate for (env SANDGATE_TLS_SERVER_NAME)
+  -h, --help      show help
+Unset ones come from the client config file ~/.config/sandgate/config.json
+(SANDGATE_CONFIG elsewhere), which 'sandgate up' writes.`;
 
 export const USAGE: Record<string, string> = {
   '': `sandgate: a multi-replica sandbox gateway

@@ -12,7 +12,7 @@ export const OPTIONS = GATEWAY_OPTION;
 export async function run(argv: string[], ctx: CommandContext): Promise<number> {
   const { values, positionals } = parseCommand(argv, OPTIONS, 'sandbox delete');
   if (positionals.length === 0) throw new UsageError('at least one sandbox NAME is required', 'sandbox delete');
-  return withClient(ctx, values.gateway, async (client) => {
+  return withClient(ctx, values, async (client) => {
     let failed = false;
     for (const name of positionals) {
       try {

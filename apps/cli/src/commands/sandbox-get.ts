@@ -11,7 +11,7 @@ export async function run(argv: string[], ctx: CommandContext): Promise<number> 
   const { values, positionals } = parseCommand(argv, OPTIONS, 'sandbox get');
   if (positionals.length !== 1) throw new UsageError(positionals.length === 0 ? 'a sandbox NAME is required' : `unexpected argument '${positionals[1]}'`, 'sandbox get');
   const json = parseOutput(values.output);
-  return withClient(ctx, values.gateway, async (client) => {
+  return withClient(ctx, values, async (client) => {
     const sandbox = await client.getSandbox(positionals[0]!);
     if (json) {
       write(formatJson(sandboxJson(sandbox)));

@@ -17,7 +17,7 @@ export async function run(argv: string[], ctx: CommandContext): Promise<number> 
   if (positionals.length > 0) throw new UsageError(`unexpected argument '${positionals[0]}'`, 'sandbox list');
   const json = parseOutput(values.output);
   const limit = values.limit === undefined ? undefined : parseInteger(values.limit, '--limit', 0, 0xffffffff);
-  return withClient(ctx, values.gateway, async (client) => {
+  return withClient(ctx, values, async (client) => {
     const sandboxes = await client.listSandboxes({ label_selector: values.selector, limit });
     write(json ? formatJson({ sandboxes: sandboxes.map(sandboxJson) }) : formatSandboxList(sandboxes, Date.now()));
     return 0;
