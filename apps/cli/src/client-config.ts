@@ -53,14 +53,14 @@ export const CLIENT_OPTIONS = {
   tlsServerName: {
     flag: 'tls-server-name',
     env: 'SANDGATE_TLS_SERVER_NAME',
-    default: { text: "the gateway URL's host", compute: () => '' },
+    default: { text: "the config file's, else the gateway URL's host", compute: () => '' },
     description: "the name the gateway's certificate is checked for (when the URL names an address the certificate does not)",
     parse: anyString,
   },
   config: {
     env: 'SANDGATE_CONFIG',
     default: { text: '$XDG_CONFIG_HOME/sandgate/config.json (~/.config/sandgate/config.json)', compute: () => '' },
-    description: 'the client config file: JSON `{gateway, ca, token, clientCert, clientKey}`, each used when no flag or variable gives it',
+    description: 'the client config file: JSON `{gateway, ca, token, clientCert, clientKey, tlsServerName}`, each used when no flag or variable gives it',
     parse: anyString,
   },
   provisionTimeoutMs: PROVISION_TIMEOUT_OPTION,
@@ -104,8 +104,10 @@ export interface ClientConfigFile {
   token?: string;
   clientCert?: string;
   clientKey?: string;
+  /** The name the gateway's certificate is checked for (`up` writes localhost: its URL names 127.0.0.1). */
+  tlsServerName?: string;
 }
-const CONFIG_FIELDS = ['gateway', 'ca', 'token', 'clientCert', 'clientKey'] as const;
+const CONFIG_FIELDS = ['gateway', 'ca', 'token', 'clientCert', 'clientKey', 'tlsServerName'] as const;
 
 /** Where the client config file is: SANDGATE_CONFIG, else $XDG_CONFIG_HOME (or ~/.config)/sandgate/config.json. */
 export function clientConfigPath(env: Env): string {
@@ -208,7 +210,7 @@ export function resolveConnection(flags: ConnectionFlags, env: Env): Connection 
   const ca = pick(CLIENT_OPTIONS.ca, flags.ca, 'ca');
   const cert = pick(CLIENT_OPTIONS.clientCert, flags['client-cert'], 'clientCert');
   const key = pick(CLIENT_OPTIONS.clientKey, flags['client-key'], 'clientKey');
-  const servername = readOption(CLIENT_OPTIONS.tlsServerName, flags['tls-server-name'], env)?.value.trim() || undefined;
+  const servername = pick(CLIENT_OPTIONS.tlsServerName, flags['tls-server-name'], 'tlsServerName')?.value || undefined;
   if (cert && !key) throw new UsageError(`${cert.what} needs a client key (--client-key or SANDGATE_CLIENT_KEY)`);
   if (key && !cert) throw new UsageError(`${key.what} needs a client certificate (--client-cert or SANDGATE_CLIENT_CERT)`);
   const wantsTls = endpointWantsTls(rawGateway) || ca !== undefined || cert !== undefined;
