@@ -10,7 +10,9 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import * as grpc from '@grpc/grpc-js';
 import { createCertificateAuthority, type CertificateAuthority, type PemPair } from '@sandgate/pki';
 import { ConfigError } from '../src/config.ts';
-import { grpcServerCredentials, httpsOptions, loadServerTls, loadSupervisorTls } from '../src/tls.ts';
+import { grpcServerCredentials, httpsOptions, loadServerTls, loadSupervisorTls, warnIfPlaintext } from '../src/tls.ts';
+import { parseReplicaConfig, startReplica } from '../src/index.ts';
+import type { Logger } from '@sandgate/telemetry';
 import { buildHttp } from '../src/api/http.ts';
 import { Metrics } from '@sandgate/telemetry';
 
@@ -72,6 +74,28 @@ describe('loadServerTls: every mistake is a start-up error naming the flag', () 
     expect(tls.supervisor).toEqual({ ca: ca.cert, serverName: 'localhost' });
     expect(loadSupervisorTls({ tlsCert: f.cert, tlsCa: f.ca })).toEqual({ ca: ca.cert, serverName: 'localhost' });
     expect(loadSupervisorTls({ tlsCert: '', tlsCa: '' })).toBeNull();
+  });
+});
+
+describe('start-up', () => {
+  it('a replica with bad TLS flags stops before it connects anywhere, naming the flag', async () => {
+    const base = parseReplicaConfig({}, {}, { hostname: 'test', pid: process.pid, homedir: dir, randomHex: () => '0000' });
+    // Redis on a closed port: the error must be the TLS one, raised first.
+    const config = { ...base, redisUrl: 'redis://127.0.0.1:1', stateDir: path.join(dir, 'state'), tlsCert: f.cert, tlsKey: f.otherKey, tlsCa: f.ca };
+    await expect(startReplica(config)).rejects.toThrow(/--tls-key .* is not the private key of --tls-cert/);
+  });
+
+  it('warns about plaintext on a non-loopback address, only there', () => {
+    const warnings: string[] = [];
+    const log = { warn: (m: string) => warnings.push(m) } as unknown as Logger;
+    warnIfPlaintext('127.0.0.1', null, log);
+    warnIfPlaintext('::1', null, log);
+    warnIfPlaintext('0.0.0.0', loadServerTls({ ...none, tlsCert: f.cert, tlsKey: f.key, tlsCa: f.ca }), log);
+    expect(warnings).toEqual([]);
+    warnIfPlaintext('0.0.0.0', null, log);
+    warnIfPlaintext('10.1.2.3', null, log);
+    expect(warnings).toHaveLength(2);
+    expect(warnings[0]).toMatch(/plaintext .* non-loopback .* --tls-cert/);
   });
 });
 
