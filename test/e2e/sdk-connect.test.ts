@@ -5,12 +5,11 @@
 // another replica: once with a bearer token, once over mTLS with no token. A plaintext client and
 // a client that does not trust the gateway's CA get nowhere.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ConnectError } from '@connectrpc/connect';
 import { createCertificateAuthority } from '@sandgate/pki';
 import { TokenStore } from '@sandgate/store';
 import { Cluster } from '../harness/cluster.ts';
 import { startRedis, type TestRedis } from '../harness/redis.ts';
-import { openShellService, sdkClient, type SdkClientOptions } from '../harness/openshell-sdk.ts';
+import { ConnectError, openShellService, sdkClient, type SdkClientOptions } from '../harness/openshell-sdk.ts';
 import { waitFor } from '../harness/wait.ts';
 
 let redis: TestRedis;

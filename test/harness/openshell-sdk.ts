@@ -6,6 +6,9 @@
 // at run time from the same .proto files the gateway loads (protobufjs → FileDescriptorSet →
 // @bufbuild/protobuf's registry), so the wire format is the SDK's, not grpc-js'.
 import { createClient, type Client, type Interceptor } from '@connectrpc/connect';
+
+/** The SDK's error type (what every failed call rejects with). */
+export { ConnectError } from '@connectrpc/connect';
 import { createGrpcTransport } from '@connectrpc/connect-node';
 import { createFileRegistry, fromBinary, type DescService } from '@bufbuild/protobuf';
 import { FileDescriptorSetSchema } from '@bufbuild/protobuf/wkt';
