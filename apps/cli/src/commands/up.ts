@@ -28,12 +28,12 @@ export function redactRedisUrl(url: string): string {
  * CLI then needs no flag), or the one it left alone and the copy of its own to point
  * SANDGATE_CONFIG at; absent: plaintext without a config file (the gateway address is the hint).
  */
-export function upBanner(replica: Pick<RunningReplica, 'grpcAddress' | 'httpUrl'>, redis: string, client?: ClientConfigOutcome & { url: string }): string {
+export function upBanner(replica: Pick<RunningReplica, 'grpcAddress' | 'httpUrl'>, redis: string, client?: ClientConfigOutcome & { url: string; token?: boolean }): string {
   let prefix = replica.grpcAddress === DEFAULT_GATEWAY ? '' : `export SANDGATE_GATEWAY=${replica.grpcAddress}; `;
   let config = '';
   if (client?.written) {
     prefix = '';
-    config = `client config: ${client.path} (gateway ${client.url}, its CA and an admin token)\n`;
+    config = `client config: ${client.path} (gateway ${client.url}, its CA${client.token === false ? ', no token: --no-auth' : ' and an admin token'})\n`;
   } else if (client) {
     prefix = `export SANDGATE_CONFIG=${client.ownPath}; `;
     config = `client config: left ${client.path} alone (${client.reason}); this gateway's is ${client.ownPath}\n`;
@@ -126,9 +126,9 @@ export async function run(argv: string[], ctx: CommandContext): Promise<number> 
 
   // The CLI finds this gateway, its CA and the token here; never printed.
   const url = `https://${replica.grpcAddress.startsWith('0.0.0.0:') ? replica.grpcAddress.replace('0.0.0.0', '127.0.0.1') : replica.grpcAddress}`;
-  let client: (ClientConfigOutcome & { url: string }) | undefined;
+  let client: (ClientConfigOutcome & { url: string; token: boolean }) | undefined;
   try {
-    client = { ...writeClientConfig(ctx.env, config.stateDir, { gateway: url, ca: tls.caFile, tlsServerName: 'localhost', ...(token ? { token } : {}) }), url };
+    client = { ...writeClientConfig(ctx.env, config.stateDir, { gateway: url, ca: tls.caFile, tlsServerName: 'localhost', ...(token ? { token } : {}) }), url, token: token !== undefined };
   } catch (err) {
     process.stderr.write(`warning: cannot write the client config file: ${(err as Error).message}\n`);
   }
