@@ -226,6 +226,11 @@ Runs a complete sandgate in one process: a gateway replica with its workers and,
 Redis URL is given, a private redis-server (from PATH) keeping its data in STATE_DIR/redis.
 Stops everything on SIGINT or SIGTERM.
 
+It serves TLS with authentication on, with nothing to configure: on the first start it makes a
+CA and a server certificate in STATE_DIR/tls (reused after) and an admin token (STATE_DIR/
+admin-token, 0600), and writes the client config file ~/.config/sandgate/config.json (gateway
+URL, CA, token; 0600) that client commands read, unless one there names another gateway.
+
 Missing redis-server, bwrap (bubblewrap) or ip (iproute2; both for the local driver)? As root
 on Debian, up installs them with apt-get, saying so on stderr; elsewhere it prints the command
 to run.
