@@ -111,7 +111,7 @@ describe('WorkspaceExecSlots', () => {
     r1.close();
     await sleep(staleMs + 150);
     expect(await r2.acquire({ workspace: 'cap', execId: 'e4' }, 1)).toBe(true);
-    expect(await client.zrange(keys.workspaceExecs('cap'), 0, -1)).toEqual(['e4']);
+    expect(await client.zrange(keys.workspaceExecs('cap'), '0', '-1')).toEqual(['e4']);
     await r2.release({ workspace: 'cap', execId: 'e4' });
     expect(await r2.liveCount('cap')).toBe(0);
     r2.close();
