@@ -10,7 +10,7 @@ import type { ServiceError } from '@grpc/grpc-js';
 import { Code } from '@sandgate/core';
 import type { Sandbox } from '@sandgate/protocols';
 import { createRedisConnection, TokenStore } from '@sandgate/store';
-import { Cluster } from '../harness/cluster.ts';
+import { Cluster, runCli } from '../harness/cluster.ts';
 import { startRedis, type TestRedis } from '../harness/redis.ts';
 import { openShellClient, unaryCall, type AnyClient } from '../harness/grpc-client.ts';
 import { waitFor } from '../harness/wait.ts';
@@ -22,6 +22,7 @@ let admin: AnyClient[] = [];
 let memberA: AnyClient[] = [];
 const clients: AnyClient[] = [];
 let sandbox: Sandbox | undefined;
+let adminToken = '';
 
 beforeAll(async () => {
   redis = await startRedis();
@@ -33,7 +34,7 @@ beforeAll(async () => {
   const conn = createRedisConnection(cluster.redisUrl, 'commands');
   try {
     const memberToken = (await new TokenStore(conn).create({ workspace: 'team-a', role: 'member', name: 'e2e-member-a' })).token;
-    const adminToken = (await new TokenStore(conn).create({ workspace: 'default', role: 'admin' })).token;
+    adminToken = (await new TokenStore(conn).create({ workspace: 'default', role: 'admin' })).token;
     admin = cluster.replicas.map((r) => openShellClient(r.grpcAddress, { token: adminToken }));
     memberA = cluster.replicas.map((r) => openShellClient(r.grpcAddress, { token: memberToken }));
   } finally {
@@ -181,6 +182,23 @@ describe('workspaces across three replicas', () => {
     // The sandbox is untouched and still serves its owner.
     const still = await unaryCall<{ sandbox: Sandbox }>(admin[2]!, 'GetSandbox', { name, workspace: 'team-b' });
     expect(still.sandbox.status?.phase).toBe(2);
+  });
+
+  it('the CLI: workspace create/list/delete, member add/list, sandbox list --all-workspaces', async () => {
+    const cli = async (...args: string[]) => {
+      const res = await runCli(args, { gateway: cluster.replicas[1]!.grpcAddress, env: { SANDGATE_TOKEN: adminToken } });
+      expect(res.code, `sandgate ${args.join(' ')}: ${res.stderr}`).toBe(0);
+      return res.stdout.toString();
+    };
+    expect(await cli('workspace', 'create', 'cli-ws', '--label', 'team=x')).toBe('Created workspace cli-ws\n');
+    const listed = JSON.parse(await cli('workspace', 'list', '--label-selector', 'team=x', '-o', 'json')) as { workspaces: unknown[] };
+    expect(listed.workspaces).toEqual([expect.objectContaining({ name: 'cli-ws', status: 'Active', labels: { team: 'x' }, resource_version: 1 })]);
+    expect(await cli('workspace', 'member', 'add', '--workspace', 'cli-ws', '--subject', 'token:someone', '--role', 'user')).toBe('Added token:someone to workspace cli-ws as user\n');
+    expect(JSON.parse(await cli('workspace', 'member', 'list', '--workspace', 'cli-ws', '-o', 'json'))).toEqual({ members: [{ subject: 'token:someone', role: 'user', workspace: 'cli-ws' }] });
+    const all = JSON.parse(await cli('sandbox', 'list', '--all-workspaces', '-o', 'json')) as { sandboxes: { metadata: { id: string } }[] };
+    expect(all.sandboxes.map((s) => s.metadata.id)).toContain(sandbox!.metadata!.id);
+    expect(await cli('workspace', 'delete', 'cli-ws')).toBe('Deleted workspace cli-ws\n');
+    expect((await rejection(unaryCall(admin[2]!, 'GetWorkspace', { name: 'cli-ws' }))).code).toBe(Code.NOT_FOUND);
   });
 
   it('a workspace holding a sandbox is not deleted; after the sandbox is gone it is', async () => {
