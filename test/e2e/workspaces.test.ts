@@ -129,6 +129,8 @@ describe('workspaces across three replicas', () => {
         throw err;
       }
     }, 20_000);
+    // An exec that ended normally gave its slot back too (the cap is 1).
+    expect(await exec(admin[1]!, id, ['true']).done).toBe(0);
   });
 
   it('with a member token of team-a, every path to the team-b sandbox answers NOT_FOUND at every replica', async () => {

@@ -11,7 +11,7 @@ import { GatewayError, Code, validateExec, EXIT_TIMEOUT, type DebugBreak } from 
 import type { SandboxStore, WorkspaceExecSlots } from '@sandgate/store';
 import type { Logger, Metrics } from '@sandgate/telemetry';
 import { SessionNotHere, toPeerError, type ExecPath, type ExecRouter } from '../relay/exec-router.ts';
-import { endWithError, takeFirstMessage } from '../api/calls.ts';
+import { endWithError, onceGone, takeFirstMessage } from '../api/calls.ts';
 import { pump, type LinkChannel } from '@sandgate/relay';
 import { relayFailure, toClientError, toServiceError } from '../api/grpc-errors.ts';
 import { presentedPeerSecret, secretsEqual } from '../api/secrets.ts';
@@ -113,7 +113,8 @@ export class ExecService {
       released = true;
       this.deps.execSlots.release(slot).catch((err: unknown) => this.deps.log.warn('exec slot release failed', { execId, err }));
     };
-    for (const ev of ['close', 'finish', 'error', 'cancelled'] as const) client.once(ev, release);
+    // onceGone keeps its listeners: a later 'error' still finds one.
+    onceGone(client, release);
     if (client.destroyed || client.writableFinished) release();
     return release;
   }
