@@ -29,9 +29,14 @@ export const COMMANDS: Record<string, () => Promise<CommandModule>> = {
   'sandbox stop': () => import('./commands/sandbox-lifecycle.ts').then((m) => ({ run: m.runStop, OPTIONS: m.OPTIONS })),
   'sandbox start': () => import('./commands/sandbox-lifecycle.ts').then((m) => ({ run: m.runStart, OPTIONS: m.OPTIONS })),
   logs: () => import('./commands/logs.ts'),
+  'workspace create': () => import('./commands/workspace.ts').then((m) => ({ run: m.runCreate, OPTIONS: m.CREATE_OPTIONS })),
+  'workspace get': () => import('./commands/workspace.ts').then((m) => ({ run: m.runGet, OPTIONS: m.GET_OPTIONS })),
+  'workspace list': () => import('./commands/workspace.ts').then((m) => ({ run: m.runList, OPTIONS: m.LIST_OPTIONS })),
+  'workspace delete': () => import('./commands/workspace.ts').then((m) => ({ run: m.runDelete, OPTIONS: m.DELETE_OPTIONS })),
+  'workspace member': () => import('./commands/workspace.ts').then((m) => ({ run: m.runMember, OPTIONS: m.MEMBER_OPTIONS })),
 };
 
-export const GROUPS = new Set(['sandbox']);
+export const GROUPS = new Set(['sandbox', 'workspace']);
 
 const isHelp = (arg: string | undefined) => arg === '-h' || arg === '--help';
 

@@ -7,7 +7,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Redis } from 'ioredis';
 import { loopbackHost, serviceDefinition } from '@sandgate/protocols';
-import { ClusterCounter, ClusterCounters, createRedisConnection, OwnershipStore, ReplicaRegistry, SandboxFeed, SandboxLogStore, SandboxStore, sharedPeerSecret, SshSessionStore } from '@sandgate/store';
+import { ClusterCounter, ClusterCounters, createRedisConnection, OwnershipStore, ReplicaRegistry, SandboxFeed, SandboxLogStore, SandboxStore, sharedPeerSecret, SshSessionStore, WorkspaceExecSlots, WorkspaceStore } from '@sandgate/store';
 import { DockerDriver, LocalDriver, type ComputeDriver } from '@sandgate/compute';
 import { createLogger, Metrics, type Logger } from '@sandgate/telemetry';
 import { JobScheduler, jobConnectionNames, type RunningWorker } from '@sandgate/jobs';
@@ -18,7 +18,9 @@ import { servePeerPort } from './relay/peer-port.ts';
 import { ExecService } from './exec/exec-service.ts';
 import { SandboxService } from './sandboxes/sandbox-service.ts';
 import { openShellDefinition, openShellImplementation } from './api/openshell-service.ts';
-import { noAuthentication } from './auth/authenticator.ts';
+import { noAuthentication, type Authenticator } from './auth/authenticator.ts';
+import { WorkspaceService } from './workspaces/workspace-service.ts';
+import { WorkspaceAccess } from './api/access.ts';
 import { buildHttp } from './api/http.ts';
 import { LifecycleService } from './sandboxes/lifecycle-service.ts';
 import { WatchService } from './sandboxes/watch-service.ts';
@@ -86,7 +88,7 @@ export function createDriver(config: Pick<ReplicaConfig, 'driver' | 'stateDir' |
   throw new Error(`unknown driver '${config.driver}': use local or docker`);
 }
 
-export async function startReplica(config: ReplicaConfig): Promise<RunningReplica> {
+export async function startReplica(config: ReplicaConfig, opts: { authenticator?: Authenticator } = {}): Promise<RunningReplica> {
   const log = createLogger({ component: 'gateway', replica: config.replicaId }, config.logLevel);
   // Before anything connects: a bad certificate or key is a start-up error naming the flag.
   const tls = loadServerTls(config);
@@ -99,6 +101,10 @@ export async function startReplica(config: ReplicaConfig): Promise<RunningReplic
   await redis.connect();
 
   const store = new SandboxStore(redis);
+  const workspaceStore = new WorkspaceStore(redis);
+  await workspaceStore.ensureDefault();
+  const workspaces = new WorkspaceAccess(workspaceStore);
+  const execSlots = new WorkspaceExecSlots(redis);
   const ownership = new OwnershipStore(redis, config.ownerTtlMs, { fencing: !config.debugBreaks.has('fencing') });
   const replicas = new ReplicaRegistry(redis, config.ownerTtlMs);
   const driver = createDriver(config);
@@ -135,6 +141,9 @@ export async function startReplica(config: ReplicaConfig): Promise<RunningReplic
     metrics,
     debugBreaks: config.debugBreaks,
     note: (id, message, level) => lifecycle?.note(id, message, level),
+    workspaces,
+    execSlots,
+    maxExecsPerWorkspace: config.maxExecsPerWorkspace,
   });
 
   const publicServer = new Server(GRPC_SERVER_OPTIONS);
@@ -158,6 +167,7 @@ export async function startReplica(config: ReplicaConfig): Promise<RunningReplic
     },
     provisionTimeoutMs: config.provisionTimeoutMs,
     debugBreaks: config.debugBreaks,
+    workspaces,
     log,
     metrics,
   });
@@ -167,10 +177,12 @@ export async function startReplica(config: ReplicaConfig): Promise<RunningReplic
     defaultImage: driver instanceof DockerDriver ? driver.defaultImage : 'host',
     supervisorEndpoint: () => supervisorEndpoint,
     lifecycle,
+    workspaces,
+    maxSandboxesPerWorkspace: config.maxSandboxesPerWorkspace,
     log,
     metrics,
   });
-  const watch = new WatchService({ feed: new SandboxFeed(redis), store, logs, log });
+  const watch = new WatchService({ feed: new SandboxFeed(redis), store, logs, workspaces, log });
   const ssh = new SshService({
     store,
     sessions: new SshSessionStore(redis),
@@ -180,6 +192,7 @@ export async function startReplica(config: ReplicaConfig): Promise<RunningReplic
     ttlSeconds: config.sshSessionTtlSeconds,
     maxPerToken: config.sshMaxConnectionsPerToken,
     maxPerSandbox: config.sshMaxConnectionsPerSandbox,
+    workspaces,
     log,
     metrics,
   });
@@ -189,9 +202,14 @@ export async function startReplica(config: ReplicaConfig): Promise<RunningReplic
     pushPolicy: (id, revision) => router.pushPolicy(id, revision),
     pushPolicyLocal: (id, revision) => sessions.pushPolicy(id, revision),
     peerSecret,
+    workspaces,
     log,
   });
-  publicServer.addService(openShellDefinition, openShellImplementation(noAuthentication, sandboxes, exec, lifecycle, watch, log, { sessions: ssh, forward }, configService));
+  const door = { workspaces: new WorkspaceService({ workspaces: workspaceStore, log }), driverName: driver.name };
+  publicServer.addService(
+    openShellDefinition,
+    openShellImplementation(opts.authenticator ?? noAuthentication, sandboxes, exec, lifecycle, watch, log, { sessions: ssh, forward }, configService, door),
+  );
   publicServer.addService(serviceDefinition('sandgate.v1.SupervisorGateway'), {
     Control: (call: ControlCall) => sessions.handleControl(call),
     ExecChannel: (call: ExecChannelCall) => sessions.handleExecChannel(call),
@@ -255,6 +273,7 @@ export async function startReplica(config: ReplicaConfig): Promise<RunningReplic
       clearInterval(heartbeatTimer);
       stopDebugReminder();
       ssh.close();
+      execSlots.close();
       await worker?.close();
       await sessions.drain();
       await scheduler.close().catch(() => undefined);
