@@ -189,6 +189,7 @@ export async function startReplica(config: ReplicaConfig, opts: { authenticator?
     sessionLive: (id) => router.sessionLive(id),
     gatewayHost: gatewayHostForResponse(config.advertiseHost || config.host),
     gatewayPort: grpcPort,
+    gatewayScheme: tls ? 'https' : 'http',
     ttlSeconds: config.sshSessionTtlSeconds,
     maxPerToken: config.sshMaxConnectionsPerToken,
     maxPerSandbox: config.sshMaxConnectionsPerSandbox,

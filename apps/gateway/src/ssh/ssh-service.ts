@@ -28,6 +28,8 @@ export interface SshServiceDeps {
   /** What CreateSshSession reports as the gateway's address (never empty). */
   gatewayHost: string;
   gatewayPort: number;
+  /** `https` when the public port serves TLS: clients of CreateSshSession dial ForwardTcp with it. */
+  gatewayScheme: 'http' | 'https';
   /** 0 = tokens never expire. */
   ttlSeconds: number;
   maxPerToken: number;
@@ -101,7 +103,7 @@ export class SshService {
       token,
       gateway_host: this.deps.gatewayHost,
       gateway_port: this.deps.gatewayPort,
-      gateway_scheme: 'http',
+      gateway_scheme: this.deps.gatewayScheme,
       host_key_fingerprint: '',
       expires_at_ms: expiresAtMs,
     };
