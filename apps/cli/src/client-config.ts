@@ -60,7 +60,7 @@ export const CLIENT_OPTIONS = {
   config: {
     env: 'SANDGATE_CONFIG',
     default: { text: '$XDG_CONFIG_HOME/sandgate/config.json (~/.config/sandgate/config.json)', compute: () => '' },
-    description: 'the client config file: JSON `{gateway, ca, token, clientCert, clientKey, tlsServerName}`, each used when no flag or variable gives it',
+    description: 'the client config file: JSON `{gateway, ca, token, clientCert, clientKey, tlsServerName}`, each used when no flag or variable gives it; its credentials only for its own gateway',
     parse: anyString,
   },
   provisionTimeoutMs: PROVISION_TIMEOUT_OPTION,
@@ -191,13 +191,18 @@ export function resolveConnection(flags: ConnectionFlags, env: Env): Connection 
   let file: ClientConfigFile | undefined;
   const fromFile = () => (file ??= readClientConfig(env));
   // Each field: what the flag or variable gives, else the file's (and where it came from).
+  // The file's credentials belong to the file's gateway: they are used only when the gateway
+  // comes from the file too, or names the same endpoint. A token or CA meant for one gateway is
+  // never sent to another (a test cluster, a colleague's gateway) just because a file exists.
+  let fileApplies = true;
   const pick = (spec: OptionSpec<unknown>, flag: string | undefined, field: keyof ClientConfigFile): { value: string; what: string } | undefined => {
     const given = readOption(spec, flag, env);
     if (given) return { value: given.value.trim(), what: given.what };
-    const v = fromFile()[field];
+    const v = fileApplies ? fromFile()[field] : undefined;
     return v ? { value: v, what: `${field} in ${clientConfigPath(env)}` } : undefined;
   };
   const gateway = pick(CLIENT_OPTIONS.gateway, flags.gateway, 'gateway');
+  if (gateway && !gateway.what.endsWith(clientConfigPath(env))) fileApplies = sameEndpoint(gateway.value, fromFile().gateway);
   const rawGateway = gateway?.value ?? DEFAULT_GATEWAY;
   let endpoint: string;
   try {
@@ -231,6 +236,16 @@ export function resolveConnection(flags: ConnectionFlags, env: Env): Connection 
     keyFile,
   };
   return { endpoint, url: `https://${endpoint}`, token, tls };
+}
+
+/** Do two gateway URLs name the same endpoint (host:port after normalising)? */
+function sameEndpoint(a: string, b: string | undefined): boolean {
+  if (b === undefined) return false;
+  try {
+    return normaliseEndpoint(a) === normaliseEndpoint(b);
+  } catch {
+    return false;
+  }
 }
 
 /** The endpoint (host:port) from `--gateway`, else SANDGATE_GATEWAY, else the config file, else 127.0.0.1:8080. */

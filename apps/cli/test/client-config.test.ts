@@ -23,6 +23,18 @@ const configFile = write('xdg/sandgate/config.json', JSON.stringify({ gateway: '
 const empty = { HOME: path.join(dir, 'nohome') };
 
 describe('resolveConnection', () => {
+  it("never sends the file's token or CA to another gateway", () => {
+    const env = { ...empty, SANDGATE_CONFIG: configFile };
+    // Another gateway, by variable or flag: nothing of the file applies.
+    for (const c of [resolveConnection({}, { ...env, SANDGATE_GATEWAY: '127.0.0.1:7000' }), resolveConnection({ gateway: '127.0.0.1:7000' }, env)]) {
+      expect(c).toEqual({ endpoint: '127.0.0.1:7000', url: '127.0.0.1:7000', token: undefined, tls: null });
+    }
+    // The file's own gateway, written differently: its credentials apply.
+    const same = resolveConnection({ gateway: 'https://127.0.0.1:9443/' }, env);
+    expect(same.token).toBe('sgt_fromfile');
+    expect(same.tls?.caFile).toBe(caFile);
+  });
+
   it('without anything: plaintext 127.0.0.1:8080, no token', () => {
     expect(resolveConnection({}, empty)).toEqual({ endpoint: '127.0.0.1:8080', url: '127.0.0.1:8080', token: undefined, tls: null });
   });
@@ -47,8 +59,10 @@ describe('resolveConnection', () => {
     expect(c.tls?.caFile).toBe(otherCa);
     expect(c.endpoint).toBe('127.0.0.1:9443'); // still the file's
     expect(resolveConnection({ token: 'sgt_flag' }, env).token).toBe('sgt_flag');
-    // A gateway given explicitly as plaintext host:port, with the file's CA: TLS (a CA was given).
-    expect(resolveConnection({ gateway: '10.0.0.1:8080' }, env).tls?.caFile).toBe(caFile);
+    // The file's gateway given explicitly as plaintext host:port, with the file's CA: TLS (a CA was given).
+    expect(resolveConnection({ gateway: '127.0.0.1:9443' }, env).tls?.caFile).toBe(caFile);
+    // Another gateway: the file's CA is not used.
+    expect(resolveConnection({ gateway: '10.0.0.1:8080' }, env).tls).toBeNull();
   });
 
   it('https without a CA trusts the system CAs; http with a CA is TLS', () => {
