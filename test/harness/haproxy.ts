@@ -19,7 +19,8 @@ export interface Haproxy {
   stop(): Promise<void>;
 }
 
-export function haproxyConfig(port: number, backends: HaproxyBackend[]): string {
+/** `healthCa`: the replicas serve HTTPS; their /readyz is checked over TLS trusting this CA file. */
+export function haproxyConfig(port: number, backends: HaproxyBackend[], healthCa?: string): string {
   return [
     'global',
     '  maxconn 4000',
@@ -39,15 +40,16 @@ export function haproxyConfig(port: number, backends: HaproxyBackend[]): string 
     '  option httpchk GET /readyz',
     '  http-check expect status 200',
     '  default-server inter 300 fall 2 rise 1 on-marked-down shutdown-sessions',
-    ...backends.map((b) => `  server ${b.name} 127.0.0.1:${b.grpcPort} check port ${b.httpPort}`),
+    // TCP mode: a replica's TLS passes through untouched; only the health check speaks it.
+    ...backends.map((b) => `  server ${b.name} 127.0.0.1:${b.grpcPort} check port ${b.httpPort}${healthCa ? ` check-ssl verify required ca-file ${healthCa} verifyhost localhost` : ''}`),
     '',
   ].join('\n');
 }
 
-export async function startHaproxy(port: number, backends: HaproxyBackend[]): Promise<Haproxy> {
+export async function startHaproxy(port: number, backends: HaproxyBackend[], opts: { healthCa?: string } = {}): Promise<Haproxy> {
   const dir = mkdtempSync(path.join(os.tmpdir(), 'sg-haproxy-'));
   const cfg = path.join(dir, 'haproxy.cfg');
-  writeFileSync(cfg, haproxyConfig(port, backends));
+  writeFileSync(cfg, haproxyConfig(port, backends, opts.healthCa));
   const proc: ChildProcess = spawn('haproxy', ['-f', cfg, '-db'], { stdio: ['ignore', 'ignore', 'pipe'] });
   let err = '';
   proc.stderr!.on('data', (c: Buffer) => (err = (err + c.toString()).slice(-4000)));

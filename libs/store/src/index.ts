@@ -8,3 +8,4 @@ export * from './counters.ts';
 export * from './connection.ts';
 export * from './tokens.ts';
 export * from './peer-secret.ts';
+export * from './workspaces.ts';
