@@ -114,9 +114,9 @@ export function adminTokenFile(stateDir: string): string {
  * An admin token of workspace `default`: the one kept in the state dir if it still verifies
  * (not revoked, not expired, still admin of default), else a new one (then kept, 0600).
  */
-export async function ensureAdminToken(redisUrl: string, stateDir: string): Promise<{ token: string; made: boolean }> {
-  const { TokenStore, createRedisConnection } = await import('@sandgate/store');
-  const redis = createRedisConnection(redisUrl, 'commands', { lazyConnect: true, connectionName: 'sandgate:up' });
+export async function ensureAdminToken(redisUrl: string, stateDir: string, redisCa = ''): Promise<{ token: string; made: boolean }> {
+  const { TokenStore, createRedisConnection, loadRedisCa } = await import('@sandgate/store');
+  const redis = createRedisConnection(redisUrl, 'commands', { lazyConnect: true, connectionName: 'sandgate:up', tlsCa: loadRedisCa(redisCa) });
   try {
     await redis.connect();
     const tokens = new TokenStore(redis);

@@ -392,6 +392,7 @@ export const REPLICA_OPTIONS: Specs = {
   },
   redisCa: {
     flag: 'redis-ca',
+    up: true,
     worker: true,
     env: 'SANDGATE_REDIS_CA',
     default: { text: "the system's CAs", compute: () => '' },

@@ -108,7 +108,7 @@ export async function run(argv: string[], ctx: CommandContext): Promise<number> 
   let token: string | undefined;
   if (config.auth) {
     try {
-      token = (await ensureAdminToken(config.redisUrl, config.stateDir)).token;
+      token = (await ensureAdminToken(config.redisUrl, config.stateDir, config.redisCa)).token;
     } catch (err) {
       await redis?.stop();
       fail(`cannot create the admin token in Redis: ${(err as Error).message}`);
