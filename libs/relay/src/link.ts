@@ -246,7 +246,11 @@ export class LinkChannel<T> extends Duplex {
       case LinkFrame.HELLO:
         if (this.role !== 'server' || this.hello) return this.protocolError('unexpected hello');
         try {
-          this.hello = JSON.parse(payload.toString()) as LinkHello;
+          const parsed: unknown = JSON.parse(payload.toString());
+          // Anything but {secret, kind, from} as strings (`null`, an array, a secret that is an
+          // object) is refused here: the handlers that read it would throw, outside any catch.
+          if (!isHello(parsed)) return this.protocolError('malformed hello');
+          this.hello = parsed;
         } catch {
           return this.protocolError('undecodable hello');
         }
@@ -302,6 +306,12 @@ export class LinkChannel<T> extends Duplex {
     if (this.remoteEnded) return;
     this.fail(linkError(UNAVAILABLE, `peer link closed: ${this.socketError || 'connection closed'}`));
   }
+}
+
+function isHello(v: unknown): v is LinkHello {
+  if (typeof v !== 'object' || v === null || Array.isArray(v)) return false;
+  const h = v as Record<string, unknown>;
+  return typeof h.secret === 'string' && typeof h.kind === 'string' && typeof h.from === 'string';
 }
 
 /** Client side: connects to a peer port and says hello; usable at once (writes queue until connected). */

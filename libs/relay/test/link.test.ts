@@ -203,4 +203,37 @@ describe('peer link', () => {
     await once(raw, 'close');
     expect(serverSide.cancelled).toBe(true);
   });
+
+  it('drops a HELLO that is JSON but not {secret, kind, from} strings, without throwing in the server', async () => {
+    // Found by `npm run fuzz`: a HELLO of `null` made the server's codec chooser read `null.kind`
+    // and a secret that was an object made the secret comparison throw, both uncaught: one
+    // unauthenticated 13-byte connection ended the replica.
+    const helloed: unknown[] = [];
+    const chosen: unknown[] = [];
+    const server = createServer((socket) =>
+      sniffLink(
+        socket,
+        (s) => {
+          const ch = new LinkChannel<Msg>(s, (hello) => (chosen.push(hello.kind.length), json), 'server');
+          ch.once('hello', (h: { secret: string }) => helloed.push(h.secret.length));
+        },
+        (s) => s.destroy(),
+      ),
+    );
+    servers.push(server);
+    server.listen(0, '127.0.0.1');
+    await once(server, 'listening');
+    const port = (server.address() as { port: number }).port;
+    for (const payload of ['null', '[]', '"exec"', '7', '{"secret":{"$ne":null},"kind":"exec","from":"x"}', '{"secret":"s","kind":5,"from":"x"}', '{"secret":"s","kind":"exec"}']) {
+      const body = Buffer.from(payload);
+      const header = Buffer.alloc(5);
+      header.writeUInt32BE(1 + body.length, 0);
+      header[4] = 1; // HELLO
+      const raw = connect(port, '127.0.0.1', () => raw.write(Buffer.concat([LINK_MAGIC, header, body])));
+      raw.on('error', () => undefined);
+      await once(raw, 'close');
+    }
+    expect(helloed).toEqual([]);
+    expect(chosen).toEqual([]);
+  });
 });
