@@ -16,6 +16,9 @@
 //
 // The baseline RSS is taken after a warm-up share of the inputs (each target's code paths loaded
 // and compiled once), so the memory check measures what the storm leaves behind, not first use.
+// The replicas run with a loopback inspector: the baseline, and the end state if VmRSS alone has
+// not come back by the end of the settle period, are read after one full GC (fuzz/heap.ts says
+// why; the report shows VmRSS without it too; `--no-inspector` judges VmRSS alone).
 import { parseArgs } from 'node:util';
 import { TokenStore } from '@sandgate/store';
 import type { ServiceError } from '@grpc/grpc-js';
@@ -27,6 +30,7 @@ import { createSandbox, pidsMatching } from '../test/harness/sandbox.ts';
 import { sleep } from '../test/harness/wait.ts';
 import { killLeftoverCompute } from './env.ts';
 import { aliveCheck, execEcho, mib, rssAll, settleRss, wellFormedChecks, type Check } from './fuzz/checks.ts';
+import { fullGc } from './fuzz/heap.ts';
 import { forwardTcpTarget } from './fuzz/forward-tcp.ts';
 import { grpcTarget, PUBLIC_METHODS } from './fuzz/grpc-methods.ts';
 import { h2FramesTarget } from './fuzz/h2-frames.ts';
@@ -52,11 +56,12 @@ const { values } = parseArgs({
     'settle-seconds': { type: 'string' },
     creates: { type: 'string', default: '3' },
     targets: { type: 'string' },
+    'no-inspector': { type: 'boolean', default: false },
     help: { type: 'boolean', default: false },
   },
 });
 if (values.help) {
-  console.log('npm run fuzz -- [--count N (100000)] [--seed S (1)] [--short (5000 inputs, shorter slow-loris and settle)] [--concurrency 48] [--replicas 2] [--timeout-ms 4000] [--slowloris-per-port N] [--slowloris-seconds S] [--settle-seconds S] [--creates 3] [--targets grpc,h2-frames,supervisor,forward-tcp,http,peer]');
+  console.log('npm run fuzz -- [--count N (100000)] [--seed S (1)] [--short (5000 inputs, shorter slow-loris and settle)] [--concurrency 48] [--replicas 2] [--timeout-ms 4000] [--slowloris-per-port N] [--slowloris-seconds S] [--settle-seconds S] [--creates 3] [--targets grpc,h2-frames,supervisor,forward-tcp,http,peer] [--no-inspector (judge VmRSS without the one full GC; see fuzz/heap.ts)]');
   process.exit(0);
 }
 const short = values.short;
@@ -117,7 +122,7 @@ async function cleanup(): Promise<void> {
 async function main(): Promise<number> {
   log(`seed ${seed}, ${count} inputs, concurrency ${concurrency}, ${replicaCount} replicas, warm-up ${warmup}`);
   redis = await startRedis();
-  cluster = await Cluster.start({ redisUrl: redis.url, replicas: replicaCount, env: { SANDGATE_LOG_LEVEL: 'warn' } });
+  cluster = await Cluster.start({ redisUrl: redis.url, replicas: replicaCount, env: { SANDGATE_LOG_LEVEL: 'warn', ...(values['no-inspector'] ? {} : { NODE_OPTIONS: '--inspect=127.0.0.1:0' }) } });
   const pids = cluster.replicas.map((r) => r.proc!.pid!);
   const adminRedis = redis.client();
   const { token } = await new TokenStore(adminRedis).create({ workspace: 'default', role: 'admin', name: 'fuzz' });
@@ -211,8 +216,15 @@ async function main(): Promise<number> {
   // Warm-up, then the baseline.
   await runRange(0, warmup);
   await sleep(3000);
+  const useGc = !values['no-inspector'];
+  const gcAll = () => Promise.all(cluster!.replicas.map((r) => fullGc(r)));
+  const baselineWithoutGc = await rssAll(pids);
+  if (useGc) {
+    for (const line of await gcAll()) log(`baseline: ${line}`);
+    await sleep(2000);
+  }
   const baseline = await rssAll(pids);
-  log(`warm-up done (${warmup} inputs); RSS at ready ${rssReady.map(mib).join(', ')}; baseline ${baseline.map(mib).join(', ')}`);
+  log(`warm-up done (${warmup} inputs); RSS at ready ${rssReady.map(mib).join(', ')}; baseline ${baseline.map(mib).join(', ')}${useGc ? ` after one full GC (without: ${baselineWithoutGc.map(mib).join(', ')})` : ''}`);
 
   const loris = slowLoris({ replicas, perPort: slowPerPort, durationMs: slowSeconds * 1000, byteIntervalMs: 3000 });
   // While the slow-loris connections hold on, well-formed calls must still be answered.
@@ -243,8 +255,9 @@ async function main(): Promise<number> {
   loris.stop();
   const lorisResult = await loris.done;
 
-  const settle = await settleRss(pids, baseline, RSS_TOLERANCE, Math.min(5000, settleSeconds * 1000), settleSeconds * 1000);
-  log(`settled after ${(settle.waitedMs / 1000).toFixed(1)} s: RSS ${settle.after.map(mib).join(', ')}`);
+  const settle = await settleRss(pids, baseline, RSS_TOLERANCE, { minMs: Math.min(5000, settleSeconds * 1000), maxMs: settleSeconds * 1000, trace: log, gc: useGc ? gcAll : undefined });
+  for (const line of settle.gcLines) log(`end: ${line}`);
+  log(`settled after ${(settle.waitedMs / 1000).toFixed(1)} s: RSS ${settle.withoutGc.map(mib).join(', ')}${settle.gcLines.length ? `; after one full GC ${settle.after.map(mib).join(', ')}` : ''}`);
 
   const checks: Check[] = [
     ...aliveCheck(cluster, pids),
@@ -268,7 +281,8 @@ async function main(): Promise<number> {
     const ms = lorisResult.closeMs[port].sort((a, b) => a - b);
     if (ms.length) console.log(`slow-loris ${port}: server closed ${ms.length} connections, median after ${(ms[Math.floor(ms.length / 2)]! / 1000).toFixed(1)} s`);
   }
-  console.log(`\nRSS (MiB) per replica: ready ${rssReady.map(mib).join(', ')} | baseline after warm-up ${baseline.map(mib).join(', ')} | at end of inputs ${peak.map(mib).join(', ')} | after settle ${settle.after.map(mib).join(', ')}`);
+  console.log(`\nRSS per replica: ready ${rssReady.map(mib).join(', ')} | after warm-up ${baselineWithoutGc.map(mib).join(', ')}${useGc ? `, after one full GC (the baseline) ${baseline.map(mib).join(', ')}` : ''} | at end of inputs ${peak.map(mib).join(', ')} | after ${Math.round(settle.waitedMs / 1000)} s settle ${settle.withoutGc.map(mib).join(', ')}${settle.gcLines.length ? `, after one full GC ${settle.after.map(mib).join(', ')}` : ' (no GC needed)'}`);
+  for (const line of settle.gcLines) console.log(`  ${line}`);
   const errorLines = cluster.replicas.map((r) => r.logs.join('').split('\n').filter((l) => /"level":"(error|fatal)"|Uncaught|unhandled/i.test(l)).length);
   console.log(`replica log lines at level error: ${errorLines.join(', ')}`);
   console.log('\n## Checks\n');

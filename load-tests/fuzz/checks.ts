@@ -29,27 +29,46 @@ export function aliveCheck(cluster: Cluster, pids: number[]): Check[] {
 
 /**
  * Waits at least `minMs`, then polls VmRSS every second up to `maxMs` until every replica is
- * within `tolerance` of its baseline. No GC is forced: what is measured is what the process
- * gives back by itself.
+ * within `tolerance` of its baseline. If it is not by then and `gc` is given, runs one full GC in
+ * each replica (see heap.ts for why) and judges VmRSS after it; both readings are reported.
  */
-export async function settleRss(pids: number[], baseline: number[], tolerance: number, minMs: number, maxMs: number): Promise<{ checks: Check[]; after: number[]; waitedMs: number }> {
+export async function settleRss(
+  pids: number[],
+  baseline: number[],
+  tolerance: number,
+  opts: { minMs: number; maxMs: number; trace: (line: string) => void; gc?: () => Promise<string[]> },
+): Promise<{ checks: Check[]; withoutGc: number[]; after: number[]; gcLines: string[]; waitedMs: number }> {
   const started = Date.now();
-  await sleep(minMs);
+  await sleep(opts.minMs);
   let after = await rssAll(pids);
   const within = () => after.every((v, i) => v <= baseline[i]! * (1 + tolerance));
-  while (!within() && Date.now() - started < maxMs) {
+  let lastTrace = Date.now();
+  while (!within() && Date.now() - started < opts.maxMs) {
     await sleep(1000);
+    after = await rssAll(pids);
+    if (Date.now() - lastTrace >= 5000) {
+      lastTrace = Date.now();
+      opts.trace(`settling ${Math.round((Date.now() - started) / 1000)} s: RSS ${after.map(mib).join(', ')}`);
+    }
+  }
+  const withoutGc = after;
+  const waitedMs = Date.now() - started;
+  let gcLines: string[] = [];
+  if (!within() && opts.gc) {
+    gcLines = await opts.gc();
+    await sleep(2000);
     after = await rssAll(pids);
   }
   const checks = pids.map((_, i) => {
     const ratio = after[i]! / baseline[i]!;
+    const how = after === withoutGc ? 'without a GC' : `after one full GC (without: ${mib(withoutGc[i]!)}, ${((withoutGc[i]! / baseline[i]! - 1) * 100).toFixed(1)} %)`;
     return {
       name: `replica r${i} RSS within ${Math.round(tolerance * 100)} % of baseline`,
       ok: ratio <= 1 + tolerance,
-      detail: `baseline ${mib(baseline[i]!)}, after settle ${mib(after[i]!)} (${((ratio - 1) * 100).toFixed(1)} %)`,
+      detail: `baseline ${mib(baseline[i]!)}, after ${Math.round(waitedMs / 1000)} s settle ${mib(after[i]!)} (${((ratio - 1) * 100).toFixed(1)} %) ${how}`,
     };
   });
-  return { checks, after, waitedMs: Date.now() - started };
+  return { checks, withoutGc, after, gcLines, waitedMs };
 }
 
 /** Health on every port, then a sandbox created, exec'd into and deleted through each replica. */
