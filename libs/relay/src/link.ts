@@ -26,6 +26,8 @@ const HEADER_BYTES = 5;
 /** Larger frames are a protocol error (an exec's whole stdin rides in its start frame). */
 const MAX_FRAME_BYTES = 64 * 1024 * 1024;
 export const LINK_PING_INTERVAL_MS = 1_000;
+/** How long a connection to the peer port may take to send the four bytes that say what it is. */
+export const SNIFF_TIMEOUT_MS = 10_000;
 export const LINK_SILENCE_LIMIT_MS = 3_500;
 
 export interface LinkCodec<T> {
@@ -328,13 +330,24 @@ export function connectLink<T>(address: string, codec: LinkCodec<T>, hello: Link
  * `onLink` with the socket (the magic consumed), or `onOther` with the socket and the bytes
  * already read (to be handed to another protocol's server).
  */
-export function sniffLink(socket: Socket, onLink: (socket: Socket) => void, onOther: (socket: Socket, head: Buffer) => void): void {
+export function sniffLink(
+  socket: Socket,
+  onLink: (socket: Socket) => void,
+  onOther: (socket: Socket, head: Buffer) => void,
+  timeoutMs = SNIFF_TIMEOUT_MS,
+): void {
   const chunks: Buffer[] = [];
   let length = 0;
+  // A connection that never sends its first four bytes would otherwise be held forever (found by
+  // the fuzzer's slow-loris connections): neither protocol's own deadline has started yet.
+  const timer = setTimeout(() => socket.destroy(), timeoutMs);
+  timer.unref();
+  socket.once('close', () => clearTimeout(timer));
   const onData = (chunk: Buffer) => {
     chunks.push(chunk);
     length += chunk.length;
     if (length < LINK_MAGIC.length) return;
+    clearTimeout(timer);
     socket.off('data', onData);
     socket.pause();
     const head = Buffer.concat(chunks);

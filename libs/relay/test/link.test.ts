@@ -236,4 +236,19 @@ describe('peer link', () => {
     expect(helloed).toEqual([]);
     expect(chosen).toEqual([]);
   });
+
+  it('drops a connection that does not send its first four bytes in time (slow-loris)', async () => {
+    let told = 0;
+    const server = createServer((socket) => sniffLink(socket, () => told++, () => told++, 200));
+    servers.push(server);
+    server.listen(0, '127.0.0.1');
+    await once(server, 'listening');
+    const port = (server.address() as { port: number }).port;
+    const raw = connect(port, '127.0.0.1', () => raw.write('SGL'));
+    raw.on('error', () => undefined);
+    const t0 = Date.now();
+    await once(raw, 'close');
+    expect(Date.now() - t0).toBeLessThan(5_000);
+    expect(told).toBe(0);
+  });
 });
