@@ -57,11 +57,12 @@ const { values } = parseArgs({
     creates: { type: 'string', default: '3' },
     targets: { type: 'string' },
     'no-inspector': { type: 'boolean', default: false },
+    'replica-env': { type: 'string', multiple: true, default: [] },
     help: { type: 'boolean', default: false },
   },
 });
 if (values.help) {
-  console.log('npm run fuzz -- [--count N (100000)] [--seed S (1)] [--short (5000 inputs, shorter slow-loris and settle)] [--concurrency 48] [--replicas 2] [--timeout-ms 4000] [--slowloris-per-port N] [--slowloris-seconds S] [--settle-seconds S] [--creates 3] [--targets grpc,h2-frames,supervisor,forward-tcp,http,peer] [--no-inspector (judge VmRSS without the one full GC; see fuzz/heap.ts)]');
+  console.log('npm run fuzz -- [--count N (100000)] [--seed S (1)] [--short (5000 inputs, shorter slow-loris and settle)] [--concurrency 48] [--replicas 2] [--timeout-ms 4000] [--slowloris-per-port N] [--slowloris-seconds S] [--settle-seconds S] [--creates 3] [--targets grpc,h2-frames,supervisor,forward-tcp,http,peer] [--no-inspector (judge VmRSS without the one full GC; see fuzz/heap.ts)] [--replica-env K=V ... (extra environment for the replicas, for diagnosis)]');
   process.exit(0);
 }
 const short = values.short;
@@ -122,7 +123,15 @@ async function cleanup(): Promise<void> {
 async function main(): Promise<number> {
   log(`seed ${seed}, ${count} inputs, concurrency ${concurrency}, ${replicaCount} replicas, warm-up ${warmup}`);
   redis = await startRedis();
-  cluster = await Cluster.start({ redisUrl: redis.url, replicas: replicaCount, env: { SANDGATE_LOG_LEVEL: 'warn', ...(values['no-inspector'] ? {} : { NODE_OPTIONS: '--inspect=127.0.0.1:0' }) } });
+  cluster = await Cluster.start({
+    redisUrl: redis.url,
+    replicas: replicaCount,
+    env: {
+      SANDGATE_LOG_LEVEL: 'warn',
+      ...(values['no-inspector'] ? {} : { NODE_OPTIONS: '--inspect=127.0.0.1:0' }),
+      ...Object.fromEntries(values['replica-env'].map((kv) => [kv.slice(0, kv.indexOf('=')), kv.slice(kv.indexOf('=') + 1)])),
+    },
+  });
   const pids = cluster.replicas.map((r) => r.proc!.pid!);
   const adminRedis = redis.client();
   const { token } = await new TokenStore(adminRedis).create({ workspace: 'default', role: 'admin', name: 'fuzz' });

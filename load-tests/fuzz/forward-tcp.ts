@@ -34,7 +34,7 @@ function init(rng: Rng, ctx: FuzzContext): { label: string; init: Record<string,
 export function forwardTcpTarget(tally: Tally): FuzzTarget {
   return {
     name: 'forward-tcp',
-    send(rng, index, replica, ctx) {
+    async send(rng, index, replica, ctx) {
       const mode = pick<TokenMode>(rng, ['none', 'garbage', 'admin']);
       const first = init(rng, ctx);
       const data = () => enc({ data: bytes(rng, int(rng, 0, 4096)) });
@@ -75,13 +75,15 @@ export function forwardTcpTarget(tally: Tally): FuzzTarget {
       }
       tally.note(`${shape}:${first.label}`);
       const after = chance(rng, 0.6) ? 'end' : chance(rng, 0.7) ? 'hold' : 'reset';
-      return rawCall(ctx.sessions.get(`fwd:${replica.id}:${index % 8}`, `${replica.host}:${replica.grpcPort}`), {
+      const outcome = await rawCall(ctx.sessions.get(`fwd:${replica.id}:${index % 8}`, `${replica.host}:${replica.grpcPort}`), {
         path: '/openshell.v1.OpenShell/ForwardTcp',
         headers: authHeaders(rng, mode, ctx),
         body: frames,
         after,
         timeoutMs: after === 'hold' ? Math.min(ctx.timeoutMs, 2000) : ctx.timeoutMs,
       });
+      tally.noteTimeout(outcome, `${shape}:${after}`);
+      return outcome;
     },
   };
 }

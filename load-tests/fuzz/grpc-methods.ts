@@ -131,15 +131,17 @@ export function grpcTarget(tally: Tally): FuzzTarget {
       if (mutation === 'burst') return burst(rng, replica, ctx, tally);
       const call = buildCall(rng, method, mode, mutation, ctx, tally);
       const authority = `${replica.host}:${replica.grpcPort}`;
+      let outcome: string;
       if (SESSION_RISK.has(mutation)) {
         const session = connectH2(authority);
         try {
-          return await rawCall(session, call);
+          outcome = await rawCall(session, call);
         } finally {
           session.destroy();
         }
-      }
-      return rawCall(ctx.sessions.get(`grpc:${replica.id}:${index % 8}`, authority), call);
+      } else outcome = await rawCall(ctx.sessions.get(`grpc:${replica.id}:${index % 8}`, authority), call);
+      tally.noteTimeout(outcome, `${method.name}/${mutation}`);
+      return outcome;
     },
   };
 }
@@ -267,7 +269,9 @@ async function burst(rng: Rng, replica: ReplicaAddresses, ctx: FuzzContext, tall
     calls.push(rawCall(session, { path: method.path, headers: authHeaders(rng, mode, ctx), body: [grpcFrame(p)], after: chance(rng, 0.5) ? 'reset' : 'end', timeoutMs: ctx.timeoutMs }));
   }
   try {
-    return (await Promise.all(calls)).map((o) => `burst: ${o}`);
+    const outcomes = (await Promise.all(calls)).map((o) => `burst: ${o}`);
+    tally.noteTimeout(outcomes, `burst of ${n}`);
+    return outcomes;
   } finally {
     session.destroy();
   }

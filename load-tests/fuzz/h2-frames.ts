@@ -158,7 +158,9 @@ export function h2FramesTarget(methods: readonly { path: string; name: string }[
       const safe = methods.filter((m) => m.name !== 'CreateSandbox' && m.name !== 'StartSandbox');
       const seq = hostileSequence(rng, pick(rng, safe).path);
       tally.note(seq.kind);
-      return sendSequence(replica.host, replica.grpcPort, seq.frames, Math.min(ctx.timeoutMs, 2000));
+      const outcome = await sendSequence(replica.host, replica.grpcPort, seq.frames, Math.min(ctx.timeoutMs, 2000));
+      tally.noteTimeout(outcome, seq.kind);
+      return outcome;
     },
   };
 }

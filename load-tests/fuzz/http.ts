@@ -103,6 +103,7 @@ export function httpTarget(tally: Tally): FuzzTarget {
       tally.note(req.kind);
       const ex = await exchange({ host: replica.host, port: replica.httpPort, chunks: req.data, halfClose: !chance(rng, 0.05), timeoutMs: ctx.timeoutMs });
       const codes = statuses(ex.received);
+      if (!codes.length && !ex.closed) tally.note(`timeout-on:${req.kind}`);
       if (codes.length) {
         // A pipeline's statuses, de-duplicated in order (200,200,400 → "200,400").
         const uniq = codes.filter((c, i) => i === 0 || codes[i - 1] !== c);

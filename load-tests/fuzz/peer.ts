@@ -90,28 +90,36 @@ export function peerTarget(tally: Tally): FuzzTarget {
       if (r < 0.55) {
         const input = linkInput(rng);
         tally.note(`link:${input.kind}`);
-        return linkReply(await exchange({ host: replica.host, port: replica.peerPort, chunks: input.chunks, halfClose: chance(rng, 0.3), timeoutMs }));
+        const outcome = linkReply(await exchange({ host: replica.host, port: replica.peerPort, chunks: input.chunks, halfClose: chance(rng, 0.3), timeoutMs }));
+        tally.noteTimeout(outcome, `link:${input.kind}`);
+        return outcome;
       }
       if (r < 0.7) {
         const input = otherInput(rng);
         tally.note(`raw:${input.kind}`);
-        return linkReply(await exchange({ host: replica.host, port: replica.peerPort, chunks: input.chunks, halfClose: chance(rng, 0.3), timeoutMs }));
+        const outcome = linkReply(await exchange({ host: replica.host, port: replica.peerPort, chunks: input.chunks, halfClose: chance(rng, 0.3), timeoutMs }));
+        tally.noteTimeout(outcome, `raw:${input.kind}`);
+        return outcome;
       }
       if (r < 0.8) {
         const seq = hostileSequence(rng, pick(rng, PEER_METHODS).path);
         tally.note(`h2:${seq.kind}`);
-        return sendSequence(replica.host, replica.peerPort, seq.frames, timeoutMs);
+        const outcome = await sendSequence(replica.host, replica.peerPort, seq.frames, timeoutMs);
+        tally.noteTimeout(outcome, `h2:${seq.kind}`);
+        return outcome;
       }
       // Peer gRPC without the secret, with a wrong one, with garbage bodies.
       const method = pick(rng, PEER_METHODS);
       const secret = pick(rng, [null, '', 'wrong', 'x'.repeat(10_000), junkString(rng, 64).replace(/[^\x21-\x7e]/g, 'x')]);
       tally.note(`grpc:${method.name}:${secret === null ? 'no-secret' : 'wrong-secret'}`);
-      return rawCall(ctx.sessions.get(`peer:${replica.id}:${index % 4}`, `${replica.host}:${replica.peerPort}`), {
+      const outcome = await rawCall(ctx.sessions.get(`peer:${replica.id}:${index % 4}`, `${replica.host}:${replica.peerPort}`), {
         path: method.path,
         headers: secret === null ? {} : { 'x-sandgate-peer-secret': secret, 'x-sandgate-from-replica': 'fuzz' },
         body: [grpcFrame(body(rng, pick(rng, ['random-bytes', 'random-wire', 'wrong-type', 'right-type-hostile'] as const), method.requestType))],
         timeoutMs: ctx.timeoutMs,
       });
+      tally.noteTimeout(outcome, `grpc:${method.name}`);
+      return outcome;
     },
   };
 }

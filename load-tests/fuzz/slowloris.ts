@@ -48,6 +48,10 @@ export function slowLoris(opts: SlowLorisOptions): { done: Promise<SlowLorisResu
             sockets.add(socket);
             let sent = 0;
             let outcome = '';
+            // Every other connection stalls after three bytes: not even enough for the server to
+            // tell which protocol it is (on the peer port, fewer than the link magic's four).
+            const stall = i % 2 === 1;
+            const variant = stall ? 'stalled after 3 bytes' : 'a byte every few seconds';
             // Staggered, so the bytes of all connections do not arrive in one burst.
             const offset = Math.floor((i / opts.perPort) * opts.byteIntervalMs);
             let timer: NodeJS.Timeout | undefined;
@@ -55,7 +59,8 @@ export function slowLoris(opts: SlowLorisOptions): { done: Promise<SlowLorisResu
               if (socket.destroyed) return;
               socket.write(SCRIPTS[port].subarray(sent % SCRIPTS[port].length, (sent % SCRIPTS[port].length) + 1));
               sent++;
-              timer = setTimeout(drip, opts.byteIntervalMs);
+              if (stall && sent >= 3) return;
+              timer = setTimeout(drip, stall ? 200 : opts.byteIntervalMs);
             };
             socket.on('connect', () => (timer = setTimeout(drip, offset)));
             const end = (why: string) => {
@@ -64,7 +69,7 @@ export function slowLoris(opts: SlowLorisOptions): { done: Promise<SlowLorisResu
               clearTimeout(timer);
               sockets.delete(socket);
               socket.destroy();
-              tallies[port].record(outcome);
+              tallies[port].record(`${outcome}: ${variant}`);
               resolve();
             };
             socket.on('data', () => undefined);

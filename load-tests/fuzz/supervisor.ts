@@ -90,7 +90,7 @@ function channelFrames(rng: Rng, kind: 'exec' | 'tcp'): Buffer[] {
 export function supervisorTarget(tally: Tally): FuzzTarget {
   return {
     name: 'supervisor',
-    send(rng, index, replica, ctx) {
+    async send(rng, index, replica, ctx) {
       const method = pick(rng, ['Control', 'ExecChannel', 'TcpChannel'] as const);
       const creds = credentials(rng, ctx);
       tally.note(`${method}:${creds.label}`);
@@ -99,13 +99,15 @@ export function supervisorTarget(tally: Tally): FuzzTarget {
       // must still answer a refused one, not leave it waiting.
       const after = chance(rng, 0.5) ? 'end' : chance(rng, 0.8) ? 'hold' : 'reset';
       const authority = `${replica.host}:${replica.grpcPort}`;
-      return rawCall(ctx.sessions.get(`sup:${replica.id}:${index % 8}`, authority), {
+      const outcome = await rawCall(ctx.sessions.get(`sup:${replica.id}:${index % 8}`, authority), {
         path: `/sandgate.v1.SupervisorGateway/${method}`,
         headers: creds.headers,
         body: frames,
         after,
         timeoutMs: after === 'hold' ? Math.min(ctx.timeoutMs, 2000) : ctx.timeoutMs,
       });
+      tally.noteTimeout(outcome, `${method}:${frames.length} frames:${after}`);
+      return outcome;
     },
   };
 }

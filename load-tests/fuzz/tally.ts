@@ -19,6 +19,11 @@ export class Tally {
     this.outcomes.set(outcome, (this.outcomes.get(outcome) ?? 0) + 1);
   }
 
+  /** Remembers which kind of input got no answer, so a report can say what hangs. */
+  noteTimeout(outcome: string | string[], kind: string): void {
+    for (const o of Array.isArray(outcome) ? outcome : [outcome]) if (o.replace(/^burst: /, '').startsWith('timeout')) this.note(`timeout-on:${kind}`);
+  }
+
   note(key: string, n = 1): void {
     this.notes.set(key, (this.notes.get(key) ?? 0) + n);
   }
@@ -34,6 +39,7 @@ export class Tally {
       const k = label.replace(/^burst: /, '');
       if (k.startsWith('timeout')) s.timeouts += n;
       else if (k.startsWith('closed')) s.closed += n;
+      else if (k.startsWith('still open')) s.timeouts += n;
       else if (k.startsWith('grpc ') || k.startsWith('http ') || k.startsWith('rst ') || k.startsWith('answered')) s.answered += n;
       else if (k.startsWith('reset by fuzzer') || k.startsWith('held open')) s.byFuzzer += n;
       else s.other += n;
@@ -56,7 +62,10 @@ export function renderTallies(tallies: Tally[]): string {
   lines.push('');
   for (const t of tallies) {
     lines.push(`${t.target}: ${[...t.outcomes].sort((a, b) => b[1] - a[1]).map(([k, n]) => `${k} ${n}`).join('; ')}`);
-    if (t.notes.size) lines.push(`  ${[...t.notes].map(([k, n]) => `${k}=${n}`).join(' ')}`);
+    const notes = [...t.notes].filter(([k]) => !k.startsWith('timeout-on:')).sort((a, b) => a[0].localeCompare(b[0]));
+    const hangs = [...t.notes].filter(([k]) => k.startsWith('timeout-on:')).sort((a, b) => b[1] - a[1]);
+    if (notes.length) lines.push(`  inputs: ${notes.map(([k, n]) => `${k}=${n}`).join(' ')}`);
+    if (hangs.length) lines.push(`  no answer by the deadline on: ${hangs.map(([k, n]) => `${k.slice('timeout-on:'.length)}=${n}`).join(' ')}`);
   }
   return lines.join('\n');
 }
