@@ -29,8 +29,8 @@ import { startRedis, type TestRedis } from '../test/harness/redis.ts';
 import { createSandbox, pidsMatching } from '../test/harness/sandbox.ts';
 import { sleep } from '../test/harness/wait.ts';
 import { killLeftoverCompute } from './env.ts';
-import { aliveCheck, execEcho, mib, rssAll, settleRss, wellFormedChecks, type Check } from './fuzz/checks.ts';
-import { fullGc } from './fuzz/heap.ts';
+import { aliveCheck, execEcho, mallocHeapBytes, mib, rssAll, settleRss, wellFormedChecks, type Check } from './fuzz/checks.ts';
+import { fullGc, inspectorUrl } from './fuzz/heap.ts';
 import { forwardTcpTarget } from './fuzz/forward-tcp.ts';
 import { grpcTarget, PUBLIC_METHODS } from './fuzz/grpc-methods.ts';
 import { h2FramesTarget } from './fuzz/h2-frames.ts';
@@ -72,7 +72,7 @@ const concurrency = Number(values.concurrency);
 const replicaCount = Number(values.replicas);
 const timeoutMs = Number(values['timeout-ms']);
 const slowPerPort = Number(values['slowloris-per-port'] ?? (short ? 10 : 40));
-const slowSeconds = Number(values['slowloris-seconds'] ?? (short ? 8 : 45));
+const slowSeconds = Number(values['slowloris-seconds'] ?? (short ? 8 : 75));
 const settleSeconds = Number(values['settle-seconds'] ?? (short ? 15 : 60));
 const createBudget = Number(values.creates);
 for (const [name, v, min] of [['count', count, 1], ['seed', seed, -Infinity], ['concurrency', concurrency, 1], ['replicas', replicaCount, 1], ['timeout-ms', timeoutMs, 100], ['slowloris-per-port', slowPerPort, 0], ['slowloris-seconds', slowSeconds, 1], ['settle-seconds', settleSeconds, 0], ['creates', createBudget, 0]] as const) {
@@ -133,6 +133,7 @@ async function main(): Promise<number> {
     },
   });
   const pids = cluster.replicas.map((r) => r.proc!.pid!);
+  if (!values['no-inspector']) for (const r of cluster.replicas) if (!inspectorUrl(r)) throw new Error(`replica ${r.id} printed no inspector URL`);
   const adminRedis = redis.client();
   const { token } = await new TokenStore(adminRedis).create({ workspace: 'default', role: 'admin', name: 'fuzz' });
   for (const r of cluster.replicas) registerGateway(r.grpcAddress, { token });
@@ -220,7 +221,11 @@ async function main(): Promise<number> {
     };
     await Promise.all(Array.from({ length: concurrency }, worker));
   };
-  const progress = setInterval(() => log(`${done}/${count} inputs`), 10_000);
+  const progress = setInterval(() => {
+    log(`${done}/${count} inputs`);
+    // The harness keeps every replica's output; this run only needs the tail (for failures).
+    for (const r of cluster!.replicas) if (r.logs.length > 200) r.logs.splice(0, r.logs.length - 200);
+  }, 10_000);
 
   // Warm-up, then the baseline.
   await runRange(0, warmup);
@@ -233,6 +238,7 @@ async function main(): Promise<number> {
     await sleep(2000);
   }
   const baseline = await rssAll(pids);
+  const mallocBaseline = await Promise.all(pids.map(mallocHeapBytes));
   log(`warm-up done (${warmup} inputs); RSS at ready ${rssReady.map(mib).join(', ')}; baseline ${baseline.map(mib).join(', ')}${useGc ? ` after one full GC (without: ${baselineWithoutGc.map(mib).join(', ')})` : ''}`);
 
   const loris = slowLoris({ replicas, perPort: slowPerPort, durationMs: slowSeconds * 1000, byteIntervalMs: 3000 });
@@ -292,6 +298,8 @@ async function main(): Promise<number> {
   }
   console.log(`\nRSS per replica: ready ${rssReady.map(mib).join(', ')} | after warm-up ${baselineWithoutGc.map(mib).join(', ')}${useGc ? `, after one full GC (the baseline) ${baseline.map(mib).join(', ')}` : ''} | at end of inputs ${peak.map(mib).join(', ')} | after ${Math.round(settle.waitedMs / 1000)} s settle ${settle.withoutGc.map(mib).join(', ')}${settle.gcLines.length ? `, after one full GC ${settle.after.map(mib).join(', ')}` : ' (no GC needed)'}`);
   for (const line of settle.gcLines) console.log(`  ${line}`);
+  const mallocEnd = await Promise.all(pids.map(mallocHeapBytes));
+  console.log(`malloc's main arena ([heap] in smaps, native memory outside V8): baseline ${mallocBaseline.map(mib).join(', ')}; end ${mallocEnd.map(mib).join(', ')}`);
   const errorLines = cluster.replicas.map((r) => r.logs.join('').split('\n').filter((l) => /"level":"(error|fatal)"|Uncaught|unhandled/i.test(l)).length);
   console.log(`replica log lines at level error: ${errorLines.join(', ')}`);
   console.log('\n## Checks\n');

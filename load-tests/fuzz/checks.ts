@@ -18,6 +18,18 @@ export function rssAll(pids: number[]): Promise<number[]> {
 
 export const mib = (b: number) => `${(b / 1024 / 1024).toFixed(1)} MiB`;
 
+/** Resident size of the process's brk heap (glibc malloc's main arena: native allocations, not V8's). */
+export async function mallocHeapBytes(pid: number): Promise<number> {
+  const { readFile } = await import('node:fs/promises');
+  let inHeap = false;
+  let kb = 0;
+  for (const line of (await readFile(`/proc/${pid}/smaps`, 'utf8').catch(() => '')).split('\n')) {
+    if (/^[0-9a-f]+-[0-9a-f]+ /.test(line)) inHeap = line.endsWith('[heap]');
+    else if (inHeap && line.startsWith('Rss:')) kb += Number(line.split(/\s+/)[1]);
+  }
+  return kb * 1024;
+}
+
 /** Every replica still runs as the process it started as. */
 export function aliveCheck(cluster: Cluster, pids: number[]): Check[] {
   return cluster.replicas.map((r, i) => {

@@ -11,9 +11,14 @@ import type { ReplicaProcess } from '../../test/harness/cluster.ts';
 
 /** The inspector's WebSocket URL a replica printed on stderr ("Debugger listening on ws://…"). */
 export function inspectorUrl(r: ReplicaProcess): string | null {
+  const cached = urls.get(r);
+  if (cached) return cached;
   const m = /Debugger listening on (ws:\/\/\S+)/.exec(r.logs.join(''));
+  if (m) urls.set(r, m[1]!);
   return m ? m[1]! : null;
 }
+/** Read once at start: the log the line is in is trimmed during the run. */
+const urls = new Map<ReplicaProcess, string>();
 
 async function cdp(url: string, calls: { method: string; params?: object }[]): Promise<unknown[]> {
   const ws = new WebSocket(url);
