@@ -260,7 +260,19 @@ async function main(): Promise<number> {
   })();
 
   const fuzzStarted = Date.now();
-  await runRange(warmup, count);
+  // In five slices; after each, one full GC and VmRSS: whether retained memory grows with the
+  // number of inputs (a leak) or levels off (an allocator's high-water mark) shows in this curve.
+  const slices = useGc ? 5 : 1;
+  const curve: string[] = [];
+  for (let k = 1; k <= slices; k++) {
+    await runRange(warmup + Math.floor(((count - warmup) * (k - 1)) / slices), warmup + Math.floor(((count - warmup) * k) / slices));
+    if (useGc && k < slices) {
+      await gcAll();
+      const [rss, heap] = await Promise.all([rssAll(pids), Promise.all(pids.map(mallocHeapBytes))]);
+      curve.push(`after ${warmup + Math.floor(((count - warmup) * k) / slices)} inputs: RSS after a full GC ${rss.map(mib).join(', ')}; malloc arena ${heap.map(mib).join(', ')}`);
+      log(curve[curve.length - 1]!);
+    }
+  }
   const fuzzMs = Date.now() - fuzzStarted;
   clearInterval(progress);
   sessions.close();
@@ -299,6 +311,7 @@ async function main(): Promise<number> {
   console.log(`\nRSS per replica: ready ${rssReady.map(mib).join(', ')} | after warm-up ${baselineWithoutGc.map(mib).join(', ')}${useGc ? `, after one full GC (the baseline) ${baseline.map(mib).join(', ')}` : ''} | at end of inputs ${peak.map(mib).join(', ')} | after ${Math.round(settle.waitedMs / 1000)} s settle ${settle.withoutGc.map(mib).join(', ')}${settle.gcLines.length ? `, after one full GC ${settle.after.map(mib).join(', ')}` : ' (no GC needed)'}`);
   for (const line of settle.gcLines) console.log(`  ${line}`);
   const mallocEnd = await Promise.all(pids.map(mallocHeapBytes));
+  if (curve.length) console.log(`retained memory along the run (one full GC at each point):\n${curve.map((l) => `  ${l}`).join('\n')}`);
   console.log(`malloc's main arena ([heap] in smaps, native memory outside V8): baseline ${mallocBaseline.map(mib).join(', ')}; end ${mallocEnd.map(mib).join(', ')}`);
   const errorLines = cluster.replicas.map((r) => r.logs.join('').split('\n').filter((l) => /"level":"(error|fatal)"|Uncaught|unhandled/i.test(l)).length);
   console.log(`replica log lines at level error: ${errorLines.join(', ')}`);
