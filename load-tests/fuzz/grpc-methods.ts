@@ -4,9 +4,8 @@
 // huge and many metadata entries, streams reset midway, many concurrent streams; anonymous,
 // with a garbage token and with a valid admin token.
 import { root } from '@sandgate/protocols';
-import type protobuf from 'protobufjs';
 import { connectH2, grpcFrame, rawCall, type RawCall } from './h2.ts';
-import { body, MESSAGE_TYPES, type BodyKind } from './messages.ts';
+import { body, type BodyKind, type PbType } from './messages.ts';
 import { bytes, chance, int, junkString, pick, type Rng } from './rng.ts';
 import { authHeaders, authorised, type FuzzContext, type FuzzTarget, type ReplicaAddresses, type TokenMode } from './target.ts';
 import type { Tally } from './tally.ts';
@@ -15,7 +14,7 @@ export interface MethodInfo {
   service: string;
   name: string;
   path: string;
-  requestType: protobuf.Type;
+  requestType: PbType;
   requestStream: boolean;
   responseStream: boolean;
 }
@@ -277,4 +276,3 @@ async function burst(rng: Rng, replica: ReplicaAddresses, ctx: FuzzContext, tall
   }
 }
 
-export { MESSAGE_TYPES };

@@ -1,31 +1,35 @@
 // Message bodies: random bytes, random protobuf wire data, valid protobuf of every type in
 // sandgate's schema (so a method gets other methods' messages), deep nesting and oversized fields.
-import { root, encodeMessage } from '@sandgate/protocols';
-import type protobuf from 'protobufjs';
+import { root, encodeMessage, type messageType } from '@sandgate/protocols';
 import { bytes, chance, int, junkString, pick, skewedLength, type Rng } from './rng.ts';
 
+/** protobufjs's types, named through @sandgate/protocols (the one package that depends on it). */
+export type PbType = ReturnType<typeof messageType>;
+type PbField = PbType['fieldsArray'][number];
+type Namespace = { nestedArray: unknown[] };
+
 /** Every message type of the loaded schema. */
-function allTypes(ns: protobuf.NamespaceBase, out: protobuf.Type[] = []): protobuf.Type[] {
+function allTypes(ns: Namespace, out: PbType[] = []): PbType[] {
   for (const nested of ns.nestedArray) {
-    if ((nested as protobuf.Type).fields !== undefined && (nested as protobuf.Type).encode) out.push(nested as protobuf.Type);
-    if ((nested as protobuf.NamespaceBase).nestedArray) allTypes(nested as protobuf.NamespaceBase, out);
+    if ((nested as PbType).fields !== undefined && (nested as PbType).encode) out.push(nested as PbType);
+    if ((nested as Namespace).nestedArray) allTypes(nested as Namespace, out);
   }
   return out;
 }
 
-export const MESSAGE_TYPES = allTypes(root);
+export const MESSAGE_TYPES = allTypes(root as unknown as Namespace);
 
 /** Names the fuzzer fills string fields with: never a live sandbox's, so no input acts on one. */
 const NAMES = ['', 'fuzz-nonexistent', 'x', '../../etc/passwd', '*', '%00', 'a'.repeat(300), '\u0000\uffff', 'default'];
 
 /** A plausible value for one field: random, empty or hostile. */
-function fieldValue(rng: Rng, field: protobuf.Field, depth: number): unknown {
+function fieldValue(rng: Rng, field: PbField, depth: number): unknown {
   field.resolve();
-  if (field.resolvedType && (field.resolvedType as protobuf.Type).fields !== undefined) {
-    return depth > 3 ? {} : randomObject(rng, field.resolvedType as protobuf.Type, depth + 1);
+  if (field.resolvedType && (field.resolvedType as PbType).fields !== undefined) {
+    return depth > 3 ? {} : randomObject(rng, field.resolvedType as PbType, depth + 1);
   }
   if (field.resolvedType) {
-    const values = Object.values((field.resolvedType as protobuf.Enum).values);
+    const values = Object.values((field.resolvedType as unknown as { values: Record<string, number> }).values);
     return chance(rng, 0.8) ? pick(rng, values) : int(rng, -5, 1000);
   }
   switch (field.type) {
@@ -43,7 +47,7 @@ function fieldValue(rng: Rng, field: protobuf.Field, depth: number): unknown {
   }
 }
 
-export function randomObject(rng: Rng, type: protobuf.Type, depth = 0): Record<string, unknown> {
+export function randomObject(rng: Rng, type: PbType, depth = 0): Record<string, unknown> {
   const obj: Record<string, unknown> = {};
   for (const field of type.fieldsArray) {
     if (!chance(rng, 0.5)) continue;
@@ -121,7 +125,7 @@ export type BodyKind = 'random-bytes' | 'random-wire' | 'wrong-type' | 'right-ty
 export const BODY_KINDS: BodyKind[] = ['random-bytes', 'random-wire', 'wrong-type', 'right-type-hostile', 'deep-nesting', 'truncated-wire', 'empty', 'big-field'];
 
 /** A body of one kind, for a method whose request type is `requestType`. */
-export function body(rng: Rng, kind: BodyKind, requestType: protobuf.Type): Buffer {
+export function body(rng: Rng, kind: BodyKind, requestType: PbType): Buffer {
   switch (kind) {
     case 'random-bytes':
       return bytes(rng, skewedLength(rng, 8192));
