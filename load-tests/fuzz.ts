@@ -116,7 +116,14 @@ async function cleanup(): Promise<void> {
     c.cleanup();
   }
   if (redis) {
-    for (const pid of await pidsMatching(`--redis ${redis.url} `)) process.kill(pid, 'SIGTERM');
+    // A replica that did not stop (its start failed half-way): ours, found by our private Redis URL.
+    for (const pid of await pidsMatching(`--redis ${redis.url} `)) {
+      try {
+        process.kill(pid, 'SIGTERM');
+      } catch {
+        // gone meanwhile
+      }
+    }
     await redis.stop();
   }
 }
