@@ -59,11 +59,12 @@ const { values } = parseArgs({
     'no-inspector': { type: 'boolean', default: false },
     'replica-env': { type: 'string', multiple: true, default: [] },
     'memory-curve': { type: 'boolean', default: false },
+    'rss-tolerance': { type: 'string', default: '10' },
     help: { type: 'boolean', default: false },
   },
 });
 if (values.help) {
-  console.log('npm run fuzz -- [--count N (100000)] [--seed S (1)] [--short (5000 inputs, shorter slow-loris and settle)] [--concurrency 48] [--replicas 2] [--timeout-ms 4000] [--slowloris-per-port N] [--slowloris-seconds S] [--settle-seconds S] [--creates 3] [--targets grpc,h2-frames,supervisor,forward-tcp,http,peer] [--no-inspector (judge VmRSS without the one full GC; see fuzz/heap.ts)] [--replica-env K=V ... (extra environment for the replicas, for diagnosis)] [--memory-curve (a full GC and VmRSS after each fifth of the inputs)]');
+  console.log('npm run fuzz -- [--count N (100000)] [--seed S (1)] [--short (5000 inputs, shorter slow-loris and settle)] [--concurrency 48] [--replicas 2] [--timeout-ms 4000] [--slowloris-per-port N] [--slowloris-seconds S] [--settle-seconds S] [--creates 3] [--targets grpc,h2-frames,supervisor,forward-tcp,http,peer] [--no-inspector (judge VmRSS without the one full GC; see fuzz/heap.ts)] [--replica-env K=V ... (extra environment for the replicas, for diagnosis)] [--memory-curve (a full GC and VmRSS after each fifth of the inputs)] [--rss-tolerance PERCENT (10)]');
   process.exit(0);
 }
 const short = values.short;
@@ -76,7 +77,8 @@ const slowPerPort = Number(values['slowloris-per-port'] ?? (short ? 10 : 40));
 const slowSeconds = Number(values['slowloris-seconds'] ?? (short ? 8 : 75));
 const settleSeconds = Number(values['settle-seconds'] ?? (short ? 15 : 60));
 const createBudget = Number(values.creates);
-for (const [name, v, min] of [['count', count, 1], ['seed', seed, -Infinity], ['concurrency', concurrency, 1], ['replicas', replicaCount, 1], ['timeout-ms', timeoutMs, 100], ['slowloris-per-port', slowPerPort, 0], ['slowloris-seconds', slowSeconds, 1], ['settle-seconds', settleSeconds, 0], ['creates', createBudget, 0]] as const) {
+const RSS_TOLERANCE_PERCENT = Number(values['rss-tolerance']);
+for (const [name, v, min] of [['count', count, 1], ['seed', seed, -Infinity], ['concurrency', concurrency, 1], ['replicas', replicaCount, 1], ['timeout-ms', timeoutMs, 100], ['slowloris-per-port', slowPerPort, 0], ['slowloris-seconds', slowSeconds, 1], ['settle-seconds', settleSeconds, 0], ['creates', createBudget, 0], ['rss-tolerance', RSS_TOLERANCE_PERCENT, 0]] as const) {
   if (!Number.isFinite(v) || v < min) {
     console.error(`fuzz: --${name} must be a number${min > -Infinity ? ` ≥ ${min}` : ''}`);
     process.exit(2);
@@ -85,7 +87,7 @@ for (const [name, v, min] of [['count', count, 1], ['seed', seed, -Infinity], ['
 
 /** Share of the inputs per target (percent). */
 const WEIGHTS: Record<string, number> = { grpc: 42, 'h2-frames': 8, supervisor: 12, 'forward-tcp': 8, http: 15, peer: 15 };
-const RSS_TOLERANCE = 0.1;
+const RSS_TOLERANCE = Number(values['rss-tolerance']) / 100;
 /** Inputs before the RSS baseline: enough for every target's paths to have run. */
 const warmup = Math.min(Math.max(200, Math.floor(count * 0.02)), Math.floor(count / 2));
 
