@@ -305,6 +305,10 @@ async function main(): Promise<number> {
     ...settle.checks,
   ];
   if (crashes.length === 0) checks.push(...(await wellFormedChecks(cluster, sandbox, String(seed))));
+  if (authEnforced) {
+    const holes = [...tally('grpc').notes].filter(([k]) => k.startsWith('unauthenticated-ok:'));
+    checks.push({ name: 'no OpenShell call without a valid token succeeded', ok: holes.length === 0, detail: holes.map(([k, n]) => `${k.slice('unauthenticated-ok:'.length)} ${n}`).join(', ') || 'none' });
+  }
   checks.push({ name: 'fuzzer itself ran clean', ok: fuzzerErrors === 0, detail: `${fuzzerErrors} fuzzer errors` });
 
   // The report.

@@ -140,6 +140,7 @@ export function grpcTarget(tally: Tally): FuzzTarget {
         }
       } else outcome = await rawCall(ctx.sessions.get(`grpc:${replica.id}:${index % 8}`, authority), call);
       tally.noteTimeout(outcome, `${method.name}/${mutation}`);
+      noteUnauthenticatedSuccess(method, mode, outcome, ctx, tally);
       return outcome;
     },
   };
@@ -255,6 +256,14 @@ function buildCall(rng: Rng, method: MethodInfo, mode: TokenMode, mutation: Muta
   return call;
 }
 
+/**
+ * Where the replicas authenticate, an OpenShell call without a valid token that succeeds is a
+ * hole: counted (fuzz.ts fails the run on any).
+ */
+function noteUnauthenticatedSuccess(method: MethodInfo, mode: TokenMode, outcome: string, ctx: FuzzContext, tally: Tally): void {
+  if (ctx.authEnforced && mode !== 'admin' && method.service === 'openshell.v1.OpenShell' && outcome === 'grpc OK') tally.note(`unauthenticated-ok:${method.name}`);
+}
+
 /** Many concurrent streams on one fresh session; about half are reset before they are answered. */
 async function burst(rng: Rng, replica: ReplicaAddresses, ctx: FuzzContext, tally: Tally): Promise<string[]> {
   const session = connectH2(`${replica.host}:${replica.grpcPort}`);
@@ -265,7 +274,12 @@ async function burst(rng: Rng, replica: ReplicaAddresses, ctx: FuzzContext, tall
     if (method.name === 'CreateSandbox') method = PUBLIC_METHODS[0]!;
     const mode = pick<TokenMode>(rng, ['none', 'garbage', 'admin']);
     const p = guardCreate(method, body(rng, chance(rng, 0.5) ? 'random-bytes' : 'wrong-type', method.requestType), mode, ctx, tally);
-    calls.push(rawCall(session, { path: method.path, headers: authHeaders(rng, mode, ctx), body: [grpcFrame(p)], after: chance(rng, 0.5) ? 'reset' : 'end', timeoutMs: ctx.timeoutMs }));
+    calls.push(
+      rawCall(session, { path: method.path, headers: authHeaders(rng, mode, ctx), body: [grpcFrame(p)], after: chance(rng, 0.5) ? 'reset' : 'end', timeoutMs: ctx.timeoutMs }).then((o) => {
+        noteUnauthenticatedSuccess(method, mode, o, ctx, tally);
+        return o;
+      }),
+    );
   }
   try {
     const outcomes = (await Promise.all(calls)).map((o) => `burst: ${o}`);
