@@ -198,6 +198,28 @@ describe('SessionRegistry: who may speak for a sandbox', () => {
   });
 });
 
+describe('SessionRegistry: streams that end before their first message', () => {
+  it('answers a Control, ExecChannel or TcpChannel stream half-closed before any message at once, with INVALID_ARGUMENT', async () => {
+    // Found by `npm run fuzz`: a Control stream half-closed before its hello was never answered
+    // (its hello timer is cleared when the stream ends), and a channel waited 10 s for its attach.
+    const sessions = registry(new SandboxStore(client), new OwnershipStore(client, 60_000));
+    try {
+      const control = new FakeControlCall('anything');
+      sessions.handleControl(control as unknown as ControlCall);
+      control.emit('end');
+      expect(control.error).toMatchObject({ code: Code.INVALID_ARGUMENT, details: 'control stream ended before its hello' });
+      for (const open of [(c: ExecChannelCall) => sessions.handleExecChannel(c), (c: ExecChannelCall) => sessions.handleTcpChannel(c as never)]) {
+        const channel = new FakeChannelCall('anything');
+        open(channel as unknown as ExecChannelCall);
+        channel.emit('end');
+        expect(channel.error).toMatchObject({ code: Code.INVALID_ARGUMENT, details: 'channel ended before its attach frame' });
+      }
+    } finally {
+      await sessions.drain();
+    }
+  });
+});
+
 /** An ExecChannel call as the supervisor opens it: the test sends its attach frame and ends it. */
 class FakeChannelCall extends EventEmitter {
   readonly metadata = new Metadata();

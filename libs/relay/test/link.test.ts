@@ -192,4 +192,33 @@ describe('peer link', () => {
     await once(client2, 'error');
     expect(refused).toEqual(["the peer port is replica 'owner', not 'someone-else'"]);
   });
+
+  it('drops a HELLO that is JSON of the wrong shape, without throwing in the server', async () => {
+    // Found by `npm run fuzz` (against the link before the handshake): a HELLO of `null`, or
+    // fields of the wrong type, made the server read properties of what was not an object, outside
+    // any catch, and one unauthenticated connection ended the replica.
+    const refusals: string[] = [];
+    const server = createServer((socket) => {
+      const ch = acceptLink(socket, () => json, SERVER);
+      ch.on('refused', (why: string) => refusals.push(why));
+      ch.on('hello', () => refusals.push('accepted'));
+    });
+    servers.push(server);
+    server.listen(0, '127.0.0.1');
+    await once(server, 'listening');
+    const port = (server.address() as { port: number }).port;
+    const payloads = ['null', '[]', '"exec"', '7', '{"kind":5,"from":"x","to":"owner","nonce":"AA==","mac":"AA=="}', '{"kind":"exec","from":{},"to":"owner","nonce":7,"mac":null}'];
+    for (const payload of payloads) {
+      const body = Buffer.from(payload);
+      const header = Buffer.alloc(5);
+      header.writeUInt32BE(1 + body.length, 0);
+      header[4] = 1; // HELLO
+      const raw = connect(port, '127.0.0.1', () => raw.write(Buffer.concat([LINK_MAGIC, header, body])));
+      raw.on('error', () => undefined);
+      raw.resume();
+      await once(raw, 'close');
+    }
+    expect(refusals).toHaveLength(payloads.length);
+    expect(refusals).not.toContain('accepted');
+  });
 });

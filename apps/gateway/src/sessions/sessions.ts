@@ -111,8 +111,10 @@ export class SessionRegistry {
       if (!session) endWithError(call, new GatewayError(Code.DEADLINE_EXCEEDED, 'expected hello within 10s'));
     }, 10_000);
 
+    let helloSeen = false;
     call.on('data', (msg: SupervisorMessage) => {
       if (!session) {
+        helloSeen = true;
         if (!msg.hello) {
           endWithError(call, new GatewayError(Code.INVALID_ARGUMENT, 'first supervisor message must be hello'));
           return;
@@ -156,7 +158,13 @@ export class SessionRegistry {
       clearTimeout(helloTimer);
       if (session) void this.close(session, 'control stream ended');
     };
-    call.on('end', onGone);
+    // A stream the supervisor half-closes before any hello gets an answer at once: the hello
+    // timer is cleared on the way out, so nothing else would ever end the call (found by the
+    // fuzzer: such a call stayed open for as long as the client kept its connection).
+    call.on('end', () => {
+      if (!session && !helloSeen) endWithError(call, new GatewayError(Code.INVALID_ARGUMENT, 'control stream ended before its hello'));
+      onGone();
+    });
     call.on('error', onGone);
     call.on('cancelled', onGone);
     call.on('close', onGone);
@@ -400,7 +408,14 @@ export class SessionRegistry {
     onAttached?: (session: Session) => void,
   ): void {
     const timer = setTimeout(() => endWithError(call, new GatewayError(Code.DEADLINE_EXCEEDED, 'expected attach frame')), ATTACH_FRAME_TIMEOUT_MS);
+    // Half-closed before the attach frame: answer now rather than when the timer fires.
+    const onEarlyEnd = () => {
+      clearTimeout(timer);
+      endWithError(call, new GatewayError(Code.INVALID_ARGUMENT, 'channel ended before its attach frame'));
+    };
+    call.once('end', onEarlyEnd);
     call.once('data', (frame: F) => {
+      call.off('end', onEarlyEnd);
       clearTimeout(timer);
       const sandboxId = call.metadata.get(MetadataKey.sandboxId)[0];
       const session = typeof sandboxId === 'string' ? this.get(sandboxId) : undefined;
