@@ -18,7 +18,7 @@ import { servePeerPort } from './relay/peer-port.ts';
 import { ExecService } from './exec/exec-service.ts';
 import { SandboxService } from './sandboxes/sandbox-service.ts';
 import { openShellDefinition, openShellImplementation } from './api/openshell-service.ts';
-import { noAuthentication } from './auth/authenticator.ts';
+import { authenticatorFor } from './auth/chain.ts';
 import { buildHttp } from './api/http.ts';
 import { LifecycleService } from './sandboxes/lifecycle-service.ts';
 import { WatchService } from './sandboxes/watch-service.ts';
@@ -132,6 +132,8 @@ export async function startReplica(config: ReplicaConfig): Promise<RunningReplic
     note: (id, message, level) => lifecycle?.note(id, message, level),
   });
 
+  // Before any listener: an unusable OIDC or client-CA setting stops the start.
+  const authenticator = authenticatorFor(config, { redis, log });
   const publicServer = new Server(GRPC_SERVER_OPTIONS);
   const peerServer = new Server(PEER_SERVER_OPTIONS);
   const grpcPort = await bindGrpc(publicServer, config.host, config.grpcPort);
@@ -185,7 +187,7 @@ export async function startReplica(config: ReplicaConfig): Promise<RunningReplic
     peerSecret,
     log,
   });
-  publicServer.addService(openShellDefinition, openShellImplementation(noAuthentication, sandboxes, exec, lifecycle, watch, log, { sessions: ssh, forward }, configService));
+  publicServer.addService(openShellDefinition, openShellImplementation(authenticator, sandboxes, exec, lifecycle, watch, log, { sessions: ssh, forward }, configService));
   publicServer.addService(serviceDefinition('sandgate.v1.SupervisorGateway'), {
     Control: (call: ControlCall) => sessions.handleControl(call),
     ExecChannel: (call: ExecChannelCall) => sessions.handleExecChannel(call),
