@@ -25,6 +25,7 @@ import { SandboxPhase } from '@sandgate/protocols';
 import { keys, SandboxStore } from '@sandgate/store';
 import { LocalDriver } from '@sandgate/compute';
 import { Cluster, repoRoot, runCli } from '../test/harness/cluster.ts';
+import { cliEnv, credentialsFor } from '../test/harness/credentials.ts';
 import { startHaproxy } from '../test/harness/haproxy.ts';
 import { freePort } from '../test/harness/ports.ts';
 import { startRedis } from '../test/harness/redis.ts';
@@ -143,9 +144,12 @@ interface SshResult {
  * probe says the session is established (its remote processes exist); `killed` is true only then,
  * so a client that never got a session is never counted as "killed mid-session".
  */
+/** ssh's environment: its ProxyCommand (`sandgate ssh-proxy`) needs the balancer's token (set once it runs). */
+let sshEnv: NodeJS.ProcessEnv = process.env;
+
 function runSsh(config: string, host: string, command: string, killWhen?: () => Promise<boolean>): Promise<SshResult> {
   return new Promise((resolve) => {
-    const proc = spawn('ssh', ['-F', config, '-o', 'ConnectTimeout=20', host, command], { stdio: ['ignore', 'pipe', 'pipe'] });
+    const proc = spawn('ssh', ['-F', config, '-o', 'ConnectTimeout=20', host, command], { stdio: ['ignore', 'pipe', 'pipe'], env: sshEnv });
     let stdout = '';
     let stderr = '';
     let killed = false;
@@ -240,7 +244,8 @@ async function main(): Promise<void> {
       ...(breaks.length ? { SANDGATE_DEBUG_BREAK: breaks.join(','), SANDGATE_DEBUG_UNSAFE: '1' } : {}),
     },
   });
-  const lb = await startHaproxy(lbPort, cluster.replicas.map((x) => ({ name: x.id, grpcPort: x.grpcPort, httpPort: x.httpPort })));
+  const lb = await startHaproxy(lbPort, cluster.replicas.map((x) => ({ name: x.id, grpcPort: x.grpcPort, httpPort: x.httpPort })), cluster.credentials);
+  sshEnv = { ...process.env, ...cliEnv(credentialsFor(lb.address)) };
   // Several client channels, so the balancer spreads them over the replicas.
   const clients = Array.from({ length: 4 }, () => openShellClient(lb.address));
   const client = () => pick(rng, clients);

@@ -6,7 +6,9 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { freePorts } from './ports.ts';
-import { cliEnv, credentialsFor } from './credentials.ts';
+import { Redis } from 'ioredis';
+import { TokenStore } from '@sandgate/store';
+import { cliEnv, credentialsFor, registerGateway, type GatewayCredentials } from './credentials.ts';
 import { waitFor } from './wait.ts';
 
 export const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
@@ -49,6 +51,11 @@ export class Cluster {
   private readonly endpointOverride: string | undefined;
   driver: 'local' | 'docker' = 'local';
   host = '127.0.0.1';
+  /**
+   * What clients present to every replica (registered for each replica's address, so
+   * openShellClient and runCli use it unasked): an admin API token of workspace `default`.
+   */
+  readonly credentials: GatewayCredentials = {};
 
   private constructor(redisUrl: string, env: Record<string, string>, endpointOverride: string | undefined) {
     this.redisUrl = redisUrl;
@@ -62,6 +69,7 @@ export class Cluster {
     cluster.driver = opts.driver ?? 'local';
     cluster.host = opts.host ?? '127.0.0.1';
     const n = opts.replicas ?? 3;
+    cluster.credentials.token = await cluster.tokenFor('default', 'admin', 'test harness');
     const ports = await freePorts(n * 3);
     for (let i = 0; i < n; i++) {
       const [grpcPort, httpPort, peerPort] = [ports[i * 3]!, ports[i * 3 + 1]!, ports[i * 3 + 2]!];
@@ -78,6 +86,21 @@ export class Cluster {
     }
     await Promise.all(cluster.replicas.map((_, i) => cluster.startReplica(i)));
     return cluster;
+  }
+
+  /** The cluster's admin API token (every test client sends it unless told otherwise). */
+  get token(): string {
+    return this.credentials.token!;
+  }
+
+  /** A new API token of `workspace` with `role`, made in the cluster's Redis as `sandgate token create` does. */
+  async tokenFor(workspace: string, role: 'admin' | 'member' = 'member', name = ''): Promise<string> {
+    const redis = new Redis(this.redisUrl, { maxRetriesPerRequest: 2 });
+    try {
+      return (await new TokenStore(redis).create({ workspace, role, name })).token;
+    } finally {
+      redis.disconnect();
+    }
   }
 
   /** Every regular replica's gRPC address (what supervisors dial, as they would a load balancer). */
@@ -112,6 +135,7 @@ export class Cluster {
   /** (Re)starts replica i on its ports and waits until it is ready. */
   async startReplica(i: number): Promise<void> {
     const r = this.replicas[i]!;
+    registerGateway(r.grpcAddress, this.credentials);
     const args = [
       cliBin,
       'gateway',

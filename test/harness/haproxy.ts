@@ -6,6 +6,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
+import { forgetGateway, registerGateway, type GatewayCredentials } from './credentials.ts';
 import { waitFor } from './wait.ts';
 
 export interface HaproxyBackend {
@@ -44,7 +45,11 @@ export function haproxyConfig(port: number, backends: HaproxyBackend[]): string 
   ].join('\n');
 }
 
-export async function startHaproxy(port: number, backends: HaproxyBackend[]): Promise<Haproxy> {
+/**
+ * `credentials`: what clients present through the balancer (normally the cluster's,
+ * `cluster.credentials`); registered for its address, so openShellClient and runCli use them.
+ */
+export async function startHaproxy(port: number, backends: HaproxyBackend[], credentials: GatewayCredentials = {}): Promise<Haproxy> {
   const dir = mkdtempSync(path.join(os.tmpdir(), 'sg-haproxy-'));
   const cfg = path.join(dir, 'haproxy.cfg');
   writeFileSync(cfg, haproxyConfig(port, backends));
@@ -61,9 +66,11 @@ export async function startHaproxy(port: number, backends: HaproxyBackend[]): Pr
       s.on('error', () => resolve(false));
     });
   });
+  registerGateway(`127.0.0.1:${port}`, credentials);
   return {
     address: `127.0.0.1:${port}`,
     async stop() {
+      forgetGateway(`127.0.0.1:${port}`);
       if (proc.exitCode === null) {
         const exited = new Promise((r) => proc.once('exit', r));
         proc.kill('SIGKILL');
