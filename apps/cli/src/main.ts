@@ -29,9 +29,13 @@ export const COMMANDS: Record<string, () => Promise<CommandModule>> = {
   'sandbox stop': () => import('./commands/sandbox-lifecycle.ts').then((m) => ({ run: m.runStop, OPTIONS: m.OPTIONS })),
   'sandbox start': () => import('./commands/sandbox-lifecycle.ts').then((m) => ({ run: m.runStart, OPTIONS: m.OPTIONS })),
   logs: () => import('./commands/logs.ts'),
+  whoami: () => import('./commands/whoami.ts'),
+  'token create': () => import('./commands/token.ts').then((m) => ({ run: m.runCreate, OPTIONS: m.CREATE_OPTIONS })),
+  'token list': () => import('./commands/token.ts').then((m) => ({ run: m.runList, OPTIONS: m.LIST_OPTIONS })),
+  'token revoke': () => import('./commands/token.ts').then((m) => ({ run: m.runRevoke, OPTIONS: m.REVOKE_OPTIONS })),
 };
 
-export const GROUPS = new Set(['sandbox']);
+export const GROUPS = new Set(['sandbox', 'token']);
 
 const isHelp = (arg: string | undefined) => arg === '-h' || arg === '--help';
 

@@ -23,6 +23,10 @@ Usage:
   sandgate sandbox policy NAME [flags] the policy in force, or --policy FILE to replace it live
   sandgate ssh-proxy [flags]           OpenSSH ProxyCommand over ForwardTcp
   sandgate logs NAME [flags]           the sandbox's log lines (--follow to keep reading)
+  sandgate whoami [-o json]            who the gateway takes you for (GetCurrentUser)
+  sandgate token create --workspace W [flags]  a new API token (printed once, on stdout)
+  sandgate token list [-o json]        the API tokens (never the tokens themselves)
+  sandgate token revoke ID|TOKEN       revoke an API token (refused everywhere within 1 s)
 
 ${GLOBAL_FLAGS}
   --version       print the version
@@ -139,6 +143,58 @@ is Ready (up to SANDGATE_PROVISION_TIMEOUT seconds, default 300).
 Flags:
   -o json         print the sandbox as proto3 JSON
 ${GLOBAL_FLAGS}
+`,
+  whoami: `Usage: sandgate whoami [-o json]
+
+Prints the identity the gateway authenticated this caller as (GetCurrentUser): subject, name,
+provider (api_token, oidc, mtls or local_dev), roles and scopes. The credential is the one
+every client command sends: SANDGATE_TOKEN as 'authorization: Bearer <token>'.
+
+Flags:
+  -o json         print {subject, display_name, identity_provider, roles, scopes}
+${GLOBAL_FLAGS}
+`,
+  token: `Usage:
+  sandgate token create --redis URL --workspace W [--role admin|member] [--ttl DURATION] [--name LABEL]
+  sandgate token list --redis URL [-o json]
+  sandgate token revoke --redis URL ID|TOKEN
+
+API tokens authenticate callers of the gateway ('authorization: Bearer <token>'; the CLI sends
+SANDGATE_TOKEN). These commands work on the Redis the replicas share, not through a gateway.
+
+Run 'sandgate token COMMAND --help' for a command's flags.
+`,
+  'token create': `Usage: sandgate token create --workspace W [flags]
+
+Creates an API token and prints it, and only it, on stdout (it is shown once: Redis keeps only
+its SHA-256):  export SANDGATE_TOKEN=$(sandgate token create --workspace default --role admin)
+
+Flags:
+  --workspace W       the workspace the token belongs to (required)
+  --role R            admin (every workspace, workspace management) or member (its own
+                      workspace only); default member
+  --ttl DURATION      lifetime, e.g. 30m, 12h, 7d, 1h30m (default: never expires)
+  --name LABEL        a label shown by 'token list'
+  --redis URL         the Redis the replicas share (SANDGATE_REDIS_URL, default
+                      redis://127.0.0.1:6379)
+`,
+  'token list': `Usage: sandgate token list [--redis URL] [-o json]
+
+Lists the live API tokens: id, name, workspace, role, created, expires. Never the tokens.
+
+Flags:
+  -o json             print {"tokens": [{id, name, workspace, role, created, expires}]}
+  --redis URL         the Redis the replicas share (SANDGATE_REDIS_URL, default
+                      redis://127.0.0.1:6379)
+`,
+  'token revoke': `Usage: sandgate token revoke [--redis URL] ID|TOKEN
+
+Revokes an API token, named by its id (from 'token list') or by the token itself. Every
+replica refuses it within a second.
+
+Flags:
+  --redis URL         the Redis the replicas share (SANDGATE_REDIS_URL, default
+                      redis://127.0.0.1:6379)
 `,
   logs: `Usage: sandgate logs NAME [flags]
 
