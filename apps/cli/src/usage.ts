@@ -249,6 +249,11 @@ Flags:
                               default this replica's gRPC address)
   --advertise-host H          host peers use to reach this replica (SANDGATE_ADVERTISE_HOST, default --host)
   --no-workers                do not run the background workers here (SANDGATE_WORKERS=0)
+  --no-auth                   let every caller in as an admin, unauthenticated (SANDGATE_AUTH=0;
+                              default: API tokens, plus OIDC and mTLS when configured)
+  --oidc-issuer URL           accept this issuer's JWTs as bearer tokens (SANDGATE_OIDC_ISSUER)
+  --oidc-audience A           the audience they must carry (SANDGATE_OIDC_AUDIENCE; required with
+                              --oidc-issuer)
   -h, --help                  show help
 `,
   worker: `Usage: sandgate worker [flags]
@@ -283,6 +288,7 @@ Flags:
   --state-dir DIR   state directory (SANDGATE_STATE_DIR, default ~/.local/state/sandgate)
   --driver D        compute driver: local or docker (SANDGATE_DRIVER; default local, or docker
                     when bubblewrap cannot be had and a Docker engine answers)
+  --no-auth         let every caller in as an admin, unauthenticated (SANDGATE_AUTH=0)
   -h, --help        show help
 `,
 };
