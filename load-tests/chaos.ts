@@ -139,14 +139,14 @@ interface SshResult {
   hung: boolean;
 }
 
+/** ssh's environment: its ProxyCommand (`sandgate ssh-proxy`) needs the balancer's token (set once it runs). */
+let sshEnv: NodeJS.ProcessEnv = process.env;
+
 /**
  * Runs one command over real OpenSSH. With `killWhen`, the client is kill -9ed as soon as the
  * probe says the session is established (its remote processes exist); `killed` is true only then,
  * so a client that never got a session is never counted as "killed mid-session".
  */
-/** ssh's environment: its ProxyCommand (`sandgate ssh-proxy`) needs the balancer's token (set once it runs). */
-let sshEnv: NodeJS.ProcessEnv = process.env;
-
 function runSsh(config: string, host: string, command: string, killWhen?: () => Promise<boolean>): Promise<SshResult> {
   return new Promise((resolve) => {
     const proc = spawn('ssh', ['-F', config, '-o', 'ConnectTimeout=20', host, command], { stdio: ['ignore', 'pipe', 'pipe'], env: sshEnv });
