@@ -18,6 +18,7 @@ import { readdir, readFile } from 'node:fs/promises';
 import { spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import os from 'node:os';
+import path from 'node:path';
 import { parseArgs } from 'node:util';
 import type { ServiceError } from '@grpc/grpc-js';
 import { DEBUG_BREAKS, isDebugBreak, type DebugBreak } from '@sandgate/core';
@@ -25,7 +26,7 @@ import { SandboxPhase } from '@sandgate/protocols';
 import { keys, SandboxStore } from '@sandgate/store';
 import { LocalDriver } from '@sandgate/compute';
 import { Cluster, repoRoot, runCli } from '../test/harness/cluster.ts';
-import { cliEnv, credentialsFor } from '../test/harness/credentials.ts';
+import { cliEnv, credentialsFor, registerGateway } from '../test/harness/credentials.ts';
 import { startHaproxy } from '../test/harness/haproxy.ts';
 import { freePort } from '../test/harness/ports.ts';
 import { startRedis } from '../test/harness/redis.ts';
@@ -77,6 +78,8 @@ const { values } = parseArgs({
     break: { type: 'string', multiple: true, default: [] },
     'no-fencing': { type: 'boolean', default: false },
     'no-jobs': { type: 'boolean', default: false },
+    // TLS is on by default (replicas, supervisors, clients, the balancer's health checks).
+    'no-tls': { type: 'boolean', default: false },
   },
 });
 const durationMs = Number(values.duration) * 1000;
@@ -139,14 +142,17 @@ interface SshResult {
   hung: boolean;
 }
 
-/** ssh's environment: its ProxyCommand (`sandgate ssh-proxy`) needs the balancer's token (set once it runs). */
-let sshEnv: NodeJS.ProcessEnv = process.env;
-
 /**
  * Runs one command over real OpenSSH. With `killWhen`, the client is kill -9ed as soon as the
  * probe says the session is established (its remote processes exist); `killed` is true only then,
  * so a client that never got a session is never counted as "killed mid-session".
  */
+/**
+ * What ssh (and so its ProxyCommand, `sandgate ssh-proxy`) runs with: the balancer's credentials
+ * (ssh-config hands on the TLS files, never the token) and no client config file of the machine's.
+ */
+let sshEnv: NodeJS.ProcessEnv = process.env;
+
 function runSsh(config: string, host: string, command: string, killWhen?: () => Promise<boolean>): Promise<SshResult> {
   return new Promise((resolve) => {
     const proc = spawn('ssh', ['-F', config, '-o', 'ConnectTimeout=20', host, command], { stdio: ['ignore', 'pipe', 'pipe'], env: sshEnv });
@@ -239,13 +245,21 @@ async function main(): Promise<void> {
     redisUrl: redis.url,
     replicas: 3,
     supervisorEndpoint: `127.0.0.1:${lbPort}`,
+    tls: !values['no-tls'],
     env: {
       SANDGATE_LOG_LEVEL: 'info',
       ...(breaks.length ? { SANDGATE_DEBUG_BREAK: breaks.join(','), SANDGATE_DEBUG_UNSAFE: '1' } : {}),
     },
   });
-  const lb = await startHaproxy(lbPort, cluster.replicas.map((x) => ({ name: x.id, grpcPort: x.grpcPort, httpPort: x.httpPort })), cluster.credentials);
-  sshEnv = { ...process.env, ...cliEnv(credentialsFor(lb.address)) };
+  const lb = await startHaproxy(
+    lbPort,
+    cluster.replicas.map((x) => ({ name: x.id, grpcPort: x.grpcPort, httpPort: x.httpPort })),
+    { healthCa: cluster.tls?.caFile },
+  );
+  // Clients of the balancer present what a replica's would (TCP mode: TLS goes through to them).
+  registerGateway(lb.address, credentialsFor(cluster.replicas[0]!.grpcAddress));
+  sshEnv = { ...process.env, XDG_CONFIG_HOME: path.join(os.tmpdir(), 'sg-no-client-config'), SANDGATE_CONFIG: undefined, ...cliEnv(credentialsFor(lb.address)) };
+  console.log(`chaos: ${cluster.tls ? 'TLS on (replicas, supervisors, clients, health checks)' : 'plaintext (--no-tls)'}`);
   // Several client channels, so the balancer spreads them over the replicas.
   const clients = Array.from({ length: 4 }, () => openShellClient(lb.address));
   const client = () => pick(rng, clients);

@@ -20,7 +20,7 @@ import { randomBytes, randomUUID } from 'node:crypto';
 import { parseArgs } from 'node:util';
 import type { ClientDuplexStream, ServiceError } from '@grpc/grpc-js';
 import { SandboxPhase, type GatewayMessage, type SupervisorMessage } from '@sandgate/protocols';
-import { SandboxStore, keys } from '@sandgate/store';
+import { SandboxStore, WorkspaceStore, keys } from '@sandgate/store';
 import type { Redis } from 'ioredis';
 import { callMetadata, createGatewayClient, type GatewayClient } from '@sandgate/supervisor';
 import { hashCredential } from '@sandgate/gateway';
@@ -274,6 +274,8 @@ export async function run(opts: SessionScaleOptions): Promise<BenchReport> {
   const { redis, cluster } = await startEnv({ replicas: opts.replicas, env: opts.replicaEnv });
   const admin = redis.client();
   const store = new SandboxStore(admin);
+  // Records are written straight into Redis: their workspace must exist (create-sandbox-7 checks it).
+  await new WorkspaceStore(admin).create(WORKSPACE, {});
   const replicas = cluster.replicas;
   const pids = replicas.map((r) => r.proc?.pid);
   const fleet = new Fleet(replicas, opts.perChannel);

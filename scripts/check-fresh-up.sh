@@ -34,8 +34,10 @@ sandgate() { node apps/cli/bin/sandgate.js "$@"; }
 tmp=$(mktemp -d /var/tmp/sandgate-fresh-up.XXXXXX)
 free_port() { node -e 'const s=require("net").createServer().listen(0,"127.0.0.1",()=>{console.log(s.address().port);s.close()})'; }
 grpc_port=$(free_port); http_port=$(free_port); peer_port=$(free_port)
-export SANDGATE_GATEWAY="127.0.0.1:$grpc_port"
-unset SANDGATE_DRIVER SANDGATE_REDIS_URL
+# No gateway, token or CA in the environment: the client commands must find all three in the
+# client config file `up` writes (kept in $tmp, not in root's home, so nothing outlives the check).
+unset SANDGATE_GATEWAY SANDGATE_TOKEN SANDGATE_CA SANDGATE_CONFIG SANDGATE_DRIVER SANDGATE_REDIS_URL
+export XDG_CONFIG_HOME="$tmp/config"
 
 up_pid=
 cleanup() {
@@ -64,13 +66,24 @@ up_pid=$!
 ready=
 for _ in $(seq 1 900); do
   kill -0 "$up_pid" 2>/dev/null || die "sandgate up exited before it was ready"
-  if node -e "fetch('http://127.0.0.1:$http_port/readyz').then(r=>process.exit(r.status===200?0:1),()=>process.exit(1))"; then
+  # TLS is on: /readyz is https, checked against the CA `up` made (it exists once up listens).
+  if [ -s "$tmp/state/tls/ca.pem" ] && node -e "
+    const https = require('https'); const ca = require('fs').readFileSync('$tmp/state/tls/ca.pem');
+    https.get({ host: '127.0.0.1', port: $http_port, path: '/readyz', ca, servername: 'localhost' }, (r) => process.exit(r.statusCode === 200 ? 0 : 1)).on('error', () => process.exit(1));
+  "; then
     ready=1; break
   fi
   sleep 1
 done
 [ -n "$ready" ] || die "sandgate up did not answer 200 on /readyz within 15 minutes"
-log "/readyz answers 200"
+log "/readyz answers 200 over TLS"
+[ -s "$tmp/config/sandgate/config.json" ] || die "sandgate up wrote no client config file ($tmp/config/sandgate/config.json)"
+# Auth is on: a client without the token is refused.
+if XDG_CONFIG_HOME="$tmp/no-config" node apps/cli/bin/sandgate.js --gateway "https://127.0.0.1:$grpc_port" --ca "$tmp/state/tls/ca.pem" --tls-server-name localhost sandbox list >/dev/null 2>"$tmp/anon.err"; then
+  die "sandbox list without a token succeeded: auth is off"
+fi
+grep -qi unauthenticated "$tmp/anon.err" || die "sandbox list without a token failed, but not UNAUTHENTICATED: $(cat "$tmp/anon.err")"
+log "a client without the token is refused (UNAUTHENTICATED)"
 
 grep -q 'installing redis-server' "$tmp/up.err" || die "sandgate up did not say it installed redis-server"
 grep -q 'bubblewrap' "$tmp/up.err" || die "sandgate up did not say it installed bubblewrap"
@@ -93,4 +106,4 @@ for _ in $(seq 1 150); do kill -0 "$up_pid" 2>/dev/null || break; sleep 0.2; don
 if kill -0 "$up_pid" 2>/dev/null; then die "sandgate up did not stop within 30 s of SIGTERM"; fi
 wait "$up_pid" || die "sandgate up exited non-zero after SIGTERM"
 up_pid=
-log "OK: sandgate up installed redis-server and bubblewrap, served a sandbox, and stopped"
+log "OK: sandgate up installed redis-server and bubblewrap, served a sandbox over TLS with auth, and stopped"

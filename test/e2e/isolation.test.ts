@@ -273,7 +273,7 @@ beforeAll(async () => {
   r = redis.client();
   const lbPort = await freePort();
   cluster = await Cluster.start({ redisUrl: redis.url, replicas: 2, supervisorEndpoint: `127.0.0.1:${lbPort}` });
-  lb = await startHaproxy(lbPort, cluster.replicas.map((x) => ({ name: x.id, grpcPort: x.grpcPort, httpPort: x.httpPort })), cluster.credentials);
+  lb = await startHaproxy(lbPort, cluster.replicas.map((x) => ({ name: x.id, grpcPort: x.grpcPort, httpPort: x.httpPort })), { credentials: cluster.credentials });
   // Loopback only: nothing of the test listens on the host's real interfaces.
   hostServer = await hostBannerServer('127.0.0.1', HOST_BANNER);
   hostServer2 = await hostBannerServer('127.0.0.2', HOST_BANNER);

@@ -1,7 +1,8 @@
 // N gateway replicas as separate processes (`sandgate gateway`), on one Redis. Supervisors are
 // given every replica's gRPC address, as they would be given a load balancer's.
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import https from 'node:https';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -9,6 +10,7 @@ import { freePorts } from './ports.ts';
 import { Redis } from 'ioredis';
 import { TokenStore } from '@sandgate/store';
 import { cliEnv, credentialsFor, registerGateway, type GatewayCredentials } from './credentials.ts';
+import { createCertificateAuthority, type CertificateAuthority, type PemPair } from '@sandgate/pki';
 import { waitFor } from './wait.ts';
 
 export const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
@@ -41,6 +43,26 @@ export interface ClusterOptions {
    * they reach host listeners only there.
    */
   host?: string;
+  /**
+   * Serve TLS: a CA and a server certificate (localhost, 127.0.0.1 and the host) are generated,
+   * replicas get --tls-cert/--tls-key/--tls-ca, and every replica's address is registered
+   * (credentials.ts) with the CA, so openShellClient and runCli trust it. `{clientCa: true}`
+   * also gives --client-ca (the same CA): certificates from `issueClientCertificate` are accepted.
+   */
+  tls?: boolean | { clientCa: true };
+}
+
+/** The TLS material of a cluster started with `tls`. */
+export interface ClusterTls {
+  ca: CertificateAuthority;
+  /** Files in a directory of the cluster's own. */
+  caFile: string;
+  certFile: string;
+  keyFile: string;
+  /** --client-ca was given (the same CA). */
+  clientCa: boolean;
+  /** The name the server certificate is checked for. */
+  servername: string;
 }
 
 export class Cluster {
@@ -53,9 +75,13 @@ export class Cluster {
   host = '127.0.0.1';
   /**
    * What clients present to every replica (registered for each replica's address, so
-   * openShellClient and runCli use it unasked): an admin API token of workspace `default`.
+   * openShellClient and runCli use it unasked): an admin API token of workspace `default`, and
+   * with `tls` the CA and name.
    */
   readonly credentials: GatewayCredentials = {};
+  /** Set when started with `tls`. */
+  tls: ClusterTls | null = null;
+  private tlsDir: string | null = null;
 
   private constructor(redisUrl: string, env: Record<string, string>, endpointOverride: string | undefined) {
     this.redisUrl = redisUrl;
@@ -68,8 +94,10 @@ export class Cluster {
     const cluster = new Cluster(opts.redisUrl, opts.env ?? {}, opts.supervisorEndpoint);
     cluster.driver = opts.driver ?? 'local';
     cluster.host = opts.host ?? '127.0.0.1';
+    if (opts.tls) await cluster.makeTls(opts.tls !== true);
     const n = opts.replicas ?? 3;
     cluster.credentials.token = await cluster.tokenFor('default', 'admin', 'test harness');
+    Object.assign(cluster.credentials, cluster.tlsCredentials());
     const ports = await freePorts(n * 3);
     for (let i = 0; i < n; i++) {
       const [grpcPort, httpPort, peerPort] = [ports[i * 3]!, ports[i * 3 + 1]!, ports[i * 3 + 2]!];
@@ -79,7 +107,7 @@ export class Cluster {
         httpPort,
         peerPort,
         grpcAddress: `${cluster.host}:${grpcPort}`,
-        httpUrl: `http://${cluster.host}:${httpPort}`,
+        httpUrl: `${cluster.tls ? 'https' : 'http'}://${cluster.host}:${httpPort}`,
         proc: null,
         logs: [],
       });
@@ -122,7 +150,7 @@ export class Cluster {
       httpPort: httpPort!,
       peerPort: peerPort!,
       grpcAddress: `${this.host}:${grpcPort}`,
-      httpUrl: `http://${this.host}:${httpPort}`,
+      httpUrl: `${this.tls ? 'https' : 'http'}://${this.host}:${httpPort}`,
       proc: null,
       logs: [],
       env: opts.env,
@@ -148,7 +176,9 @@ export class Cluster {
       '--driver', this.driver,
       '--state-dir', this.stateDir,
       '--supervisor-endpoint', r.supervisorEndpoint ?? this.supervisorEndpoint,
+      ...this.tlsArgs(),
     ];
+    this.registerTls(r.grpcAddress);
     const proc = spawn(process.execPath, args, {
       env: { ...replicaBaseEnv(), SANDGATE_LOG_LEVEL: 'info', ...this.env, ...r.env },
       stdio: ['ignore', 'pipe', 'pipe'],
@@ -163,8 +193,8 @@ export class Cluster {
     let lastReady = '';
     await waitFor(`replica ${r.id} ready`, async () => {
       if (proc.exitCode !== null) throw new Error(`replica ${r.id} exited ${proc.exitCode}: ${r.logs.join('').slice(-2000)}`);
-      const res = await fetch(`${r.httpUrl}/readyz`).catch(() => null);
-      if (res) lastReady = await res.text();
+      const res = await this.httpGet(r.httpUrl + '/readyz').catch(() => null);
+      if (res) lastReady = res.body;
       return res?.status === 200;
     }, 90_000).catch((err: unknown) => {
       // generous timeout: CI machines with 2 cores run replicas, sandboxes and the workload at once.
@@ -173,6 +203,59 @@ export class Cluster {
       r.proc = null;
       throw new Error(`${String(err)}; last /readyz: ${lastReady || 'no answer'}; log tail:\n${r.logs.join('').slice(-3000)}`);
     });
+  }
+
+  /** GET on a replica's HTTP port (https with the cluster's CA when it serves TLS: fetch cannot take a CA). */
+  httpGet(url: string): Promise<{ status: number; body: string }> {
+    return httpGet(url, this.tls ? { ca: readFileSync(this.tls.caFile), servername: this.tls.servername } : undefined);
+  }
+
+  /** A client certificate of the cluster's CA (mTLS), as buffers and files. */
+  async issueClientCertificate(commonName: string, organizationalUnits: string[] = []): Promise<PemPair & { certFile: string; keyFile: string }> {
+    if (!this.tls || !this.tlsDir) throw new Error('issueClientCertificate: the cluster was started without tls');
+    const pair = await this.tls.ca.issue({ commonName, organizationalUnits, usage: 'client' });
+    const base = path.join(this.tlsDir, `client-${commonName.replace(/[^A-Za-z0-9_-]/g, '_')}`);
+    writeFileSync(`${base}.pem`, pair.cert);
+    writeFileSync(`${base}-key.pem`, pair.key, { mode: 0o600 });
+    return { ...pair, certFile: `${base}.pem`, keyFile: `${base}-key.pem` };
+  }
+
+  /** The TLS credentials a client needs for this cluster (CA and name), or none (plaintext). */
+  tlsCredentials(): GatewayCredentials {
+    if (!this.tls) return {};
+    return { ca: readFileSync(this.tls.caFile), caFile: this.tls.caFile, servername: this.tls.servername };
+  }
+
+  private async makeTls(clientCa: boolean): Promise<void> {
+    const dir = mkdtempSync(path.join(os.tmpdir(), 'sg-tls-'));
+    this.tlsDir = dir;
+    const ca = await createCertificateAuthority('sandgate test CA');
+    const ips = [...new Set(['127.0.0.1', this.host].filter((h) => /^[\d.]+$|:/.test(h)))];
+    const dns = [...new Set(['localhost', ...[this.host].filter((h) => !/^[\d.]+$|:/.test(h))])];
+    const server = await ca.issue({ commonName: 'sandgate test gateway', dnsNames: dns, ipAddresses: ips, usage: 'server' });
+    const caFile = path.join(dir, 'ca.pem');
+    const certFile = path.join(dir, 'server.pem');
+    const keyFile = path.join(dir, 'server-key.pem');
+    writeFileSync(caFile, ca.cert);
+    writeFileSync(certFile, server.cert);
+    writeFileSync(keyFile, server.key, { mode: 0o600 });
+    this.tls = { ca, caFile, certFile, keyFile, clientCa, servername: 'localhost' };
+  }
+
+  private tlsArgs(): string[] {
+    if (!this.tls) return [];
+    return [
+      '--tls-cert', this.tls.certFile,
+      '--tls-key', this.tls.keyFile,
+      '--tls-ca', this.tls.caFile,
+      ...(this.tls.clientCa ? ['--client-ca', this.tls.caFile] : []),
+    ];
+  }
+
+  /** Adds the CA to what is registered for `address` (a token the auth side registered stays). */
+  registerTls(address: string): void {
+    if (!this.tls) return;
+    registerGateway(address, { ...credentialsFor(address), ...this.tlsCredentials() });
   }
 
   /** Sends a signal to replica i and waits for the process to exit. */
@@ -200,7 +283,31 @@ export class Cluster {
     // state dir: detach it first, or rmSync would empty it and then fail on the mount point.
     for (const mountPoint of mountsUnder(this.stateDir)) spawnSync('umount', ['-l', mountPoint]);
     rmSync(this.stateDir, { recursive: true, force: true });
+    if (this.tlsDir) rmSync(this.tlsDir, { recursive: true, force: true });
   }
+}
+
+/** GET over http or https (with `tls`: trusting that CA, checking that name). */
+export function httpGet(url: string, tls?: { ca: Buffer; servername?: string }): Promise<{ status: number; body: string }> {
+  return new Promise((resolve, reject) => {
+    const u = new URL(url);
+    if (u.protocol === 'http:') {
+      fetch(url).then(async (res) => resolve({ status: res.status, body: await res.text() }), reject);
+      return;
+    }
+    const req = https.get(
+      { host: u.hostname.replace(/^\[|\]$/g, ''), port: u.port, path: u.pathname + u.search, ca: tls?.ca, servername: tls?.servername, timeout: 5000 },
+      (res) => {
+        let body = '';
+        res.setEncoding('utf8');
+        res.on('data', (c: string) => (body += c));
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
+        res.on('error', reject);
+      },
+    );
+    req.on('timeout', () => req.destroy(new Error(`GET ${url} timed out`)));
+    req.on('error', reject);
+  });
 }
 
 /**
@@ -229,7 +336,15 @@ export interface CliResult {
 export function runCli(args: string[], opts: { gateway: string; input?: Buffer | string; env?: Record<string, string>; timeoutMs?: number }): Promise<CliResult> {
   return new Promise((resolve, reject) => {
     const proc = spawn(process.execPath, [cliBin, ...args], {
-      env: { ...process.env, SANDGATE_GATEWAY: opts.gateway, ...cliEnv(credentialsFor(opts.gateway)), ...opts.env },
+      // No client config file of the machine's (a `sandgate up` someone ran) leaks into a test.
+      env: {
+        ...process.env,
+        XDG_CONFIG_HOME: path.join(os.tmpdir(), 'sg-no-client-config'),
+        SANDGATE_CONFIG: undefined,
+        SANDGATE_GATEWAY: opts.gateway,
+        ...cliEnv(credentialsFor(opts.gateway)),
+        ...opts.env,
+      },
       stdio: ['pipe', 'pipe', 'pipe'],
     });
     const out: Buffer[] = [];
@@ -273,6 +388,8 @@ export async function startWorker(cluster: Cluster, id: string, env: Record<stri
     '--driver', cluster.driver,
     '--state-dir', cluster.stateDir,
     '--supervisor-endpoint', cluster.supervisorEndpoint,
+    // The supervisors of sandboxes it restarts verify the gateway like any other.
+    ...(cluster.tls ? ['--tls-cert', cluster.tls.certFile, '--tls-ca', cluster.tls.caFile] : []),
   ];
   const proc = spawn(process.execPath, args, { env: { ...process.env, SANDGATE_LOG_LEVEL: 'info', ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
   const logs: string[] = [];

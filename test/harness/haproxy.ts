@@ -20,7 +20,8 @@ export interface Haproxy {
   stop(): Promise<void>;
 }
 
-export function haproxyConfig(port: number, backends: HaproxyBackend[]): string {
+/** `healthCa`: the replicas serve HTTPS; their /readyz is checked over TLS trusting this CA file. */
+export function haproxyConfig(port: number, backends: HaproxyBackend[], healthCa?: string): string {
   return [
     'global',
     '  maxconn 4000',
@@ -40,19 +41,21 @@ export function haproxyConfig(port: number, backends: HaproxyBackend[]): string 
     '  option httpchk GET /readyz',
     '  http-check expect status 200',
     '  default-server inter 300 fall 2 rise 1 on-marked-down shutdown-sessions',
-    ...backends.map((b) => `  server ${b.name} 127.0.0.1:${b.grpcPort} check port ${b.httpPort}`),
+    // TCP mode: a replica's TLS passes through untouched; only the health check speaks it.
+    ...backends.map((b) => `  server ${b.name} 127.0.0.1:${b.grpcPort} check port ${b.httpPort}${healthCa ? ` check-ssl verify required ca-file ${healthCa} verifyhost localhost` : ''}`),
     '',
   ].join('\n');
 }
 
 /**
- * `credentials`: what clients present through the balancer (normally the cluster's,
+ * `opts.credentials`: what clients present through the balancer (normally the cluster's,
  * `cluster.credentials`); registered for its address, so openShellClient and runCli use them.
+ * `opts.healthCa`: the replicas' CA, for health checks over TLS.
  */
-export async function startHaproxy(port: number, backends: HaproxyBackend[], credentials: GatewayCredentials = {}): Promise<Haproxy> {
+export async function startHaproxy(port: number, backends: HaproxyBackend[], opts: { healthCa?: string; credentials?: GatewayCredentials } = {}): Promise<Haproxy> {
   const dir = mkdtempSync(path.join(os.tmpdir(), 'sg-haproxy-'));
   const cfg = path.join(dir, 'haproxy.cfg');
-  writeFileSync(cfg, haproxyConfig(port, backends));
+  writeFileSync(cfg, haproxyConfig(port, backends, opts.healthCa));
   const proc: ChildProcess = spawn('haproxy', ['-f', cfg, '-db'], { stdio: ['ignore', 'ignore', 'pipe'] });
   let err = '';
   proc.stderr!.on('data', (c: Buffer) => (err = (err + c.toString()).slice(-4000)));
@@ -66,7 +69,7 @@ export async function startHaproxy(port: number, backends: HaproxyBackend[], cre
       s.on('error', () => resolve(false));
     });
   });
-  registerGateway(`127.0.0.1:${port}`, credentials);
+  if (opts.credentials) registerGateway(`127.0.0.1:${port}`, opts.credentials);
   return {
     address: `127.0.0.1:${port}`,
     async stop() {

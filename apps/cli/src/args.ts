@@ -62,6 +62,11 @@ function cleanParseMessage(code: string, message: string): string {
  * `--env K=V` / `--label k=v` lists → a map (a later duplicate wins). The value may be empty
  * (`K=`); the key may not, and `=` is required.
  */
+/** `https://` and `grpcs://` endpoints are TLS; anything else is plaintext unless a CA is given. */
+export function endpointWantsTls(raw: string): boolean {
+  return /^(https|grpcs):\/\//i.test(raw.trim());
+}
+
 export function parseKeyValues(items: readonly string[] | undefined, flag: string): Record<string, string> {
   const out: Record<string, string> = {};
   for (const item of items ?? []) {
@@ -96,17 +101,21 @@ export function parseOutput(raw: string | undefined): boolean {
 /**
  * Normalises a gateway endpoint to the `host:port` grpc-js dials (plaintext). Accepts `host:port`,
  * `http://host:port`, `grpc://host:port` (a trailing path is ignored), bracketed IPv6 and
- * `unix:/path`; a missing port means 8080. TLS schemes are refused: sandgate speaks plaintext.
+ * `unix:/path`; a missing port means 8080 (443 for TLS URLs). `https://` and `grpcs://` (TLS) are accepted too: whether
+ * to speak TLS is `endpointWantsTls`.
  */
 export function normaliseEndpoint(raw: string): string {
   let text = raw.trim();
   if (text === '') throw new UsageError('the gateway endpoint is empty');
   if (text.startsWith('unix:')) return text;
   const scheme = /^([a-zA-Z][a-zA-Z0-9+.-]*):\/\//.exec(text);
+  // A TLS URL without a port means 443, as it does for OpenShell's SDKs.
+  const defaultPort = endpointWantsTls(text) ? 443 : DEFAULT_GRPC_PORT;
   if (scheme) {
     const name = scheme[1]!.toLowerCase();
-    if (name === 'https' || name === 'grpcs') throw new UsageError(`gateway endpoint '${raw}': TLS is not supported, use a plaintext endpoint (host:port)`);
-    if (name !== 'http' && name !== 'grpc') throw new UsageError(`gateway endpoint '${raw}': unsupported scheme '${name}://' (use host:port, http:// or grpc://)`);
+    if (name !== 'http' && name !== 'grpc' && name !== 'https' && name !== 'grpcs') {
+      throw new UsageError(`gateway endpoint '${raw}': unsupported scheme '${name}://' (use host:port, http://, https://, grpc:// or grpcs://)`);
+    }
     text = text.slice(scheme[0].length);
   }
   text = text.replace(/[/?#].*$/, '');
@@ -127,6 +136,6 @@ export function normaliseEndpoint(raw: string): string {
     port = colon < 0 ? undefined : text.slice(colon + 1);
   }
   if (host === '' || host === '[]') throw new UsageError(`gateway endpoint '${raw}' has no host`);
-  const portNumber = port === undefined ? DEFAULT_GRPC_PORT : parseInteger(port, `gateway endpoint '${raw}' port`, 1, 65535);
+  const portNumber = port === undefined ? defaultPort : parseInteger(port, `gateway endpoint '${raw}' port`, 1, 65535);
   return `${host}:${portNumber}`;
 }

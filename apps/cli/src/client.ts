@@ -1,4 +1,4 @@
-// A small programmatic OpenShell client over plaintext gRPC: promisified unary calls, the exec
+// A small programmatic OpenShell client over gRPC (plaintext or TLS): promisified unary calls, the exec
 // streams, and `waitForReady`. The CLI commands use it; so can tests and load tests.
 import {
   credentials,
@@ -28,7 +28,7 @@ import {
   type CreateSshSessionResponse,
   type TcpForwardFrame,
 } from '@sandgate/protocols';
-import { normaliseEndpoint } from './args.ts';
+import { endpointWantsTls, normaliseEndpoint } from './args.ts';
 
 const OpenShellClient = makeGenericClientConstructor(serviceDefinition('openshell.v1.OpenShell'), 'OpenShell');
 
@@ -39,6 +39,11 @@ export interface ClientOptions {
   unaryTimeoutMs?: number;
   /** Sent on every call as `authorization: Bearer <token>`, as OpenShell's SDKs send it. */
   token?: string;
+  /**
+   * TLS: the CA to trust (absent: the system's), the mTLS pair, the name to verify. An
+   * `https://`/`grpcs://` endpoint is TLS even without this.
+   */
+  tls?: { ca?: Buffer; cert?: Buffer; key?: Buffer; servername?: string } | null;
 }
 
 /** Adds `authorization: Bearer <token>` to every call. */
@@ -136,11 +141,14 @@ const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 export function createClient(endpoint: string, options: ClientOptions = {}): SandgateClient {
   const address = normaliseEndpoint(endpoint);
-  const raw = new OpenShellClient(address, credentials.createInsecure(), {
+  const tls = options.tls ?? (endpointWantsTls(endpoint) ? {} : null);
+  const channel = tls ? credentials.createSsl(tls.ca ?? null, tls.key ?? null, tls.cert ?? null) : credentials.createInsecure();
+  const raw = new OpenShellClient(address, channel, {
     'grpc.keepalive_time_ms': 20_000,
     'grpc.keepalive_timeout_ms': 10_000,
     'grpc.initial_reconnect_backoff_ms': 100,
     'grpc.max_reconnect_backoff_ms': 2000,
+    ...(tls?.servername ? { 'grpc.ssl_target_name_override': tls.servername } : {}),
     interceptors: options.token ? [bearerInterceptor(options.token)] : [],
   });
   const methods = raw as unknown as Record<string, unknown>;

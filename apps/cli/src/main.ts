@@ -29,13 +29,18 @@ export const COMMANDS: Record<string, () => Promise<CommandModule>> = {
   'sandbox stop': () => import('./commands/sandbox-lifecycle.ts').then((m) => ({ run: m.runStop, OPTIONS: m.OPTIONS })),
   'sandbox start': () => import('./commands/sandbox-lifecycle.ts').then((m) => ({ run: m.runStart, OPTIONS: m.OPTIONS })),
   logs: () => import('./commands/logs.ts'),
+  'workspace create': () => import('./commands/workspace.ts').then((m) => ({ run: m.runCreate, OPTIONS: m.CREATE_OPTIONS })),
+  'workspace get': () => import('./commands/workspace.ts').then((m) => ({ run: m.runGet, OPTIONS: m.GET_OPTIONS })),
+  'workspace list': () => import('./commands/workspace.ts').then((m) => ({ run: m.runList, OPTIONS: m.LIST_OPTIONS })),
+  'workspace delete': () => import('./commands/workspace.ts').then((m) => ({ run: m.runDelete, OPTIONS: m.DELETE_OPTIONS })),
+  'workspace member': () => import('./commands/workspace.ts').then((m) => ({ run: m.runMember, OPTIONS: m.MEMBER_OPTIONS })),
   whoami: () => import('./commands/whoami.ts'),
   'token create': () => import('./commands/token.ts').then((m) => ({ run: m.runCreate, OPTIONS: m.CREATE_OPTIONS })),
   'token list': () => import('./commands/token.ts').then((m) => ({ run: m.runList, OPTIONS: m.LIST_OPTIONS })),
   'token revoke': () => import('./commands/token.ts').then((m) => ({ run: m.runRevoke, OPTIONS: m.REVOKE_OPTIONS })),
 };
 
-export const GROUPS = new Set(['sandbox', 'token']);
+export const GROUPS = new Set(['sandbox', 'workspace', 'token']);
 
 const isHelp = (arg: string | undefined) => arg === '-h' || arg === '--help';
 
@@ -43,6 +48,9 @@ function version(): string {
   const pkg = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version?: string };
   return pkg.version ?? '0.0.0';
 }
+
+/** Connection flags that may come before the command, like --gateway. */
+const GLOBAL_CONNECTION_FLAGS = ['token', 'ca', 'client-cert', 'client-key', 'tls-server-name'] as const;
 
 /** Runs the CLI and returns its exit status (does not exit). */
 export async function run(argv: string[], env: Env): Promise<number> {
@@ -69,6 +77,14 @@ export async function run(argv: string[], env: Env): Promise<number> {
     if (arg.startsWith('--gateway=')) {
       ctx.gateway = arg.slice('--gateway='.length);
       i += 1;
+      continue;
+    }
+    const global = GLOBAL_CONNECTION_FLAGS.find((f) => arg === `--${f}` || arg.startsWith(`--${f}=`));
+    if (global !== undefined) {
+      const value = arg.includes('=') ? arg.slice(arg.indexOf('=') + 1) : argv[i + 1];
+      if (value === undefined) throw new UsageError(`option '--${global} <value>' argument missing`);
+      ctx.connection = { ...ctx.connection, [global]: value };
+      i += arg.includes('=') ? 1 : 2;
       continue;
     }
     throw new UsageError(`unknown option '${arg}'`);

@@ -1,8 +1,18 @@
 // Help texts. Kept apart from the commands so `--help` loads nothing else.
-const GLOBAL_FLAGS = `Global flags:
-  --gateway URL   gateway endpoint (env SANDGATE_GATEWAY, default 127.0.0.1:8080);
-                  host:port, http://host:port or grpc://host:port (plaintext gRPC)
-  -h, --help      show help`;
+const GLOBAL_FLAGS = `Global flags (also after the command):
+  --gateway URL   gateway endpoint (env SANDGATE_GATEWAY, else the client config
+                  file's, else 127.0.0.1:8080); host:port or http://host:port
+                  (plaintext unless --ca), https://host:port or grpcs:// (TLS)
+  --token T       API token, sent as authorization: Bearer (env SANDGATE_TOKEN)
+  --ca FILE       PEM CA of the gateway's certificate (env SANDGATE_CA; an https
+                  gateway without one trusts the system's CAs)
+  --client-cert FILE, --client-key FILE
+                  mTLS client certificate and key (env SANDGATE_CLIENT_CERT/_KEY)
+  --tls-server-name N
+                  name to check the gateway's certificate for (env SANDGATE_TLS_SERVER_NAME)
+  -h, --help      show help
+Unset ones come from the client config file ~/.config/sandgate/config.json
+(SANDGATE_CONFIG elsewhere), which 'sandgate up' writes.`;
 
 export const USAGE: Record<string, string> = {
   '': `sandgate: a multi-replica sandbox gateway
@@ -13,7 +23,7 @@ Usage:
   sandgate worker [flags]              run only the durable job workers (beside --no-workers replicas)
   sandgate sandbox create [flags] [-- CMD...]
   sandgate sandbox get NAME [-o json]
-  sandgate sandbox list [-o json] [--selector k=v,...] [--limit N]
+  sandgate sandbox list [-o json] [--selector k=v,...] [--limit N] [--workspace W | --all-workspaces]
   sandgate sandbox delete NAME...
   sandgate sandbox exec NAME [flags] -- CMD...
   sandgate sandbox connect NAME        attach to the main process (replayed and live output)
@@ -23,6 +33,11 @@ Usage:
   sandgate sandbox policy NAME [flags] the policy in force, or --policy FILE to replace it live
   sandgate ssh-proxy [flags]           OpenSSH ProxyCommand over ForwardTcp
   sandgate logs NAME [flags]           the sandbox's log lines (--follow to keep reading)
+  sandgate workspace create NAME [--label k=v]...
+  sandgate workspace get NAME [-o json]
+  sandgate workspace list [-o json]
+  sandgate workspace delete NAME...
+  sandgate workspace member add|remove|list --workspace WS [flags]
   sandgate whoami [-o json]            who the gateway takes you for (GetCurrentUser)
   sandgate token create --workspace W [flags]  a new API token (printed once, on stdout)
   sandgate token list [-o json]        the API tokens (never the tokens themselves)
@@ -35,13 +50,13 @@ Run 'sandgate COMMAND --help' for a command's flags.
 `,
   sandbox: `Usage:
   sandgate sandbox create [--name N] [--detach] [--no-keep] [--restart-policy P] [--env K=V]... [--label k=v]... [--image I] [--tty] [--policy FILE] [--cpu C] [--memory M] [--disk D] [-o json] [-- CMD...]
-  sandgate sandbox get NAME [-o json]
-  sandgate sandbox list [-o json] [--selector k=v,...] [--limit N]
-  sandgate sandbox delete NAME...
+  sandgate sandbox get NAME [--workspace W] [-o json]
+  sandgate sandbox list [-o json] [--selector k=v,...] [--limit N] [--workspace W | --all-workspaces]
+  sandgate sandbox delete NAME... [--workspace W]
   sandgate sandbox exec NAME [--timeout SECS] [--tty] [--workdir D] [--env K=V]... -- CMD...
   sandgate sandbox connect NAME
-  sandgate sandbox stop NAME [-o json]
-  sandgate sandbox start NAME [-o json]
+  sandgate sandbox stop NAME [--workspace W] [-o json]
+  sandgate sandbox start NAME [--workspace W] [-o json]
   sandgate sandbox ssh-config NAME
   sandgate sandbox policy NAME [--policy FILE] [-o json]
 
@@ -87,9 +102,10 @@ Flags:
   -o json         print the result as JSON
 ${GLOBAL_FLAGS}
 `,
-  'sandbox get': `Usage: sandgate sandbox get NAME [-o json]
+  'sandbox get': `Usage: sandgate sandbox get NAME [--workspace W] [-o json]
 
 Flags:
+  --workspace W   the sandbox's workspace (default: your own)
   -o json         print the sandbox as proto3 JSON (spec.policy and template.resources decoded)
 ${GLOBAL_FLAGS}
 `,
@@ -98,13 +114,17 @@ ${GLOBAL_FLAGS}
 Flags:
   --selector k=v,...  only sandboxes with these labels
   --limit N           at most N sandboxes
+  --workspace W       the sandboxes of workspace W (default: your own)
+  --all-workspaces    the sandboxes of every workspace (gateway admins only)
   -o json             print {"sandboxes": [...]} as proto3 JSON
 ${GLOBAL_FLAGS}
 `,
-  'sandbox delete': `Usage: sandgate sandbox delete NAME...
+  'sandbox delete': `Usage: sandgate sandbox delete NAME... [--workspace W]
 
 Deletes each named sandbox; exits 1 if any could not be deleted.
 
+Flags:
+  --workspace W   the sandboxes' workspace (default: your own)
 ${GLOBAL_FLAGS}
 `,
   'sandbox exec': `Usage: sandgate sandbox exec NAME [flags] -- CMD...
@@ -126,21 +146,23 @@ leaves the main process running.
 
 ${GLOBAL_FLAGS}
 `,
-  'sandbox stop': `Usage: sandgate sandbox stop NAME [-o json]
+  'sandbox stop': `Usage: sandgate sandbox stop NAME [--workspace W] [-o json]
 
 Stops the sandbox's main process and supervisor; its files are kept. Access granted for this
 run (exec, SSH sessions) ends.
 
 Flags:
+  --workspace W   the sandbox's workspace (default: your own)
   -o json         print the sandbox as proto3 JSON
 ${GLOBAL_FLAGS}
 `,
-  'sandbox start': `Usage: sandgate sandbox start NAME [-o json]
+  'sandbox start': `Usage: sandgate sandbox start NAME [--workspace W] [-o json]
 
 Starts a stopped sandbox again (a new run: new supervisor, new credentials) and waits until it
 is Ready (up to SANDGATE_PROVISION_TIMEOUT seconds, default 300).
 
 Flags:
+  --workspace W   the sandbox's workspace (default: your own)
   -o json         print the sandbox as proto3 JSON
 ${GLOBAL_FLAGS}
 `,
@@ -231,6 +253,73 @@ Flags:
   --name NAME       sandbox name (mints the token itself)
 ${GLOBAL_FLAGS}
 `,
+  workspace: `Usage:
+  sandgate workspace create NAME [--label k=v]... [-o json]
+  sandgate workspace get NAME [-o json]
+  sandgate workspace list [--limit N] [--offset N] [--label-selector k=v,...] [-o json]
+  sandgate workspace delete NAME...
+  sandgate workspace member add --workspace WS --subject SUB --role user|admin
+  sandgate workspace member remove --workspace WS --subject SUB
+  sandgate workspace member list --workspace WS [--limit N] [--offset N] [-o json]
+
+A workspace holds sandboxes; its members may use them. Creating and deleting workspaces needs a
+gateway admin; adding and removing members needs a gateway admin or a workspace admin.
+
+${GLOBAL_FLAGS}
+
+Run 'sandgate workspace COMMAND --help' for a command's flags.
+`,
+  'workspace create': `Usage: sandgate workspace create NAME [--label k=v]... [-o json]
+
+Creates a workspace (gateway admins only). NAME: at most 19 characters of a-z, 0-9 and '-'.
+
+Flags:
+  --name NAME     the name, instead of the NAME argument (as upstream's CLI takes it)
+  --label k=v     label on the workspace (repeatable)
+  -o json         print the workspace as JSON
+${GLOBAL_FLAGS}
+`,
+  'workspace get': `Usage: sandgate workspace get NAME [-o json]
+
+Flags:
+  -o json         print the workspace as JSON
+${GLOBAL_FLAGS}
+`,
+  'workspace list': `Usage: sandgate workspace list [flags]
+
+Lists the workspaces you may use (every workspace for a gateway admin), oldest first.
+
+Flags:
+  --limit N                 at most N (default 100, at most 1000)
+  --offset N                skip the first N
+  --label-selector k=v,...  only workspaces with these labels
+  -o json                   print {"workspaces": [...]} as JSON
+${GLOBAL_FLAGS}
+`,
+  'workspace delete': `Usage: sandgate workspace delete NAME...
+
+Deletes each workspace in turn (gateway admins only); stops at the first error. A workspace
+that still holds sandboxes is refused (and stays Terminating until a later delete succeeds);
+'default' cannot be deleted.
+
+${GLOBAL_FLAGS}
+`,
+  'workspace member': `Usage: sandgate workspace member add --workspace WS --subject SUB --role user|admin
+       sandgate workspace member remove --workspace WS --subject SUB
+       sandgate workspace member list --workspace WS [--limit N] [--offset N] [-o json]
+
+A member may use the workspace's sandboxes. SUB is the caller's subject: 'token:<id>' for an
+API token, the OIDC 'sub', or a client certificate's CN. Only gateway admins grant 'admin'.
+
+Flags:
+  --workspace WS  the workspace (required)
+  --subject SUB   the member's subject (add, remove)
+  --role R        user or admin (add)
+  --limit N       at most N members (list; default 100)
+  --offset N      skip the first N (list)
+  -o json         print the result as JSON
+${GLOBAL_FLAGS}
+`,
   gateway: `Usage: sandgate gateway [flags]
 
 Runs one gateway replica until SIGTERM or SIGINT. Each flag can also be given by its
@@ -276,6 +365,11 @@ Flags:
 Runs a complete sandgate in one process: a gateway replica with its workers and, unless a
 Redis URL is given, a private redis-server (from PATH) keeping its data in STATE_DIR/redis.
 Stops everything on SIGINT or SIGTERM.
+
+It serves TLS with authentication on, with nothing to configure: on the first start it makes a
+CA and a server certificate in STATE_DIR/tls (reused after) and an admin token (STATE_DIR/
+admin-token, 0600), and writes the client config file ~/.config/sandgate/config.json (gateway
+URL, CA, token; 0600) that client commands read, unless one there names another gateway.
 
 Missing redis-server, bwrap (bubblewrap) or ip (iproute2; both for the local driver)? As root
 on Debian, up installs them with apt-get, saying so on stderr; elsewhere it prints the command

@@ -18,14 +18,15 @@ describe('normaliseEndpoint', () => {
     ['[::1]', '[::1]:8080'],
     ['::1', '[::1]:8080'],
     ['unix:/run/sandgate.sock', 'unix:/run/sandgate.sock'],
+    ['https://gw:9443', 'gw:9443'],
+    ['grpcs://gw:9443/', 'gw:9443'],
+    ['https://gw', 'gw:443'],
   ])('%s → %s', (input, expected) => {
     expect(normaliseEndpoint(input)).toBe(expected);
   });
 
   it.each([
     ['', /empty/],
-    ['https://gw:443', /TLS is not supported/],
-    ['grpcs://gw:443', /TLS is not supported/],
     ['ftp://gw:21', /unsupported scheme/],
     ['gw:notaport', /port must be an integer/],
     ['gw:0', /between 1 and 65535/],

@@ -65,7 +65,7 @@ describe('sandgate CLI', () => {
     [['sandbox', 'delete'], 'error: at least one sandbox NAME is required'],
     [['sandbox', 'exec', 'box'], 'error: a command is required'],
     [['sandbox', 'list', '--limit', 'lots'], 'error: --limit must be an integer'],
-    [['--gateway', 'https://gw:443', 'sandbox', 'list'], 'TLS is not supported'],
+    [['--gateway', 'https://gw:443', '--ca', '/nonexistent/ca.pem', 'sandbox', 'list'], 'error: --ca /nonexistent/ca.pem: cannot read it'],
     [['gateway', '--grpc-port', 'x'], 'error: --grpc-port must be an integer'],
   ])('%j is a usage error (exit 2)', (args, text) => {
     const r = sandgate(args);

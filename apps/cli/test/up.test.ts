@@ -28,6 +28,16 @@ describe('up', () => {
     );
   });
 
+  it('with the client config file written, the tour needs no flag; with one left alone, says which to use', () => {
+    const replica = { grpcAddress: '127.0.0.1:9000', httpUrl: 'https://127.0.0.1:9001' };
+    const written = upBanner(replica, 'x', { written: true, path: '/h/.config/sandgate/config.json', url: 'https://127.0.0.1:9000' });
+    expect(written).toContain('sandgate is up: gRPC https://127.0.0.1:9000, HTTP https://127.0.0.1:9001');
+    expect(written).toContain('try:  sandgate sandbox create --name demo');
+    expect(written).not.toMatch(/sgt_|token:/);
+    const kept = upBanner(replica, 'x', { written: false, path: '/h/c.json', ownPath: '/s/client-config.json', reason: 'it names another gateway, https://prod:443', url: 'https://127.0.0.1:9000' });
+    expect(kept).toContain('try:  export SANDGATE_CONFIG=/s/client-config.json; sandgate sandbox create');
+  });
+
   it('never prints a Redis password', () => {
     expect(redactRedisUrl('redis://user:secret@r:6379/0')).toBe('redis://user:***@r:6379/0');
     expect(redactRedisUrl('redis://r:6379')).toBe('redis://r:6379');

@@ -301,9 +301,10 @@ export const REPLICA_OPTIONS: Specs = {
   },
   tlsCert: {
     flag: 'tls-cert',
+    worker: true,
     env: 'SANDGATE_TLS_CERT',
     default: { text: 'none (plaintext)', compute: () => '' },
-    description: 'PEM certificate (chain) of the public gRPC and HTTP listeners; with --tls-key, they serve TLS',
+    description: "PEM certificate (chain) of the public gRPC and HTTP listeners; with --tls-key, they serve TLS (a worker: the gateway's, for the supervisors it restarts)",
     parse: anyString,
   },
   tlsKey: {
@@ -315,6 +316,7 @@ export const REPLICA_OPTIONS: Specs = {
   },
   tlsCa: {
     flag: 'tls-ca',
+    worker: true,
     env: 'SANDGATE_TLS_CA',
     default: { text: '--tls-cert itself (self-signed)', compute: () => '' },
     description: 'PEM CA that signed --tls-cert: supervisors are handed it to verify the gateway',

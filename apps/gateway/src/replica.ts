@@ -7,7 +7,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Redis } from 'ioredis';
 import { loopbackHost, serviceDefinition } from '@sandgate/protocols';
-import { ClusterCounter, ClusterCounters, createRedisConnection, OwnershipStore, ReplicaRegistry, SandboxFeed, SandboxLogStore, SandboxStore, sharedPeerSecret, SshSessionStore } from '@sandgate/store';
+import { ClusterCounter, ClusterCounters, createRedisConnection, OwnershipStore, ReplicaRegistry, SandboxFeed, SandboxLogStore, SandboxStore, sharedPeerSecret, SshSessionStore, WorkspaceExecSlots, WorkspaceStore } from '@sandgate/store';
 import { DockerDriver, LocalDriver, type ComputeDriver } from '@sandgate/compute';
 import { createLogger, Metrics, type Logger } from '@sandgate/telemetry';
 import { JobScheduler, jobConnectionNames, type RunningWorker } from '@sandgate/jobs';
@@ -18,7 +18,10 @@ import { servePeerPort } from './relay/peer-port.ts';
 import { ExecService } from './exec/exec-service.ts';
 import { SandboxService } from './sandboxes/sandbox-service.ts';
 import { openShellDefinition, openShellImplementation } from './api/openshell-service.ts';
+import type { Authenticator } from './auth/authenticator.ts';
 import { authenticatorFor } from './auth/chain.ts';
+import { WorkspaceService } from './workspaces/workspace-service.ts';
+import { WorkspaceAccess } from './api/access.ts';
 import { buildHttp } from './api/http.ts';
 import { LifecycleService } from './sandboxes/lifecycle-service.ts';
 import { WatchService } from './sandboxes/watch-service.ts';
@@ -27,6 +30,7 @@ import { gatewayHostForResponse, SshService } from './ssh/ssh-service.ts';
 import { TcpForwardService } from './ssh/tcp-forward.ts';
 import { announceDebugBreaks } from './debug-breaks.ts';
 import { runJobWorker } from './job-runtime.ts';
+import { grpcServerCredentials, httpsOptions, loadServerTls, warnIfPlaintext } from './tls.ts';
 
 const supervisorEntry = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../supervisor/src/main.ts');
 
@@ -46,9 +50,9 @@ const PEER_SERVER_OPTIONS = {
   'grpc.keepalive_permit_without_calls': 1,
 };
 
-function bindGrpc(server: Server, host: string, port: number): Promise<number> {
+function bindGrpc(server: Server, host: string, port: number, credentials: ServerCredentials = ServerCredentials.createInsecure()): Promise<number> {
   return new Promise((resolve, reject) => {
-    server.bindAsync(`${host}:${port}`, ServerCredentials.createInsecure(), (err, bound) => (err ? reject(err) : resolve(bound)));
+    server.bindAsync(`${host}:${port}`, credentials, (err, bound) => (err ? reject(err) : resolve(bound)));
   });
 }
 
@@ -59,11 +63,11 @@ function bindGrpc(server: Server, host: string, port: number): Promise<number> {
  * --driver docker` works without a --host, and the gateway is still not on any outside
  * interface. (Behind a load balancer, the balancer must listen there: deploy/README.md.)
  */
-async function listenForDockerSupervisors(server: Server, driver: ComputeDriver, host: string, port: number, log: Logger): Promise<void> {
+async function listenForDockerSupervisors(server: Server, driver: ComputeDriver, host: string, port: number, credentials: ServerCredentials, log: Logger): Promise<void> {
   if (!(driver instanceof DockerDriver) || loopbackHost(host) === null) return;
   try {
     const address = await driver.supervisorAddress();
-    await bindGrpc(server, address, port);
+    await bindGrpc(server, address, port, credentials);
     log.info('listening for docker supervisors on the sandbox network', { address: `${address}:${port}` });
   } catch (err) {
     // No engine yet: creates say so themselves; this replica just is not reachable from containers.
@@ -85,8 +89,12 @@ export function createDriver(config: Pick<ReplicaConfig, 'driver' | 'stateDir' |
   throw new Error(`unknown driver '${config.driver}': use local or docker`);
 }
 
-export async function startReplica(config: ReplicaConfig): Promise<RunningReplica> {
+export async function startReplica(config: ReplicaConfig, opts: { authenticator?: Authenticator } = {}): Promise<RunningReplica> {
   const log = createLogger({ component: 'gateway', replica: config.replicaId }, config.logLevel);
+  // Before anything connects: a bad certificate or key is a start-up error naming the flag.
+  const tls = loadServerTls(config);
+  warnIfPlaintext(config.host, tls, log);
+  const grpcCredentials = grpcServerCredentials(tls);
   const metrics = new Metrics();
   const stopDebugReminder = announceDebugBreaks(config.debugBreaks, log, metrics);
   const redis = createRedisConnection(config.redisUrl, 'commands', { lazyConnect: true });
@@ -94,6 +102,10 @@ export async function startReplica(config: ReplicaConfig): Promise<RunningReplic
   await redis.connect();
 
   const store = new SandboxStore(redis);
+  const workspaceStore = new WorkspaceStore(redis);
+  await workspaceStore.ensureDefault();
+  const workspaces = new WorkspaceAccess(workspaceStore);
+  const execSlots = new WorkspaceExecSlots(redis);
   const ownership = new OwnershipStore(redis, config.ownerTtlMs, { fencing: !config.debugBreaks.has('fencing') });
   const replicas = new ReplicaRegistry(redis, config.ownerTtlMs);
   const driver = createDriver(config);
@@ -130,15 +142,19 @@ export async function startReplica(config: ReplicaConfig): Promise<RunningReplic
     metrics,
     debugBreaks: config.debugBreaks,
     note: (id, message, level) => lifecycle?.note(id, message, level),
+    workspaces,
+    execSlots,
+    maxExecsPerWorkspace: config.maxExecsPerWorkspace,
   });
 
-  // Before any listener: an unusable OIDC or client-CA setting stops the start.
-  const authenticator = authenticatorFor(config, { redis, log });
+  // Before any listener: an unusable OIDC or client-CA setting stops the start. A test may hand
+  // in its own authenticator instead.
+  const authenticator = opts.authenticator ?? authenticatorFor(config, { redis, log });
   const publicServer = new Server(GRPC_SERVER_OPTIONS);
   const peerServer = new Server(PEER_SERVER_OPTIONS);
-  const grpcPort = await bindGrpc(publicServer, config.host, config.grpcPort);
+  const grpcPort = await bindGrpc(publicServer, config.host, config.grpcPort, grpcCredentials);
   const grpcAddress = `${config.host}:${grpcPort}`;
-  await listenForDockerSupervisors(publicServer, driver, config.host, grpcPort, log);
+  await listenForDockerSupervisors(publicServer, driver, config.host, grpcPort, grpcCredentials, log);
   const supervisorEndpoint = config.supervisorEndpoint || grpcAddress;
 
   lifecycle = new LifecycleService({
@@ -147,6 +163,7 @@ export async function startReplica(config: ReplicaConfig): Promise<RunningReplic
     driver,
     scheduler,
     supervisorEndpoint: () => supervisorEndpoint,
+    supervisorTls: tls?.supervisor,
     sessionLive: (id) => router.sessionLive(id),
     revokeSessions: async (id, reason) => {
       await ownership.revoke(id);
@@ -154,6 +171,7 @@ export async function startReplica(config: ReplicaConfig): Promise<RunningReplic
     },
     provisionTimeoutMs: config.provisionTimeoutMs,
     debugBreaks: config.debugBreaks,
+    workspaces,
     log,
     metrics,
   });
@@ -163,19 +181,23 @@ export async function startReplica(config: ReplicaConfig): Promise<RunningReplic
     defaultImage: driver instanceof DockerDriver ? driver.defaultImage : 'host',
     supervisorEndpoint: () => supervisorEndpoint,
     lifecycle,
+    workspaces,
+    maxSandboxesPerWorkspace: config.maxSandboxesPerWorkspace,
     log,
     metrics,
   });
-  const watch = new WatchService({ feed: new SandboxFeed(redis), store, logs, log });
+  const watch = new WatchService({ feed: new SandboxFeed(redis), store, logs, workspaces, log });
   const ssh = new SshService({
     store,
     sessions: new SshSessionStore(redis),
     sessionLive: (id) => router.sessionLive(id),
     gatewayHost: gatewayHostForResponse(config.advertiseHost || config.host),
     gatewayPort: grpcPort,
+    gatewayScheme: tls ? 'https' : 'http',
     ttlSeconds: config.sshSessionTtlSeconds,
     maxPerToken: config.sshMaxConnectionsPerToken,
     maxPerSandbox: config.sshMaxConnectionsPerSandbox,
+    workspaces,
     log,
     metrics,
   });
@@ -185,9 +207,14 @@ export async function startReplica(config: ReplicaConfig): Promise<RunningReplic
     pushPolicy: (id, revision) => router.pushPolicy(id, revision),
     pushPolicyLocal: (id, revision) => sessions.pushPolicy(id, revision),
     peerSecret,
+    workspaces,
     log,
   });
-  publicServer.addService(openShellDefinition, openShellImplementation(authenticator, sandboxes, exec, lifecycle, watch, log, { sessions: ssh, forward }, configService));
+  const door = { workspaces: new WorkspaceService({ workspaces: workspaceStore, log }), driverName: driver.name };
+  publicServer.addService(
+    openShellDefinition,
+    openShellImplementation(authenticator, sandboxes, exec, lifecycle, watch, log, { sessions: ssh, forward }, configService, door),
+  );
   publicServer.addService(serviceDefinition('sandgate.v1.SupervisorGateway'), {
     Control: (call: ControlCall) => sessions.handleControl(call),
     ExecChannel: (call: ExecChannelCall) => sessions.handleExecChannel(call),
@@ -229,6 +256,7 @@ export async function startReplica(config: ReplicaConfig): Promise<RunningReplic
   const heartbeatTimer = setInterval(() => void heartbeat(), Math.max(200, Math.floor(config.ownerTtlMs / 3)));
 
   const http = buildHttp({
+    https: httpsOptions(tls),
     replicaId: config.replicaId,
     metrics,
     debugBreaks: [...config.debugBreaks],
@@ -241,8 +269,8 @@ export async function startReplica(config: ReplicaConfig): Promise<RunningReplic
   await http.listen({ host: config.host, port: config.httpPort });
   const httpAddress = http.server.address();
   const httpPort = typeof httpAddress === 'object' && httpAddress ? httpAddress.port : config.httpPort;
-  const httpUrl = `http://${config.host}:${httpPort}`;
-  log.info('replica listening', { grpcAddress, peerAddress, httpUrl, supervisorEndpoint });
+  const httpUrl = `${tls ? 'https' : 'http'}://${urlHost(config.host)}:${httpPort}`;
+  log.info('replica listening', { grpcAddress, peerAddress, httpUrl, supervisorEndpoint, tls: tls !== null, mtls: Boolean(tls?.clientCa) });
 
   let closing: Promise<void> | undefined;
   const close = () => {
@@ -250,6 +278,7 @@ export async function startReplica(config: ReplicaConfig): Promise<RunningReplic
       clearInterval(heartbeatTimer);
       stopDebugReminder();
       ssh.close();
+      execSlots.close();
       await worker?.close();
       await sessions.drain();
       await scheduler.close().catch(() => undefined);
@@ -264,6 +293,11 @@ export async function startReplica(config: ReplicaConfig): Promise<RunningReplic
   };
 
   return { replicaId: config.replicaId, grpcAddress, httpUrl, peerAddress, close };
+}
+
+/** A host as a URL spells it: an IPv6 address in brackets. */
+function urlHost(host: string): string {
+  return host.includes(':') && !host.startsWith('[') ? `[${host}]` : host;
 }
 
 /** Waits briefly for calls to finish, then forces the rest closed. */

@@ -10,10 +10,14 @@ import { createDriver } from './replica.ts';
 import { runJobWorker } from './job-runtime.ts';
 import { ExecRouter, NO_LOCAL_SESSIONS } from './relay/exec-router.ts';
 import { LifecycleService } from './sandboxes/lifecycle-service.ts';
+import { loadSupervisorTls } from './tls.ts';
 
 /** `sandgate worker`: what a worker needs of a replica's configuration, and nothing that listens. */
 export interface WorkerConfig
-  extends Pick<ReplicaConfig, 'redisUrl' | 'driver' | 'stateDir' | 'dockerImage' | 'ownerTtlMs' | 'provisionTimeoutMs' | 'peerSecret' | 'logLevel' | 'debugBreaks'> {
+  extends Pick<
+    ReplicaConfig,
+    'redisUrl' | 'driver' | 'stateDir' | 'dockerImage' | 'ownerTtlMs' | 'provisionTimeoutMs' | 'peerSecret' | 'logLevel' | 'debugBreaks' | 'tlsCert' | 'tlsCa'
+  > {
   workerId: string;
   /** What restarted supervisors dial (the load balancer): a worker has no gRPC address of its own. */
   supervisorEndpoint: string;
@@ -29,6 +33,7 @@ export interface RunningStandaloneWorker {
 
 export async function startWorker(config: WorkerConfig): Promise<RunningStandaloneWorker> {
   const log = createLogger({ component: 'worker', worker: config.workerId }, config.logLevel);
+  const supervisorTls = loadSupervisorTls(config) ?? undefined;
   const metrics = new Metrics();
   const redis = createRedisConnection(config.redisUrl, 'commands', { lazyConnect: true, connectionName: `sandgate:${config.workerId}` });
   redis.on('error', (err: Error) => log.warn('redis error', { err: err.message }));
@@ -49,6 +54,7 @@ export async function startWorker(config: WorkerConfig): Promise<RunningStandalo
     driver,
     scheduler,
     supervisorEndpoint: () => config.supervisorEndpoint,
+    supervisorTls,
     sessionLive: (id) => router.sessionLive(id),
     // The session is on some replica: moving the fence makes its next renewal fail there.
     revokeSessions: (id) => ownership.revoke(id),

@@ -55,6 +55,10 @@ describe('Peer.KillExec', () => {
       scheduler: null,
       log: createLogger({ component: 'test' }, 'error'),
       metrics: new Metrics(),
+      // KillExec is a peer call: no caller, no workspace scoping or exec slots involved.
+      workspaces: undefined as unknown as ExecServiceDeps['workspaces'],
+      execSlots: undefined as unknown as ExecServiceDeps['execSlots'],
+      maxExecsPerWorkspace: 0,
     });
     const metadata = new Metadata();
     if (secret !== undefined) metadata.set('x-sandgate-peer-secret', secret);

@@ -4,10 +4,11 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Server, ServerCredentials, type ClientReadableStream, type ServerWritableStream } from '@grpc/grpc-js';
 import type { Redis } from 'ioredis';
 import { serviceDefinition, type SandboxStreamEvent, type WatchSandboxRequest } from '@sandgate/protocols';
-import { SandboxFeed, SandboxLogStore, SandboxStore } from '@sandgate/store';
+import { SandboxFeed, SandboxLogStore, SandboxStore, WorkspaceStore } from '@sandgate/store';
 import { createLogger } from '@sandgate/telemetry';
 import { LOCAL_DEV_PRINCIPAL } from '@sandgate/core';
 import { WatchService } from '../src/sandboxes/watch-service.ts';
+import { WorkspaceAccess } from '../src/api/access.ts';
 import { startRedis, type TestRedis } from '@sandgate/test-harness/redis';
 import { openShellClient, type AnyClient } from '@sandgate/test-harness/grpc-client';
 import { waitFor } from '@sandgate/test-harness/wait';
@@ -26,6 +27,7 @@ beforeAll(async () => {
     feed: new SandboxFeed(client),
     store: new SandboxStore(client),
     logs: new SandboxLogStore(client),
+    workspaces: new WorkspaceAccess(new WorkspaceStore(client)),
     log: createLogger({ component: 'test' }, 'error'),
   });
   server = new Server();

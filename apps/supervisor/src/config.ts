@@ -31,6 +31,13 @@ export interface SupervisorConfig {
   workload?: WorkloadIsolation;
   /** The sandbox's SandboxPolicy bytes at start (empty: none, so no egress). */
   policy: Buffer;
+  /** The gateway serves TLS: its CA (read at start) and the name its certificate is verified for. Absent: plaintext. */
+  gatewayTls?: GatewayTlsConfig;
+}
+
+export interface GatewayTlsConfig {
+  ca: Buffer;
+  serverName: string;
 }
 
 /** A configuration the supervisor cannot run with; carries what it could read, to log the refusal. */
@@ -88,6 +95,18 @@ export function loadConfig(env: Record<string, string | undefined>, args: string
     if (err instanceof DebugBreakError) throw fail(err.message);
     throw err;
   }
+  let gatewayTls: GatewayTlsConfig | undefined;
+  if (parsed.gatewayTls) {
+    if (!parsed.gatewayTls.serverName) throw fail(`${SupervisorEnv.gatewayTlsName} is empty but ${SupervisorEnv.gatewayCaFile} is set`);
+    let ca: Buffer;
+    try {
+      ca = fs.readFileSync(parsed.gatewayTls.caFile);
+    } catch (err) {
+      throw fail(`cannot read ${SupervisorEnv.gatewayCaFile}: ${(err as Error).message}`);
+    }
+    if (!ca.includes('-----BEGIN CERTIFICATE-----')) throw fail(`${SupervisorEnv.gatewayCaFile} (${parsed.gatewayTls.caFile}) holds no PEM certificate`);
+    gatewayTls = { ca, serverName: parsed.gatewayTls.serverName };
+  }
   const mainArgv = mainArgvFrom(args);
   if (mainArgv.length === 0) throw fail('no main process: expected `-- <argv...>`');
   return {
@@ -102,6 +121,7 @@ export function loadConfig(env: Record<string, string | undefined>, args: string
     debugBreaks,
     workload: parsed.workload,
     policy: parsed.policy,
+    gatewayTls,
   };
 }
 

@@ -5,7 +5,7 @@
 import type * as grpc from '@grpc/grpc-js';
 import type { ExecStart, GatewayMessage, SupervisorMessage, TcpOpen } from '@sandgate/protocols';
 import { backoffDelay, DEFAULT_BACKOFF, type BackoffOptions } from './backoff.ts';
-import { callMetadata, createGatewayClient, type GatewayClient } from './gateway-client.ts';
+import { callMetadata, createGatewayClient, type GatewayClient, type GatewayTls } from './gateway-client.ts';
 import type { Logger } from './log.ts';
 
 /** `policy_update` (sandgate.proto GatewayMessage field 8). */
@@ -30,6 +30,8 @@ export interface ControlSessionOptions {
   mainPid: () => number;
   /** Read on every dial so a rotated credential file is picked up. */
   credential: () => string;
+  /** The gateway serves TLS (its CA and the name to verify); absent: plaintext. */
+  tls?: GatewayTls;
   log: Logger;
   onOpenExec: (start: ExecStart, conn: GatewayConnection) => void;
   /** The gateway's deadline backstop: kill what is left of an exec; resolves with how many died. */
@@ -153,7 +155,7 @@ export class ControlSession {
     try {
       md = callMetadata(this.opts.sandboxId, this.opts.credential());
       // A new client (channel) per attempt: a reconnect must be free to reach another replica.
-      client = createGatewayClient(endpoint);
+      client = createGatewayClient(endpoint, this.opts.tls);
       call = client.Control(md);
     } catch (err) {
       this.log.error('cannot open control stream', { endpoint, err });

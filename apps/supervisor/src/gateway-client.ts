@@ -37,9 +37,18 @@ export const CHANNEL_OPTIONS: grpc.ClientOptions = {
   'grpc.enable_retries': 0,
 };
 
-export function createGatewayClient(endpoint: string): GatewayClient {
+/** The gateway serves TLS: verify it against `ca`, for `serverName` whatever address is dialled. */
+export interface GatewayTls {
+  ca: Buffer;
+  serverName: string;
+}
+
+export function createGatewayClient(endpoint: string, tls?: GatewayTls): GatewayClient {
   const Ctor = clientConstructor();
-  return new Ctor(endpoint, grpc.credentials.createInsecure(), CHANNEL_OPTIONS);
+  if (!tls) return new Ctor(endpoint, grpc.credentials.createInsecure(), CHANNEL_OPTIONS);
+  // The name is checked against the certificate's SANs, so a docker supervisor dialling the bridge
+  // IP still verifies the certificate issued for `localhost` (or the load balancer's name).
+  return new Ctor(endpoint, grpc.credentials.createSsl(tls.ca), { ...CHANNEL_OPTIONS, 'grpc.ssl_target_name_override': tls.serverName });
 }
 
 export function callMetadata(sandboxId: string, credential: string): grpc.Metadata {

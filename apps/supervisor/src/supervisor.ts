@@ -57,6 +57,7 @@ export class Supervisor {
       supervisorVersion: SUPERVISOR_VERSION,
       mainPid: () => this.main.pid,
       credential: () => this.readCredential(),
+      tls: config.gatewayTls,
       log,
       onOpenExec: (start, conn) => this.openExec(start, conn),
       onKillExec: (execId) => this.killExec(execId),

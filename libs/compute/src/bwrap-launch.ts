@@ -1,7 +1,7 @@
 // Builds the bubblewrap command line and the environment for one sandbox. Pure functions: the
 // driver does the I/O, so the exact isolation can be read (and unit-tested) in one place.
 import path from 'node:path';
-import { SANDBOX_CREDENTIAL_PATH, type WorkloadIsolation } from '@sandgate/protocols/contract';
+import { SANDBOX_CREDENTIAL_PATH, SANDBOX_GATEWAY_CA_PATH, type WorkloadIsolation } from '@sandgate/protocols/contract';
 import { CONFINEMENT_CAPABILITIES, supervisorEnvironmentFor, type LaunchSpec } from './driver.ts';
 
 /** Where the sandbox sees its own work directory, and uses it as cwd and HOME. */
@@ -97,6 +97,8 @@ export interface BwrapLaunch {
    * over the host's; absent: the host's are shown as they are.
    */
   identityFiles?: { passwd: string; group: string };
+  /** Host path of the gateway's CA (PEM), bound read-only at SANDBOX_GATEWAY_CA_PATH; absent: plaintext. */
+  gatewayCaFile?: string;
 }
 
 export function hostnameFor(sandboxId: string): string {
@@ -183,6 +185,8 @@ export function buildBwrapArgs(l: BwrapLaunch): string[] {
     path.join(l.sandboxDir, 'credential'),
     SANDBOX_CREDENTIAL_PATH,
   );
+  // Public (a CA certificate), read-only so nothing in the sandbox can swap the gateway's trust.
+  if (l.gatewayCaFile) args.push('--ro-bind', l.gatewayCaFile, SANDBOX_GATEWAY_CA_PATH);
   if (l.identityFiles) {
     args.push('--ro-bind', l.identityFiles.passwd, '/etc/passwd', '--ro-bind', l.identityFiles.group, '/etc/group');
   }

@@ -91,6 +91,7 @@ export interface DockerHandle {
 }
 
 const CREDENTIAL_FILE = 'credential';
+const GATEWAY_CA_FILE = 'gateway-ca.pem';
 
 export class DockerDriver implements ComputeDriver {
   readonly name = 'docker';
@@ -184,6 +185,7 @@ export class DockerDriver implements ComputeDriver {
       runtime: rt,
       dir,
       credentialHostPath: path.join(dir, CREDENTIAL_FILE),
+      gatewayCaHostPath: spec.gatewayTls ? path.join(dir, GATEWAY_CA_FILE) : undefined,
       network: network.name,
       limits,
       cgroups: cg ? { parent: cg.cgroupParent(id), dirs, hostNamespace: cg.anyV2 } : undefined,
@@ -250,6 +252,7 @@ export class DockerDriver implements ComputeDriver {
       appHostPath: plan.runtime.appHostPath,
       supervisorRelPath: plan.runtime.supervisorRelPath,
       credentialHostPath: plan.credentialHostPath,
+      gatewayCaHostPath: plan.gatewayCaHostPath,
       network: plan.network,
       limits: plan.limits,
       cgroups: plan.cgroups,
@@ -267,6 +270,7 @@ export class DockerDriver implements ComputeDriver {
     try {
       await fsp.mkdir(plan.dir, { recursive: true, mode: 0o700 });
       await writeCredential(plan.credentialHostPath, plan.spec.credential);
+      await writeGatewayCa(plan);
       await this.ensureCgroups(plan);
       // Creating an existing volume is a no-op in Docker (a restart reuses the kept one).
       await this.docker.createVolume({ Name: volumeName(id), Labels: labelsFor(id) });
@@ -403,6 +407,7 @@ export class DockerDriver implements ComputeDriver {
       if (sameLaunch(info, wanted)) {
         await this.stop(id, { containerId: info.Id });
         await writeCredential(plan.credentialHostPath, spec.credential);
+        await writeGatewayCa(plan);
         // Gone after a reboot (cgroupfs is not persistent), and the limits may have changed.
         await this.ensureCgroups(plan);
         try {
@@ -638,6 +643,7 @@ interface LaunchPlan {
   /** <stateDir>/docker/<id> */
   dir: string;
   credentialHostPath: string;
+  gatewayCaHostPath?: string;
   network: string;
   limits: ResourceLimits;
   cgroups: { parent: string; dirs: { hostDir: string; containerDir: string }[]; hostNamespace: boolean } | undefined;
@@ -748,6 +754,14 @@ async function writeCredential(file: string, credential: string): Promise<void> 
   await fsp.writeFile(tmp, credential, { mode: 0o600 });
   await fsp.chmod(tmp, 0o600);
   await fsp.rename(tmp, file);
+}
+
+/** The gateway's CA (public) for the supervisor to verify it with, written whole then renamed. */
+async function writeGatewayCa(plan: LaunchPlan): Promise<void> {
+  if (!plan.gatewayCaHostPath || !plan.spec.gatewayTls) return;
+  const tmp = `${plan.gatewayCaHostPath}.${process.pid}.tmp`;
+  await fsp.writeFile(tmp, plan.spec.gatewayTls.ca, { mode: 0o644 });
+  await fsp.rename(tmp, plan.gatewayCaHostPath);
 }
 
 function stripUndefined<T extends object>(o: T): Partial<T> {

@@ -2,7 +2,7 @@
 // its main process) somewhere, and can find, stop and remove it again from any replica: all it
 // needs is the sandbox id and the handle it returned at create time (persisted in Redis).
 // Shaped so that `local` (bubblewrap processes), `docker` and Kubernetes fit behind it.
-import { SANDBOX_CREDENTIAL_PATH, supervisorEnvironment, type WorkloadIsolation } from '@sandgate/protocols/contract';
+import { SANDBOX_CREDENTIAL_PATH, SANDBOX_GATEWAY_CA_PATH, supervisorEnvironment, type WorkloadIsolation } from '@sandgate/protocols/contract';
 
 /** Opaque, JSON-serialisable facts a driver needs to find its compute again (pid, container id…). */
 export type ComputeHandle = Record<string, unknown>;
@@ -31,6 +31,18 @@ export interface LaunchSpec {
   policy?: Uint8Array;
   /** The workload's uid/gid (from ProcessPolicy); absent: SANDBOX_UID/SANDBOX_GID. Never 0. */
   workloadUser?: { uid: number; gid: number };
+  /**
+   * The gateway serves TLS: the PEM CA its certificate chains to, which the driver hands the
+   * supervisor as a read-only file (SANDBOX_GATEWAY_CA_PATH), and the name in that certificate the
+   * supervisor verifies whatever address it dials (a docker supervisor dials the bridge's IP).
+   * Absent: plaintext.
+   */
+  gatewayTls?: GatewayTls;
+}
+
+export interface GatewayTls {
+  ca: string;
+  serverName: string;
 }
 
 /** Enforced resource limits. An absent field means no limit, except pids (DEFAULT_PIDS_LIMIT). */
@@ -64,6 +76,7 @@ export function supervisorEnvironmentFor(spec: LaunchSpec, workload?: WorkloadIs
     logLevel: spec.logLevel,
     environment: spec.environment,
     debugBreaks: spec.debugBreaks,
+    gatewayTls: spec.gatewayTls ? { caFile: SANDBOX_GATEWAY_CA_PATH, serverName: spec.gatewayTls.serverName } : undefined,
   });
 }
 

@@ -6,7 +6,7 @@
 // sandboxes keep running; any replica on the host can later find and delete them from the id and
 // the handle alone (or from <stateDir>/sandboxes/<id>/handle.json).
 //
-// Layout: <stateDir>/sandboxes/<id>/{work/, credential, passwd, group, supervisor.log, handle.json}
+// Layout: <stateDir>/sandboxes/<id>/{work/, credential, gateway-ca.pem, passwd, group, supervisor.log, handle.json}
 //
 // Confinement: the supervisor runs as root with a handful of capabilities (SUPERVISOR_CAPABILITIES)
 // and starts every workload process as the workload's uid (spec.workloadUser, default
@@ -58,6 +58,7 @@ export interface LocalDriverOptions {
 }
 
 const HANDLE_FILE = 'handle.json';
+const GATEWAY_CA_FILE = 'gateway-ca.pem';
 const LOG_FILE = 'supervisor.log';
 /**
  * Runs before bwrap, as bwrap's own process: writes its pid into the supervisor's cgroups, then
@@ -159,6 +160,10 @@ export class LocalDriver implements ComputeDriver {
       await fsp.writeFile(path.join(dir, 'credential'), spec.credential, { mode: 0o600, flag: 'wx' });
       await fsp.chown(path.join(dir, 'credential'), 0, 0);
       const identityFiles = await writeIdentityFiles(dir, user.uid, user.gid);
+      // The gateway's CA (public), when it serves TLS: the supervisor verifies the gateway with it.
+      const gatewayCaFile = path.join(dir, GATEWAY_CA_FILE);
+      await fsp.rm(gatewayCaFile, { force: true });
+      if (spec.gatewayTls) await fsp.writeFile(gatewayCaFile, spec.gatewayTls.ca, { mode: 0o644 });
       const cgroups = await (await this.cgroups()).create(spec.sandboxId, spec.limits ?? {});
       cgroupsMade = true;
       const workload: WorkloadIsolation = {
@@ -182,6 +187,7 @@ export class LocalDriver implements ComputeDriver {
         workloadCgroups: cgroups.workload,
         cgroupTrees: cgroups.trees,
         identityFiles: identityFiles ?? undefined,
+        gatewayCaFile: spec.gatewayTls ? gatewayCaFile : undefined,
       });
       const child = await this.spawnBwrap(dir, args, buildSandboxEnv(spec, workload), cgroups);
       handle = { pid: child.pid!, startTime: startTimeOf(child.pid!), dir };

@@ -36,6 +36,11 @@ export function assertLaunchSpec(spec: LaunchSpec): void {
   assertNoNul('credential', spec.credential);
   if (spec.credential === '') throw new Error('credential must not be empty');
   assertNoNul('logLevel', spec.logLevel ?? '');
+  if (spec.gatewayTls) {
+    if (!spec.gatewayTls.ca.includes('-----BEGIN CERTIFICATE-----')) throw new Error('gatewayTls.ca must be a PEM certificate');
+    assertNoNul('gatewayTls.serverName', spec.gatewayTls.serverName);
+    if (!/^[A-Za-z0-9.:*-]+$/.test(spec.gatewayTls.serverName)) throw new Error(`gatewayTls.serverName ${JSON.stringify(spec.gatewayTls.serverName)} is not a host name`);
+  }
 }
 
 /** The local driver's handle, as persisted by the gateway. */

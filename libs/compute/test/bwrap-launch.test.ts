@@ -43,8 +43,15 @@ describe('buildBwrapArgs', () => {
     ],
     cgroupTrees: [{ parentDir: '/sys/fs/cgroup/memory/sandgate', sandboxDir: '/sys/fs/cgroup/memory/sandgate/sb-1234567890' }],
     identityFiles: { passwd: '/var/lib/sandgate/sandboxes/sb-1234567890/passwd', group: '/var/lib/sandgate/sandboxes/sb-1234567890/group' },
+    gatewayCaFile: '/var/lib/sandgate/sandboxes/sb-1234567890/gateway-ca.pem',
   });
   const joined = args.join(' ');
+
+  it('hands the supervisor the gateway\'s CA read-only when the gateway serves TLS', () => {
+    expect(joined).toContain('--ro-bind /var/lib/sandgate/sandboxes/sb-1234567890/gateway-ca.pem /run/sandgate/gateway-ca.pem');
+    // After the state mask, or the source would be hidden.
+    expect(joined.indexOf('gateway-ca.pem /run/sandgate')).toBeGreaterThan(joined.indexOf('--tmpfs /var/lib/sandgate'));
+  });
 
   it('isolates pid/ipc/uts, never shares or ties to a parent, and keeps only the supervisor\'s capabilities', () => {
     expect(args.slice(0, 5)).toEqual(['--unshare-pid', '--unshare-ipc', '--unshare-uts', '--hostname', 'sandbox-sb-12345']);
@@ -133,6 +140,8 @@ describe('buildSandboxEnv', () => {
       SANDGATE_DEBUG_BREAK: '',
       SANDGATE_DEBUG_UNSAFE: '0',
       SANDGATE_POLICY: '',
+      SANDGATE_GATEWAY_CA_FILE: '',
+      SANDGATE_GATEWAY_TLS_NAME: '',
     });
     expect(buildSandboxEnv({ ...spec, environment: {}, tty: true })).toMatchObject({
       PATH: expect.stringContaining('/usr/bin'),

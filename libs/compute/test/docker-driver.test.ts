@@ -168,6 +168,8 @@ describe('container definition (pure)', () => {
       'SANDGATE_NETWORK_ISOLATION=1',
       'SANDGATE_WORKLOAD_CGROUPS=',
       'SANDGATE_POLICY=',
+      'SANDGATE_GATEWAY_CA_FILE=',
+      'SANDGATE_GATEWAY_TLS_NAME=',
     ]);
     const launch = {
       spec: s,

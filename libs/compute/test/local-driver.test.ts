@@ -250,6 +250,8 @@ describe('LocalDriver sandbox lifecycle', () => {
       SANDGATE_NETWORK_ISOLATION: '1',
       SANDGATE_WORKLOAD_CGROUPS: cgroups.hierarchies.map((h) => `/run/sandgate/cgroup/${h.name}`).join(':'),
       SANDGATE_POLICY: '',
+      SANDGATE_GATEWAY_CA_FILE: '',
+      SANDGATE_GATEWAY_TLS_NAME: '',
       FOO: 'bar',
       HIDDEN_PROBE: path.join(sandboxDir(id), 'credential'),
       HOME: '/sandbox',

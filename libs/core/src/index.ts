@@ -12,3 +12,4 @@ export * from './resources.ts';
 export * from './policy-merge.ts';
 export * from './egress.ts';
 export * from './principal.ts';
+export * from './workspace-rules.ts';

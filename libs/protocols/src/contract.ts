@@ -89,6 +89,9 @@ export interface WorkloadIsolation {
 /** Where every driver puts the credential file inside the sandbox (a read-only bind). */
 export const SANDBOX_CREDENTIAL_PATH = '/run/sandgate/credential';
 
+/** Where every driver puts the gateway's CA (PEM) inside the sandbox when the gateway serves TLS (a read-only bind). */
+export const SANDBOX_GATEWAY_CA_PATH = '/run/sandgate/gateway-ca.pem';
+
 /** What a driver knows about one supervisor launch, as far as its environment goes. */
 export interface SupervisorLaunch {
   sandboxId: string;
@@ -106,6 +109,11 @@ export interface SupervisorLaunch {
   workload?: WorkloadIsolation;
   /** SandboxPolicy bytes as stored; absent or empty: no policy. */
   policy?: Uint8Array;
+  /**
+   * The gateway serves TLS: the CA file's path as the supervisor sees it, and the name in the
+   * gateway's certificate to verify (whatever address is dialled). Absent: plaintext.
+   */
+  gatewayTls?: { caFile: string; serverName: string };
 }
 
 /**
@@ -134,6 +142,9 @@ export function supervisorEnvironment(l: SupervisorLaunch): Record<string, strin
     env[SupervisorEnv.workloadCgroups] = l.workload.cgroupDirs.join(':');
   }
   env[SupervisorEnv.policy] = l.policy && l.policy.byteLength > 0 ? Buffer.from(l.policy).toString('base64') : '';
+  // Written even when empty: an image's ENV must not turn TLS on (or point it at its own CA).
+  env[SupervisorEnv.gatewayCaFile] = l.gatewayTls?.caFile ?? '';
+  env[SupervisorEnv.gatewayTlsName] = l.gatewayTls?.serverName ?? '';
   return env;
 }
 
@@ -151,6 +162,8 @@ export interface SupervisorEnvironment {
   workload?: WorkloadIsolation;
   /** Policy bytes; empty when none. */
   policy: Buffer;
+  /** Path of the gateway's CA (TLS) and the name to verify; absent: plaintext. */
+  gatewayTls?: { caFile: string; serverName: string };
 }
 
 export function parseEndpoints(value: string | undefined): string[] {
@@ -180,6 +193,9 @@ export function parseSupervisorEnvironment(env: Readonly<Record<string, string |
     sandboxEnv: withoutSupervisorEnv(env),
     workload: parseWorkload(env),
     policy: Buffer.from(env[SupervisorEnv.policy] ?? '', 'base64'),
+    gatewayTls: (env[SupervisorEnv.gatewayCaFile] ?? '').trim()
+      ? { caFile: env[SupervisorEnv.gatewayCaFile]!.trim(), serverName: (env[SupervisorEnv.gatewayTlsName] ?? '').trim() }
+      : undefined,
   };
 }
 

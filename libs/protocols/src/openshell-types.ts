@@ -222,3 +222,84 @@ export interface TcpForwardFrame {
   init?: TcpForwardInit;
   data?: Buffer;
 }
+
+// ---- GetGatewayInfo (openshell-v1-wire.md §3.1, §5.1) ----
+
+export interface ComputeDriverInfo {
+  name?: string;
+  capabilities?: { driver_name?: string; driver_version?: string };
+}
+
+export interface GetGatewayInfoResponse {
+  status?: number;
+  gateway_version?: string;
+  compute_drivers: ComputeDriverInfo[];
+}
+
+// ---- workspaces (openshell-v1-more.md §10.2) ----
+
+export const WorkspacePhase = { UNSPECIFIED: 0, ACTIVE: 1, TERMINATING: 2 } as const;
+/** openshell.v1.WorkspaceRole (open enum: unknown numbers are tolerated on decode). */
+export const WorkspaceRoleWire = { UNSPECIFIED: 0, USER: 1, ADMIN: 2 } as const;
+
+export interface Workspace {
+  metadata?: ObjectMeta;
+  status?: { phase?: number };
+}
+
+export interface WorkspaceMember {
+  metadata?: ObjectMeta;
+  principal_subject?: string;
+  role?: number;
+}
+
+export interface CreateWorkspaceRequest {
+  name?: string;
+  labels: StringMap;
+}
+export interface CreateWorkspaceResponse {
+  workspace?: Workspace;
+}
+export interface GetWorkspaceRequest {
+  name?: string;
+}
+export interface GetWorkspaceResponse {
+  workspace?: Workspace;
+}
+export interface ListWorkspacesRequest {
+  limit?: number;
+  offset?: number;
+  label_selector?: string;
+}
+export interface ListWorkspacesResponse {
+  workspaces: Workspace[];
+}
+export interface DeleteWorkspaceRequest {
+  name?: string;
+}
+export interface DeleteWorkspaceResponse {
+  deleted?: boolean;
+}
+export interface AddWorkspaceMemberRequest {
+  workspace?: string;
+  principal_subject?: string;
+  role?: number;
+}
+export interface AddWorkspaceMemberResponse {
+  member?: WorkspaceMember;
+}
+export interface RemoveWorkspaceMemberRequest {
+  workspace?: string;
+  principal_subject?: string;
+}
+export interface RemoveWorkspaceMemberResponse {
+  removed?: boolean;
+}
+export interface ListWorkspaceMembersRequest {
+  workspace?: string;
+  limit?: number;
+  offset?: number;
+}
+export interface ListWorkspaceMembersResponse {
+  members: WorkspaceMember[];
+}

@@ -50,6 +50,9 @@ describe('supervisor environment', () => {
       SANDGATE_DEBUG_BREAK: '',
       SANDGATE_DEBUG_UNSAFE: '0',
       SANDGATE_POLICY: '',
+      // Empty, not absent: an image's ENV must not turn TLS on or point it at another CA.
+      SANDGATE_GATEWAY_CA_FILE: '',
+      SANDGATE_GATEWAY_TLS_NAME: '',
     });
     expect(supervisorEnvironment({ ...launch, tty: false, logLevel: '' })).toMatchObject({
       SANDGATE_MAIN_TTY: '0',
@@ -72,8 +75,15 @@ describe('supervisor environment', () => {
         sandboxEnv: l.environment.FOO ? { FOO: 'bar' } : {},
         workload: undefined,
         policy: Buffer.alloc(0),
+        gatewayTls: undefined,
       });
     }
+  });
+
+  it('carries the gateway\'s TLS (CA file and name) and round-trips it', () => {
+    const tls = { ...launch, gatewayTls: { caFile: '/run/sandgate/gateway-ca.pem', serverName: 'localhost' } };
+    expect(supervisorEnvironment(tls)).toMatchObject({ SANDGATE_GATEWAY_CA_FILE: '/run/sandgate/gateway-ca.pem', SANDGATE_GATEWAY_TLS_NAME: 'localhost' });
+    expect(parseSupervisorEnvironment(supervisorEnvironment(tls)).gatewayTls).toEqual(tls.gatewayTls);
   });
 
   it('carries the workload confinement and the policy, and round-trips them', () => {

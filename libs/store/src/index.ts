@@ -7,3 +7,4 @@ export * from './ssh-sessions.ts';
 export * from './counters.ts';
 export * from './connection.ts';
 export * from './tokens.ts';
+export * from './workspaces.ts';

@@ -2,7 +2,8 @@
 // so that a read-modify-write from any replica either applies whole or reports a conflict.
 import type { Redis } from 'ioredis';
 import { codec, type Sandbox } from '@sandgate/protocols';
-import { GatewayError, Code } from '@sandgate/core';
+import { randomUUID } from 'node:crypto';
+import { GatewayError, Code, DEFAULT_WORKSPACE } from '@sandgate/core';
 import { keys } from './keys.ts';
 import { luaScript } from './lua.ts';
 
@@ -19,11 +20,11 @@ const CREATE = luaScript('create-sandbox');
 const UPDATE = luaScript('update-sandbox');
 const REMOVE = luaScript('remove-sandbox');
 
-/** What create-sandbox-4 answers. */
-const CreateResult = { nameTaken: 0, created: 1 } as const;
+/** What create-sandbox-7 answers. */
+const CreateResult = { nameTaken: 0, created: 1, workspaceMissing: -1, workspaceTerminating: -2, atQuota: -3 } as const;
 /** What update-sandbox-2 answers when it did not write (otherwise the new resource_version, >= 0). */
 const UpdateResult = { gone: -1, conflict: -2 } as const;
-/** What remove-sandbox-7 answers. */
+/** What remove-sandbox-8 answers. */
 const RemoveResult = { absent: 0, removed: 1 } as const;
 
 export interface StoredSandbox {
@@ -93,14 +94,48 @@ export class SandboxStore {
     this.redis = redis;
   }
 
-  async create(sandbox: Sandbox, credentialHash: string): Promise<void> {
+  /**
+   * Creates the record in its workspace, atomically with the workspace's sandbox set. Refused:
+   * the name is taken (ALREADY_EXISTS), the workspace does not exist (NOT_FOUND) or is being
+   * deleted (FAILED_PRECONDITION), or it holds `quota.maxPerWorkspace` sandboxes already
+   * (RESOURCE_EXHAUSTED, 0 = no quota). The default workspace always exists: created here if a
+   * replica has not ensured it yet.
+   */
+  async create(sandbox: Sandbox, credentialHash: string, quota: { maxPerWorkspace: number } = { maxPerWorkspace: 0 }): Promise<void> {
     const { id, name, workspace } = sandbox.metadata!;
     const created = await CREATE.run(
       this.redis,
-      [keys.sandbox(id!), keys.sandboxName(workspace!, name!), keys.sandboxIndex(), keys.events(id!)],
-      [id!, sandboxCodec.encode(sandbox), workspace!, name!, credentialHash, EVENTS_MAXLEN],
+      [
+        keys.sandbox(id!),
+        keys.sandboxName(workspace!, name!),
+        keys.sandboxIndex(),
+        keys.events(id!),
+        keys.workspace(workspace!),
+        keys.workspaceSandboxes(workspace!),
+        keys.workspaceIndex(),
+      ],
+      [
+        id!, sandboxCodec.encode(sandbox), workspace!, name!, credentialHash, EVENTS_MAXLEN,
+        quota.maxPerWorkspace, workspace === DEFAULT_WORKSPACE ? '1' : '0', randomUUID(), Date.now(),
+      ],
     );
-    if (created !== CreateResult.created) throw new GatewayError(Code.ALREADY_EXISTS, `sandbox '${name}' already exists`);
+    switch (created) {
+      case CreateResult.created:
+        return;
+      case CreateResult.nameTaken:
+        throw new GatewayError(Code.ALREADY_EXISTS, `sandbox '${name}' already exists`);
+      case CreateResult.workspaceMissing:
+        throw new GatewayError(Code.NOT_FOUND, `workspace '${workspace}' not found`);
+      case CreateResult.workspaceTerminating:
+        throw new GatewayError(Code.FAILED_PRECONDITION, `workspace '${workspace}' is being deleted`);
+      case CreateResult.atQuota:
+        throw new GatewayError(
+          Code.RESOURCE_EXHAUSTED,
+          `workspace '${workspace}' has reached its limit of ${quota.maxPerWorkspace} sandboxes (--max-sandboxes-per-workspace); delete one first`,
+        );
+      default:
+        throw new GatewayError(Code.INTERNAL, `create sandbox failed: unexpected store answer ${String(created)}`);
+    }
   }
 
   async get(id: string): Promise<StoredSandbox | null> {
@@ -197,7 +232,10 @@ export class SandboxStore {
   async remove(id: string, workspace: string, name: string): Promise<boolean> {
     const existed = await REMOVE.run(
       this.redis,
-      [keys.sandbox(id), keys.sandboxName(workspace, name), keys.sandboxIndex(), keys.owner(id), keys.fence(id), keys.events(id), keys.logs(id)],
+      [
+        keys.sandbox(id), keys.sandboxName(workspace, name), keys.sandboxIndex(), keys.owner(id), keys.fence(id), keys.events(id), keys.logs(id),
+        keys.workspaceSandboxes(workspace),
+      ],
       [id, EVENTS_TTL_AFTER_DELETE_MS, EVENTS_MAXLEN],
     );
     return existed === RemoveResult.removed;

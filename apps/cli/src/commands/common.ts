@@ -1,23 +1,46 @@
 // Plumbing shared by the client commands.
-import { resolveEndpoint } from '../client-config.ts';
+import { CONNECTION_OPTIONS, resolveConnection, type Connection, type ConnectionFlags } from '../client-config.ts';
 import { createClient, type SandgateClient } from '../client.ts';
 import type { CommandContext } from '../context.ts';
 import { reportError } from '../errors.ts';
 
-/** `--gateway` on every client command (it may also come before the command). */
-export const GATEWAY_OPTION = { gateway: { type: 'string' } } as const;
+/**
+ * `--gateway`, `--token`, `--ca`, `--client-cert`, `--client-key` and `--tls-server-name` on
+ * every client command (they may also come before the command).
+ */
+export const GATEWAY_OPTION = CONNECTION_OPTIONS;
+
+/** The connection flags among a command's parsed values. */
+export function connectionFlags(values: ConnectionFlags): ConnectionFlags {
+  const out: ConnectionFlags = {};
+  for (const k of Object.keys(CONNECTION_OPTIONS) as (keyof ConnectionFlags)[]) if (values[k] !== undefined) out[k] = values[k];
+  return out;
+}
+
+/** The connection for a command: its own flags over those given before the command. */
+export function connectionFor(ctx: CommandContext, flags: ConnectionFlags = {}): Connection {
+  const merged: ConnectionFlags = { ...ctx.connection };
+  for (const [k, v] of Object.entries(flags) as [keyof ConnectionFlags, string | undefined][]) if (v !== undefined) merged[k] = v;
+  if (merged.gateway === undefined && ctx.gateway !== undefined) merged.gateway = ctx.gateway;
+  return resolveConnection(merged, ctx.env);
+}
 
 /**
- * Runs `fn` with a client for the resolved endpoint; gRPC failures are reported as
- * `error: <details>` (exit 1) with the endpoint named when it is unreachable.
+ * Runs `fn` with a client for the resolved connection (flags, variables and the client config
+ * file, read once); gRPC failures are reported as `error: <details>` (exit 1) with the endpoint
+ * named when it is unreachable. `flags`: the command's parsed values (or just its --gateway).
  */
-export async function withClient(ctx: CommandContext, flag: string | undefined, fn: (client: SandgateClient) => Promise<number>): Promise<number> {
-  const endpoint = resolveEndpoint(flag ?? ctx.gateway, ctx.env);
-  const client = createClient(endpoint, { token: ctx.env.SANDGATE_TOKEN || undefined });
+export async function withClient(
+  ctx: CommandContext,
+  flags: ConnectionFlags | string | undefined,
+  fn: (client: SandgateClient, connection: Connection) => Promise<number>,
+): Promise<number> {
+  const connection = connectionFor(ctx, typeof flags === 'string' ? { gateway: flags } : (flags ?? {}));
+  const client = createClient(connection.endpoint, { token: connection.token, tls: connection.tls });
   try {
-    return await fn(client);
+    return await fn(client, connection);
   } catch (err) {
-    return reportError(err, endpoint);
+    return reportError(err, connection.endpoint);
   } finally {
     client.close();
   }

@@ -26,7 +26,7 @@ export async function run(argv: string[], ctx: CommandContext): Promise<number> 
   const name = positionals[0]!;
   const lines = values.lines === undefined ? 200 : parseInteger(values.lines, '--lines', 1, 2000);
   const sources = values.source ?? [];
-  return withClient(ctx, values.gateway, async (client) => {
+  return withClient(ctx, values, async (client) => {
     let id: string;
     try {
       id = (await client.getSandbox(name)).metadata!.id!;

@@ -33,7 +33,7 @@ export async function run(argv: string[], ctx: CommandContext): Promise<number> 
   const { values, positionals } = parseCommand(argv, OPTIONS, 'sandbox connect');
   const name = positionals[0];
   if (name === undefined || positionals.length > 1) throw new UsageError('give exactly one sandbox NAME', 'sandbox connect');
-  return withClient(ctx, values.gateway, async (client) => {
+  return withClient(ctx, values, async (client) => {
     try {
       const sandbox = await client.getSandbox(name);
       return attachToMain(client, sandbox.metadata!.id!, Boolean(sandbox.spec?.tty));

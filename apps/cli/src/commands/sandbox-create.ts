@@ -7,9 +7,10 @@ import { status as Status } from '@grpc/grpc-js';
 import { isServiceError, SandboxNotReadyError } from '../client.ts';
 import type { CreateSandboxInput } from '../client.ts';
 import type { CommandContext } from '../context.ts';
+import type { ConnectionFlags } from '../client-config.ts';
 import { formatJson, sandboxJson } from '../output.ts';
 import { provisionTimeoutMs } from '../client-config.ts';
-import { GATEWAY_OPTION, withClient, write } from './common.ts';
+import { connectionFlags, GATEWAY_OPTION, withClient, write } from './common.ts';
 import { attachToMain } from './sandbox-connect.ts';
 
 /** The flags it accepts (the usage test checks each is documented). */
@@ -41,6 +42,8 @@ export interface CreateArgs {
   deleteAfterAttach: boolean;
   json: boolean;
   gateway: string | undefined;
+  /** --gateway and the TLS/token flags given to the command. */
+  connection: ConnectionFlags;
 }
 
 /**
@@ -104,13 +107,13 @@ export function parseCreateArgs(argv: string[]): CreateArgs {
       ...(policyName !== undefined ? { restart_policy: RESTART_POLICIES[policyName] } : {}),
     },
   };
-  return { request, detach, deleteAfterAttach: noKeep && !detach, json, gateway: values.gateway };
+  return { request, detach, deleteAfterAttach: noKeep && !detach, json, gateway: values.gateway, connection: connectionFlags(values) };
 }
 
 export async function run(argv: string[], ctx: CommandContext): Promise<number> {
   const args = parseCreateArgs(argv);
   const timeoutMs = provisionTimeoutMs(ctx.env);
-  return withClient(ctx, args.gateway, async (client) => {
+  return withClient(ctx, args.connection, async (client) => {
     const created = await client.createSandbox(args.request);
     const name = created.metadata?.name ?? args.request.name ?? '';
     // Both modes wait for Ready, so `create --detach ... && sandbox exec` works right away.

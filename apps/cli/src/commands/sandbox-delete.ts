@@ -7,16 +7,16 @@ import { describeGrpcError } from '../errors.ts';
 import { GATEWAY_OPTION, withClient, write } from './common.ts';
 
 /** The flags it accepts (the usage test checks each is documented). */
-export const OPTIONS = GATEWAY_OPTION;
+export const OPTIONS = { ...GATEWAY_OPTION, workspace: { type: 'string' } } as const;
 
 export async function run(argv: string[], ctx: CommandContext): Promise<number> {
   const { values, positionals } = parseCommand(argv, OPTIONS, 'sandbox delete');
   if (positionals.length === 0) throw new UsageError('at least one sandbox NAME is required', 'sandbox delete');
-  return withClient(ctx, values.gateway, async (client) => {
+  return withClient(ctx, values, async (client) => {
     let failed = false;
     for (const name of positionals) {
       try {
-        await client.deleteSandbox(name);
+        await client.deleteSandbox(name, values.workspace);
         write(`deleted ${name}\n`);
       } catch (err) {
         failed = true;

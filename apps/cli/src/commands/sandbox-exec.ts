@@ -4,8 +4,9 @@ import type { ExecSandboxRequest } from '@sandgate/protocols';
 import { UsageError, parseCommand, parseInteger, parseKeyValues } from '../args.ts';
 import { isServiceError } from '../client.ts';
 import type { CommandContext } from '../context.ts';
+import type { ConnectionFlags } from '../client-config.ts';
 import { pumpExec, terminalSize } from '../exec-stream.ts';
-import { GATEWAY_OPTION, withClient } from './common.ts';
+import { connectionFlags, GATEWAY_OPTION, withClient } from './common.ts';
 
 /** The flags it accepts (the usage test checks each is documented). */
 export const OPTIONS = {
@@ -24,6 +25,8 @@ export interface ExecArgs {
   environment: Record<string, string>;
   timeoutSeconds: number | undefined;
   gateway: string | undefined;
+  /** --gateway and the TLS/token flags given to the command. */
+  connection: ConnectionFlags;
 }
 
 /** Parses exec's flags (pure). The command goes after `--`, or directly after NAME. */
@@ -44,12 +47,13 @@ export function parseExecArgs(argv: string[]): ExecArgs {
     environment: parseKeyValues(values.env, '--env'),
     timeoutSeconds: values.timeout === undefined ? undefined : parseInteger(values.timeout, '--timeout', 0, 0xffffffff),
     gateway: values.gateway,
+    connection: connectionFlags(values),
   };
 }
 
 export async function run(argv: string[], ctx: CommandContext): Promise<number> {
   const args = parseExecArgs(argv);
-  return withClient(ctx, args.gateway, async (client) => {
+  return withClient(ctx, args.connection, async (client) => {
     // Exec RPCs take the sandbox id. No phase check here: the gateway decides who may exec.
     let id: string | undefined;
     try {

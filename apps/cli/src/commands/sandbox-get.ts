@@ -5,14 +5,14 @@ import { formatJson, formatSandboxDetail, sandboxJson } from '../output.ts';
 import { GATEWAY_OPTION, withClient, write } from './common.ts';
 
 /** The flags it accepts (the usage test checks each is documented). */
-export const OPTIONS = { ...GATEWAY_OPTION, output: { type: 'string', short: 'o' } } as const;
+export const OPTIONS = { ...GATEWAY_OPTION, workspace: { type: 'string' }, output: { type: 'string', short: 'o' } } as const;
 
 export async function run(argv: string[], ctx: CommandContext): Promise<number> {
   const { values, positionals } = parseCommand(argv, OPTIONS, 'sandbox get');
   if (positionals.length !== 1) throw new UsageError(positionals.length === 0 ? 'a sandbox NAME is required' : `unexpected argument '${positionals[1]}'`, 'sandbox get');
   const json = parseOutput(values.output);
-  return withClient(ctx, values.gateway, async (client) => {
-    const sandbox = await client.getSandbox(positionals[0]!);
+  return withClient(ctx, values, async (client) => {
+    const sandbox = await client.getSandbox(positionals[0]!, values.workspace);
     if (json) {
       write(formatJson(sandboxJson(sandbox)));
       return 0;

@@ -25,7 +25,7 @@ export async function run(argv: string[], ctx: CommandContext): Promise<number> 
   const name = positionals[0]!;
   const json = parseOutput(values.output);
   const replacement = values.policy !== undefined ? readPolicyFile(values.policy, undefined, 'sandbox policy') : undefined;
-  return withClient(ctx, values.gateway, async (client) => {
+  return withClient(ctx, values, async (client) => {
     if (replacement) {
       const res = await client.unary<{ version?: number; policy_hash?: string }>('UpdateConfig', { name, policy: replacement });
       if (json) write(formatJson({ version: res.version ?? 0, policyHash: res.policy_hash ?? '' }));

@@ -5,7 +5,7 @@
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { UsageError, parseCommand } from '../args.ts';
-import { resolveEndpoint } from '../client-config.ts';
+import type { Connection } from '../client-config.ts';
 import type { CommandContext } from '../context.ts';
 import { GATEWAY_OPTION, withClient, write } from './common.ts';
 
@@ -25,8 +25,23 @@ export function hostAlias(name: string): string {
   return `sandgate-${name}`;
 }
 
-export function sshConfigBlock(name: string, endpoint: string, nodePath = process.execPath, entry = CLI_ENTRY): string {
-  const proxy = [nodePath, entry, '--gateway', endpoint, 'ssh-proxy', '--name', name].map(proxyWord).join(' ');
+/**
+ * `connection`: the gateway as the ProxyCommand must reach it: a URL (https://… for TLS) or a
+ * Connection, whose CA, client certificate and key files and server name are passed on. The
+ * bearer token never is (it would be printed): ssh-proxy reads it from SANDGATE_TOKEN or the client
+ * config file, like any client command.
+ */
+export function sshConfigBlock(name: string, connection: string | Pick<Connection, 'url' | 'tls'>, nodePath = process.execPath, entry = CLI_ENTRY): string {
+  const c = typeof connection === 'string' ? { url: connection, tls: null } : connection;
+  const tlsFlags = c.tls
+    ? [
+        ...(c.tls.caFile ? ['--ca', c.tls.caFile] : []),
+        ...(c.tls.certFile ? ['--client-cert', c.tls.certFile] : []),
+        ...(c.tls.keyFile ? ['--client-key', c.tls.keyFile] : []),
+        ...(c.tls.servername ? ['--tls-server-name', c.tls.servername] : []),
+      ]
+    : [];
+  const proxy = [nodePath, entry, '--gateway', c.url, ...tlsFlags, 'ssh-proxy', '--name', name].map(proxyWord).join(' ');
   return [
     `Host ${hostAlias(name)}`,
     `  User sandbox`,
@@ -47,11 +62,10 @@ export async function run(argv: string[], ctx: CommandContext): Promise<number> 
     throw new UsageError(positionals.length === 0 ? 'a sandbox NAME is required' : `unexpected argument '${positionals[1]}'`, 'sandbox ssh-config');
   }
   const name = positionals[0]!;
-  const endpoint = resolveEndpoint(values.gateway ?? ctx.gateway, ctx.env);
-  return withClient(ctx, values.gateway, async (client) => {
+  return withClient(ctx, values, async (client, connection) => {
     // Only for a sandbox that exists: a typo should fail here, not at the first ssh.
     await client.getSandbox(name);
-    write(sshConfigBlock(name, endpoint));
+    write(sshConfigBlock(name, connection));
     return 0;
   });
 }

@@ -8,7 +8,7 @@ import { UsageError, parseCommand } from '../args.ts';
 import { isServiceError, statusName, type SandgateClient } from '../client.ts';
 import type { CommandContext } from '../context.ts';
 import { describeGrpcError } from '../errors.ts';
-import { GATEWAY_OPTION, withClient } from './common.ts';
+import { connectionFlags, GATEWAY_OPTION, withClient } from './common.ts';
 
 /** The flags it accepts (the usage test checks each is documented). */
 export const OPTIONS = {
@@ -104,7 +104,8 @@ export async function run(argv: string[], ctx: CommandContext): Promise<number> 
   if (!byName && (!values['sandbox-id'] || !values.token)) {
     throw new UsageError('--sandbox-id and --token are required (or --name to mint a session)', 'ssh-proxy');
   }
-  return withClient(ctx, values.gateway, async (client) => {
+  // Its --token is the SSH session token; the bearer comes from before the command, SANDGATE_TOKEN or the config file.
+  return withClient(ctx, { ...connectionFlags(values), token: undefined }, async (client) => {
     let sandboxId = values['sandbox-id'] ?? '';
     let token = values.token ?? '';
     if (byName) {

@@ -9,6 +9,8 @@ import { aptInstall, aptRunner, installNotice, planPrerequisites, thisHost } fro
 import { startPrivateRedis, type PrivateRedis } from '../redis-server.ts';
 import { resolveUpConfig } from '../replica-config.ts';
 import { waitForShutdownSignal } from '../signals.ts';
+import { ensureAdminToken, ensureUpTls, upCertificateNames, writeClientConfig, type ClientConfigOutcome } from '../up-credentials.ts';
+import os from 'node:os';
 
 /** A Redis URL fit for printing: any password replaced by `***`. */
 export function redactRedisUrl(url: string): string {
@@ -21,11 +23,25 @@ export function redactRedisUrl(url: string): string {
   }
 }
 
-/** The two lines `up` prints once everything listens. */
-export function upBanner(replica: Pick<RunningReplica, 'grpcAddress' | 'httpUrl'>, redis: string): string {
-  const prefix = replica.grpcAddress === DEFAULT_GATEWAY ? '' : `export SANDGATE_GATEWAY=${replica.grpcAddress}; `;
+/**
+ * The lines `up` prints once everything listens. `client`: the client config file `up` wrote (the
+ * CLI then needs no flag), or the one it left alone and the copy of its own to point
+ * SANDGATE_CONFIG at; absent: plaintext without a config file (the gateway address is the hint).
+ */
+export function upBanner(replica: Pick<RunningReplica, 'grpcAddress' | 'httpUrl'>, redis: string, client?: ClientConfigOutcome & { url: string; token?: boolean }): string {
+  let prefix = replica.grpcAddress === DEFAULT_GATEWAY ? '' : `export SANDGATE_GATEWAY=${replica.grpcAddress}; `;
+  let config = '';
+  if (client?.written) {
+    prefix = '';
+    config = `client config: ${client.path} (gateway ${client.url}, its CA${client.token === false ? ', no token: --no-auth' : ' and an admin token'})\n`;
+  } else if (client) {
+    prefix = `export SANDGATE_CONFIG=${client.ownPath}; `;
+    config = `client config: left ${client.path} alone (${client.reason}); this gateway's is ${client.ownPath}\n`;
+  }
+  const grpc = client ? client.url : replica.grpcAddress;
   return (
-    `sandgate is up: gRPC ${replica.grpcAddress}, HTTP ${replica.httpUrl} (redis: ${redis})\n` +
+    `sandgate is up: gRPC ${grpc}, HTTP ${replica.httpUrl} (redis: ${redis})\n` +
+    config +
     `try:  ${prefix}sandgate sandbox create --name demo --detach -- sleep infinity && sandgate sandbox exec demo -- echo hi\n`
   );
 }
@@ -65,6 +81,19 @@ export async function run(argv: string[], ctx: CommandContext): Promise<number> 
   config.driver = plan.driver as typeof config.driver;
   const shutdown = waitForShutdownSignal();
 
+  // TLS always: a CA and a server certificate of our own under <stateDir>/tls, made once and reused.
+  let tls;
+  try {
+    const names = upCertificateNames(os.hostname(), config.host);
+    tls = await ensureUpTls(config.stateDir, names.dnsNames, names.ips);
+  } catch (err) {
+    fail(`cannot prepare TLS under ${config.stateDir}/tls: ${(err as Error).message}`);
+  }
+  if (tls.made.ca) process.stderr.write(`made a CA for this gateway: ${tls.caFile}\n`);
+  config.tlsCert = tls.certFile;
+  config.tlsKey = tls.keyFile;
+  config.tlsCa = tls.caFile;
+
   let redis: PrivateRedis | undefined;
   if (privateRedis) {
     try {
@@ -73,6 +102,17 @@ export async function run(argv: string[], ctx: CommandContext): Promise<number> 
       fail((err as Error).message);
     }
     config.redisUrl = redis.url;
+  }
+
+  // Auth on (unless --no-auth): an admin token of `default`, kept in the state dir while it verifies.
+  let token: string | undefined;
+  if (config.auth) {
+    try {
+      token = (await ensureAdminToken(config.redisUrl, config.stateDir)).token;
+    } catch (err) {
+      await redis?.stop();
+      fail(`cannot create the admin token in Redis: ${(err as Error).message}`);
+    }
   }
 
   let replica: RunningReplica;
@@ -84,7 +124,15 @@ export async function run(argv: string[], ctx: CommandContext): Promise<number> 
     fail(err instanceof Error ? err.message : String(err));
   }
 
-  process.stdout.write(upBanner(replica, redis ? `private, 127.0.0.1:${redis.port}` : redactRedisUrl(config.redisUrl)));
+  // The CLI finds this gateway, its CA and the token here; never printed.
+  const url = `https://${replica.grpcAddress.startsWith('0.0.0.0:') ? replica.grpcAddress.replace('0.0.0.0', '127.0.0.1') : replica.grpcAddress}`;
+  let client: (ClientConfigOutcome & { url: string; token: boolean }) | undefined;
+  try {
+    client = { ...writeClientConfig(ctx.env, config.stateDir, { gateway: url, ca: tls.caFile, tlsServerName: 'localhost', ...(token ? { token } : {}) }), url, token: token !== undefined };
+  } catch (err) {
+    process.stderr.write(`warning: cannot write the client config file: ${(err as Error).message}\n`);
+  }
+  process.stdout.write(upBanner(replica, redis ? `private, 127.0.0.1:${redis.port}` : redactRedisUrl(config.redisUrl), client));
 
   // A private Redis dying under us is fatal: stop the replica and report it.
   const redisDied = redis ? redis.exited.then((why) => why) : new Promise<never>(() => undefined);

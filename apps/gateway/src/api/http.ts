@@ -4,6 +4,8 @@ import Fastify, { type FastifyInstance } from 'fastify';
 import type { Metrics } from '@sandgate/telemetry';
 
 export interface HttpDeps {
+  /** The replica's certificate and key: the port serves HTTPS; null: plain HTTP. */
+  https?: { cert: Buffer; key: Buffer } | null;
   replicaId: string;
   ready: () => Promise<{ ok: boolean; detail: string }>;
   metrics: Metrics;
@@ -12,7 +14,8 @@ export interface HttpDeps {
 }
 
 export function buildHttp(deps: HttpDeps): FastifyInstance {
-  const app = Fastify({ logger: false });
+  // Typed as the plain-HTTP instance either way: the routes and listen() do not differ.
+  const app = (deps.https ? Fastify({ logger: false, https: deps.https }) : Fastify({ logger: false })) as unknown as FastifyInstance;
   app.get('/healthz', async () => ({ status: 'ok', replica: deps.replicaId }));
   app.get('/readyz', async (_req, reply) => {
     const r = await deps.ready().catch((err: unknown) => ({ ok: false, detail: err instanceof Error ? err.message : String(err) }));

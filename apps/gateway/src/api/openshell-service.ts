@@ -15,6 +15,8 @@ import type { SshService } from '../ssh/ssh-service.ts';
 import type { TcpForwardService } from '../ssh/tcp-forward.ts';
 import type { ConfigService } from '../sandboxes/config-service.ts';
 import { toServiceError } from './grpc-errors.ts';
+import type { WorkspaceService } from '../workspaces/workspace-service.ts';
+import { gatewayInfo } from './gateway-info.ts';
 
 export const openShellDefinition = serviceDefinition('openshell.v1.OpenShell');
 
@@ -58,30 +60,42 @@ export function openShellImplementation(
   log: Logger,
   ssh?: { sessions: SshService; forward: TcpForwardService },
   config?: ConfigService,
+  door?: { workspaces: WorkspaceService; driverName: string },
 ): UntypedServiceImplementation {
   // Handlers before the gate: each takes (call, callback, caller) or (call, caller).
   const implemented: Record<string, (call: never, callback: never, caller: Principal) => void> = {
     Health: unary(log, async () => ({ status: ServiceStatus.HEALTHY, version: GATEWAY_VERSION })),
     GetCurrentUser: unary(log, async (_req: unknown, caller: Principal) => currentUser(caller)),
-    CreateSandbox: unary(log, (req: Parameters<SandboxService['create']>[0]) => sandboxes.create(req)),
-    GetSandbox: unary(log, (req: Parameters<SandboxService['get']>[0]) => sandboxes.get(req)),
-    ListSandboxes: unary(log, (req: Parameters<SandboxService['list']>[0]) => sandboxes.list(req)),
-    DeleteSandbox: unary(log, (req: Parameters<SandboxService['delete']>[0]) => sandboxes.delete(req)),
-    StopSandbox: unary(log, (req: Parameters<LifecycleService['stop']>[0]) => lifecycle.stop(req)),
-    StartSandbox: unary(log, (req: Parameters<LifecycleService['start']>[0]) => lifecycle.start(req)),
+    CreateSandbox: unary(log, (req: Parameters<SandboxService['create']>[0], caller) => sandboxes.create(req, caller)),
+    GetSandbox: unary(log, (req: Parameters<SandboxService['get']>[0], caller) => sandboxes.get(req, caller)),
+    ListSandboxes: unary(log, (req: Parameters<SandboxService['list']>[0], caller) => sandboxes.list(req, caller)),
+    DeleteSandbox: unary(log, (req: Parameters<SandboxService['delete']>[0], caller) => sandboxes.delete(req, caller)),
+    StopSandbox: unary(log, (req: Parameters<LifecycleService['stop']>[0], caller) => lifecycle.stop(req, caller)),
+    StartSandbox: unary(log, (req: Parameters<LifecycleService['start']>[0], caller) => lifecycle.start(req, caller)),
     WatchSandbox: (call: Parameters<WatchService['handleWatch']>[0], _cb: unknown, caller: Principal) => watch.handleWatch(call, caller),
-    GetSandboxLogs: unary(log, (req: Parameters<WatchService['getLogs']>[0]) => watch.getLogs(req)),
+    GetSandboxLogs: unary(log, (req: Parameters<WatchService['getLogs']>[0], caller) => watch.getLogs(req, caller)),
     ExecSandbox: (call: Parameters<ExecService['handleUnary']>[0], _cb: unknown, caller: Principal) => exec.handleUnary(call, caller),
     ExecSandboxInteractive: (call: Parameters<ExecService['handleInteractive']>[0], _cb: unknown, caller: Principal) => exec.handleInteractive(call, caller),
   };
   if (ssh) {
-    implemented.CreateSshSession = unary(log, (req: Parameters<SshService['create']>[0]) => ssh.sessions.create(req));
-    implemented.RevokeSshSession = unary(log, (req: Parameters<SshService['revoke']>[0]) => ssh.sessions.revoke(req));
+    implemented.CreateSshSession = unary(log, (req: Parameters<SshService['create']>[0], caller) => ssh.sessions.create(req, caller));
+    implemented.RevokeSshSession = unary(log, (req: Parameters<SshService['revoke']>[0], caller) => ssh.sessions.revoke(req, caller));
     implemented.ForwardTcp = (call: Parameters<TcpForwardService['handleForward']>[0], _cb: unknown, caller: Principal) => ssh.forward.handleForward(call, caller);
   }
   if (config) {
-    implemented.GetSandboxConfig = unary(log, (req: Parameters<ConfigService['getSandboxConfig']>[0]) => config.getSandboxConfig(req));
-    implemented.UpdateConfig = unary(log, (req: Parameters<ConfigService['updateConfig']>[0]) => config.updateConfig(req));
+    implemented.GetSandboxConfig = unary(log, (req: Parameters<ConfigService['getSandboxConfig']>[0], caller) => config.getSandboxConfig(req, caller));
+    implemented.UpdateConfig = unary(log, (req: Parameters<ConfigService['updateConfig']>[0], caller) => config.updateConfig(req, caller));
+  }
+  if (door) {
+    const ws = door.workspaces;
+    implemented.GetGatewayInfo = unary(log, async (_req: unknown, caller) => gatewayInfo(caller, GATEWAY_VERSION, door.driverName));
+    implemented.CreateWorkspace = unary(log, (req: Parameters<WorkspaceService['create']>[0], caller) => ws.create(req, caller));
+    implemented.GetWorkspace = unary(log, (req: Parameters<WorkspaceService['get']>[0], caller) => ws.get(req, caller));
+    implemented.ListWorkspaces = unary(log, (req: Parameters<WorkspaceService['list']>[0], caller) => ws.list(req, caller));
+    implemented.DeleteWorkspace = unary(log, (req: Parameters<WorkspaceService['delete']>[0], caller) => ws.delete(req, caller));
+    implemented.AddWorkspaceMember = unary(log, (req: Parameters<WorkspaceService['addMember']>[0], caller) => ws.addMember(req, caller));
+    implemented.RemoveWorkspaceMember = unary(log, (req: Parameters<WorkspaceService['removeMember']>[0], caller) => ws.removeMember(req, caller));
+    implemented.ListWorkspaceMembers = unary(log, (req: Parameters<WorkspaceService['listMembers']>[0], caller) => ws.listMembers(req, caller));
   }
   const service: UntypedServiceImplementation = {};
   for (const method of Object.keys(openShellDefinition)) {

@@ -8,14 +8,14 @@ import type { JobScheduler } from '@sandgate/jobs';
 import type { Writable } from 'node:stream';
 import type { ExecFrame, ExecSandboxEvent, ExecSandboxInput, ExecSandboxRequest, ExecStart } from '@sandgate/protocols';
 import { GatewayError, Code, validateExec, EXIT_TIMEOUT, type DebugBreak } from '@sandgate/core';
-import type { SandboxStore } from '@sandgate/store';
+import type { SandboxStore, WorkspaceExecSlots } from '@sandgate/store';
 import type { Logger, Metrics } from '@sandgate/telemetry';
 import { SessionNotHere, toPeerError, type ExecPath, type ExecRouter } from '../relay/exec-router.ts';
-import { endWithError, takeFirstMessage } from '../api/calls.ts';
+import { endWithError, onceGone, takeFirstMessage } from '../api/calls.ts';
 import { pump, type LinkChannel } from '@sandgate/relay';
 import { relayFailure, toClientError, toServiceError } from '../api/grpc-errors.ts';
 import { presentedPeerSecret, secretsEqual } from '../api/secrets.ts';
-import { requireAccess, type AccessDeps } from '../api/access.ts';
+import { requireAccess, type AccessDeps, type WorkspaceAccess } from '../api/access.ts';
 import { OOM_NOTE } from '../sandboxes/lifecycle-service.ts';
 
 /**
@@ -39,6 +39,11 @@ export interface ExecServiceDeps {
   debugBreaks?: ReadonlySet<DebugBreak>;
   /** A line in the sandbox's log (LifecycleService.note). */
   note?: (sandboxId: string, message: string, level?: string) => void;
+  /** Workspace scoping (access.ts): another workspace's sandbox is NOT_FOUND. */
+  workspaces: WorkspaceAccess;
+  /** Live execs per workspace across replicas (`--max-execs-per-workspace`; 0 = no limit). */
+  execSlots: WorkspaceExecSlots;
+  maxExecsPerWorkspace: number;
 }
 
 /** The client's side of an exec: where its events go, and whether it is still there. */
@@ -66,11 +71,12 @@ export class ExecService {
   }
 
   /** Validation, existence and the access rule; returns the start frame for the supervisor. */
-  private async prepare(req: ExecSandboxRequest, stdinEof: boolean): Promise<ExecStart> {
+  private async prepare(req: ExecSandboxRequest, stdinEof: boolean, caller: Principal): Promise<{ start: ExecStart; workspace: string }> {
     const sandboxId = validateExec(req);
-    await requireAccess(this.access, sandboxId);
+    // The request names the sandbox by id: its record's workspace decides, never a request field.
+    const record = await requireAccess(this.access, sandboxId, { caller, workspaces: this.deps.workspaces });
     const attachMain = req.command.length === 1 && req.command[0] === MAIN_ATTACH_COMMAND;
-    return {
+    const start: ExecStart = {
       attach_main: attachMain,
       exec_id: randomUUID(),
       sandbox_id: sandboxId,
@@ -84,6 +90,33 @@ export class ExecService {
       stdin: req.stdin ?? Buffer.alloc(0),
       stdin_eof: stdinEof,
     };
+    return { start, workspace: record.sandbox.metadata?.workspace ?? '' };
+  }
+
+  /**
+   * Takes one of the workspace's exec slots for as long as the client's call lives (released when
+   * it ends, however it ends); RESOURCE_EXHAUSTED when the workspace is at its cap.
+   */
+  private async takeSlot(workspace: string, execId: string, client: ClientCall): Promise<() => void> {
+    const cap = this.deps.maxExecsPerWorkspace;
+    const slot = { workspace, execId };
+    if (!(await this.deps.execSlots.acquire(slot, cap))) {
+      this.deps.metrics.inc('sandgate_exec_refused_workspace_cap_total');
+      throw new GatewayError(
+        Code.RESOURCE_EXHAUSTED,
+        `workspace '${workspace}' has reached its limit of ${cap} concurrent execs (--max-execs-per-workspace); wait for one to finish`,
+      );
+    }
+    let released = false;
+    const release = () => {
+      if (released) return;
+      released = true;
+      this.deps.execSlots.release(slot).catch((err: unknown) => this.deps.log.warn('exec slot release failed', { execId, err }));
+    };
+    // onceGone keeps its listeners: a later 'error' still finds one.
+    onceGone(client, release);
+    if (client.destroyed || client.writableFinished) release();
+    return release;
   }
 
   /**
@@ -114,26 +147,33 @@ export class ExecService {
    * Validates, applies the access rule, opens the path and relays its output to the client;
    * null when the client went away first (nobody would see this exec).
    */
-  private async begin(req: ExecSandboxRequest, stdinEof: boolean, client: ClientCall): Promise<ExecPath | null> {
-    const start = await this.prepare(req, stdinEof);
+  private async begin(req: ExecSandboxRequest, stdinEof: boolean, client: ClientCall, caller: Principal): Promise<ExecPath | null> {
+    const { start, workspace } = await this.prepare(req, stdinEof, caller);
     if (client.cancelled) return null;
-    const path = await this.openPath(start);
-    if (client.cancelled) {
-      path.abort('client cancelled before the exec started');
-      return null;
+    const release = await this.takeSlot(workspace, start.exec_id!, client);
+    try {
+      const path = await this.openPath(start);
+      if (client.cancelled) {
+        path.abort('client cancelled before the exec started');
+        release();
+        return null;
+      }
+      this.relayToClient(path, client, start);
+      return path;
+    } catch (err) {
+      release();
+      throw err;
     }
-    this.relayToClient(path, client, start);
-    return path;
   }
 
   /** ExecSandbox: server-streaming; stdin is the request's whole payload. */
-  handleUnary(call: ServerWritableStream<ExecSandboxRequest, ExecSandboxEvent>, _caller: Principal): void {
+  handleUnary(call: ServerWritableStream<ExecSandboxRequest, ExecSandboxEvent>, caller: Principal): void {
     this.deps.metrics.inc('sandgate_exec_started_total');
-    this.begin(call.request, true, call).catch((err: unknown) => endWithError(call, this.clientError(err)));
+    this.begin(call.request, true, call, caller).catch((err: unknown) => endWithError(call, this.clientError(err)));
   }
 
   /** ExecSandboxInteractive: bidi; the first message must be `start`. */
-  handleInteractive(call: ServerDuplexStream<ExecSandboxInput, ExecSandboxEvent>, _caller: Principal): void {
+  handleInteractive(call: ServerDuplexStream<ExecSandboxInput, ExecSandboxEvent>, caller: Principal): void {
     this.deps.metrics.inc('sandgate_exec_started_total');
     // Later stdin frames stay buffered until the path is open.
     takeFirstMessage(call, 'empty stream: expected start message', (first: ExecSandboxInput) => {
@@ -141,7 +181,7 @@ export class ExecService {
         endWithError(call, new GatewayError(Code.INVALID_ARGUMENT, 'first message must be a start payload'));
         return;
       }
-      this.begin(first.start, false, call)
+      this.begin(first.start, false, call, caller)
         .then((path) => {
           if (!path) return;
           pump(call, path.stream, (input: ExecSandboxInput): ExecFrame | null => {

@@ -14,8 +14,9 @@ import {
   encodePolicy,
   type MergeOperation,
   invalid,
-  normaliseWorkspace,
   notFound,
+  requestedWorkspace,
+  type Principal,
   policyHash,
   validateLabelKey,
 } from '@sandgate/core';
@@ -23,6 +24,7 @@ import { policyInForce, type SandboxStore } from '@sandgate/store';
 import type { Logger } from '@sandgate/telemetry';
 import { toServiceError } from '../api/grpc-errors.ts';
 import { presentedPeerSecret, secretsEqual } from '../api/secrets.ts';
+import type { WorkspaceAccess } from '../api/access.ts';
 
 /** The four registered setting keys upstream always returns (§5.2); sandgate sets none of them. */
 export const SETTING_KEYS = ['providers_v2_enabled', 'ocsf_json_enabled', 'agent_policy_proposals_enabled', 'proposal_approval_mode'] as const;
@@ -74,6 +76,8 @@ export interface ConfigServiceDeps {
   /** The owner side of a push relayed by another replica (this replica's sessions only). */
   pushPolicyLocal(sandboxId: string, revision: number): Promise<boolean>;
   peerSecret: string;
+  /** Workspace scoping of both calls (access.ts). */
+  workspaces: WorkspaceAccess;
   log: Logger;
 }
 
@@ -93,9 +97,8 @@ export class ConfigService {
     this.deps = deps;
   }
 
-  async getSandboxConfig(req: GetSandboxConfigRequest): Promise<GetSandboxConfigResponse> {
-    const rec = req.sandbox_id ? await this.deps.store.get(req.sandbox_id) : null;
-    if (!rec) throw notFound();
+  async getSandboxConfig(req: GetSandboxConfigRequest, caller: Principal): Promise<GetSandboxConfigResponse> {
+    const rec = await this.deps.workspaces.visible(caller, req.sandbox_id ? await this.deps.store.get(req.sandbox_id) : null);
     const { bytes, revision } = policyInForce(rec);
     let hash = '';
     try {
@@ -123,7 +126,7 @@ export class ConfigService {
     };
   }
 
-  async updateConfig(req: UpdateConfigRequest): Promise<UpdateConfigResponse> {
+  async updateConfig(req: UpdateConfigRequest, caller: Principal): Promise<UpdateConfigResponse> {
     validateUpdateAnnotations(req.annotations);
     if (req.global) {
       throw new GatewayError(Code.UNIMPLEMENTED, 'UpdateConfig global=true is not supported by sandgate: there is no gateway-wide policy or setting');
@@ -136,8 +139,7 @@ export class ConfigService {
       throw new GatewayError(Code.UNIMPLEMENTED, `UpdateConfig setting_key '${settingKey}': runtime settings are not supported by sandgate`);
     }
     if (!req.name) throw invalid('name is required for sandbox-scoped updates');
-    const found = await this.deps.store.getByName(normaliseWorkspace(req.workspace), req.name);
-    if (!found) throw notFound();
+    const found = await this.deps.workspaces.visible(caller, await this.deps.store.getByName(requestedWorkspace(caller, req.workspace), req.name));
     const id = found.sandbox.metadata!.id!;
 
     let outcome: { revision: number; hash: string } | undefined;

@@ -9,8 +9,9 @@ import {
   Phase,
   isEphemeral,
   mainProcessFinished,
-  normaliseWorkspace,
   notFound,
+  requestedWorkspace,
+  type Principal,
   onComputeFailed,
   onDeleteRequested,
   onMainProcessExit,
@@ -29,10 +30,11 @@ import {
   workloadUserFor,
 } from '@sandgate/core';
 import { policyInForce, type SandboxLogStore, type SandboxStore, type StoredSandbox } from '@sandgate/store';
-import type { ComputeDriver, LaunchSpec } from '@sandgate/compute';
+import type { ComputeDriver, GatewayTls, LaunchSpec } from '@sandgate/compute';
 import type { JobScheduler, LifecycleTransitions } from '@sandgate/jobs';
 import type { Logger, Metrics } from '@sandgate/telemetry';
 import { newCredential } from '../sessions/credentials.ts';
+import type { WorkspaceAccess } from '../api/access.ts';
 
 export interface LifecycleDeps {
   store: SandboxStore;
@@ -40,6 +42,8 @@ export interface LifecycleDeps {
   driver: ComputeDriver;
   scheduler: JobScheduler;
   supervisorEndpoint: () => string;
+  /** The gateway serves TLS: the CA and name supervisors verify it with; absent: plaintext. */
+  supervisorTls?: GatewayTls;
   /** Is a supervisor session live anywhere for this sandbox? */
   sessionLive: (sandboxId: string) => Promise<boolean>;
   /** Ends the sandbox's supervisor session wherever it is (stop/start and new runs revoke access). */
@@ -47,6 +51,8 @@ export interface LifecycleDeps {
   provisionTimeoutMs: number;
   /** Debug faults (negative chaos runs only; empty otherwise). */
   debugBreaks: ReadonlySet<DebugBreak>;
+  /** Workspace scoping of Stop/StartSandbox; the job worker, which serves no caller, has none. */
+  workspaces?: WorkspaceAccess;
   log: Logger;
   metrics: Metrics;
 }
@@ -64,6 +70,7 @@ export function launchSpecFor(
   gatewayEndpoints: string,
   supervisorBreaks: string,
   policy: Buffer | undefined = sandbox.spec?.policy,
+  gatewayTls?: GatewayTls,
 ): LaunchSpec {
   const spec = sandbox.spec!;
   return {
@@ -80,6 +87,7 @@ export function launchSpecFor(
     limits: parseResources(spec.template?.resources),
     policy,
     workloadUser: workloadUserFor(policy ? decodePolicy(policy) : undefined),
+    gatewayTls,
   };
 }
 
@@ -95,7 +103,7 @@ export class LifecycleService implements LifecycleTransitions {
 
   /** What the driver launches for a run of `sandbox`: its supervisor dials our endpoint, with our supervisor-side debug faults. */
   launchSpec(sandbox: Sandbox, credential: string, policy: Buffer | undefined = sandbox.spec?.policy): LaunchSpec {
-    return launchSpecFor(sandbox, credential, this.deps.supervisorEndpoint(), supervisorDebugBreaks(this.deps.debugBreaks), policy);
+    return launchSpecFor(sandbox, credential, this.deps.supervisorEndpoint(), supervisorDebugBreaks(this.deps.debugBreaks), policy, this.deps.supervisorTls);
   }
 
   /** A line in the sandbox's log (source "gateway"), best effort. */
@@ -197,8 +205,8 @@ export class LifecycleService implements LifecycleTransitions {
 
   // ---- stop / start -------------------------------------------------------------------------
 
-  async stop(req: StopSandboxRequest): Promise<SandboxResponse> {
-    const rec = await this.byName(req.name, req.workspace);
+  async stop(req: StopSandboxRequest, caller: Principal): Promise<SandboxResponse> {
+    const rec = await this.byName(req.name, req.workspace, caller);
     const id = rec.sandbox.metadata!.id!;
     const plan = planStop(rec.sandbox.status as LifecycleStatus, now());
     if (plan.kind === 'noop') return { sandbox: rec.sandbox };
@@ -217,8 +225,8 @@ export class LifecycleService implements LifecycleTransitions {
     return { sandbox: stopped?.sandbox ?? rec.sandbox };
   }
 
-  async start(req: StartSandboxRequest): Promise<SandboxResponse> {
-    const rec = await this.byName(req.name, req.workspace);
+  async start(req: StartSandboxRequest, caller: Principal): Promise<SandboxResponse> {
+    const rec = await this.byName(req.name, req.workspace, caller);
     const started = await this.launchNewRun(rec, 'start requested', true);
     return { sandbox: started?.sandbox ?? rec.sandbox };
   }
@@ -292,9 +300,11 @@ export class LifecycleService implements LifecycleTransitions {
     await this.deps.scheduler.provisionDeadline({ sandboxId, runStartedAtMs, timeoutMs: this.deps.provisionTimeoutMs });
   }
 
-  private async byName(name: string | undefined, workspace: string | undefined): Promise<StoredSandbox> {
-    const rec = await this.deps.store.getByName(normaliseWorkspace(workspace), requireName(name));
-    if (!rec) throw notFound();
-    return rec;
+  /** The caller's sandbox by name; another workspace's is NOT_FOUND (access.ts). */
+  private async byName(name: string | undefined, workspace: string | undefined, caller: Principal): Promise<StoredSandbox> {
+    const access = this.deps.workspaces;
+    if (!access) throw new GatewayError(Code.INTERNAL, 'workspace scoping is not configured in this process');
+    const sandboxName = requireName(name);
+    return access.visible(caller, await this.deps.store.getByName(requestedWorkspace(caller, workspace), sandboxName));
   }
 }

@@ -18,8 +18,9 @@ import {
   invalid,
   matchesSelector,
   normaliseListLimit,
-  normaliseWorkspace,
   notFound,
+  requestedWorkspace,
+  type Principal,
   parseLabelSelector,
   readyCondition,
   requireName,
@@ -30,6 +31,7 @@ import type { ComputeDriver } from '@sandgate/compute';
 import type { Logger, Metrics } from '@sandgate/telemetry';
 import { newCredential } from '../sessions/credentials.ts';
 import type { LifecycleService } from './lifecycle-service.ts';
+import type { WorkspaceAccess } from '../api/access.ts';
 
 export interface SandboxServiceDeps {
   store: SandboxStore;
@@ -38,6 +40,10 @@ export interface SandboxServiceDeps {
   /** What supervisors dial. */
   supervisorEndpoint: () => string;
   lifecycle: LifecycleService;
+  /** Workspace scoping of every call (access.ts). */
+  workspaces: WorkspaceAccess;
+  /** Sandboxes per workspace (`--max-sandboxes-per-workspace`); 0 = no limit. */
+  maxSandboxesPerWorkspace: number;
   log: Logger;
   metrics: Metrics;
 }
@@ -49,9 +55,12 @@ export class SandboxService {
     this.deps = deps;
   }
 
-  async create(req: CreateSandboxRequest): Promise<SandboxResponse> {
-    const { request, workspace, limits } = validateCreate(req);
+  async create(req: CreateSandboxRequest, caller: Principal): Promise<SandboxResponse> {
+    const { request, limits } = validateCreate(req);
     const { store, driver, log } = this.deps;
+    // Membership before existence (upstream's order, §2.4): a non-member cannot probe which
+    // workspaces exist. Existence, TERMINATING and the quota are checked atomically by the store.
+    const workspace = await this.deps.workspaces.requireMember(caller, req.workspace);
     if (limits.diskBytes !== undefined && !driver.enforcesDiskLimit) {
       throw invalid(`spec.template.resources.limits.ephemeral-storage is not supported by the ${driver.name} driver (it cannot cap a sandbox's disk)`);
     }
@@ -61,9 +70,10 @@ export class SandboxService {
     const credential = newCredential();
     const now = Date.now();
 
-    // A generated name may collide; retry a few times. A user's name collides only once.
+    // A generated name may collide (about 90k adjective-noun pairs): one retry with a fresh name,
+    // then ALREADY_EXISTS as upstream answers (it never retries). A user's name collides only once.
     let sandbox: Sandbox | undefined;
-    for (let attempt = 0; attempt < 5 && !sandbox; attempt++) {
+    for (let attempt = 0; attempt < 2 && !sandbox; attempt++) {
       const name = request.name || generateName((n) => randomInt(n));
       const candidate: Sandbox = {
         metadata: {
@@ -83,10 +93,10 @@ export class SandboxService {
         },
       };
       try {
-        await store.create(candidate, credential.hash);
+        await store.create(candidate, credential.hash, { maxPerWorkspace: this.deps.maxSandboxesPerWorkspace });
         sandbox = candidate;
       } catch (err) {
-        if (!(err instanceof GatewayError && err.code === Code.ALREADY_EXISTS) || request.name) throw err;
+        if (!(err instanceof GatewayError && err.code === Code.ALREADY_EXISTS) || request.name || attempt === 1) throw err;
       }
     }
     if (!sandbox) throw new GatewayError(Code.INTERNAL, 'create sandbox failed: could not generate a unique name');
@@ -114,17 +124,17 @@ export class SandboxService {
     }
   }
 
-  async get(req: GetSandboxRequest): Promise<SandboxResponse> {
+  async get(req: GetSandboxRequest, caller: Principal): Promise<SandboxResponse> {
     const name = requireName(req.name);
-    const rec = await this.deps.store.getByName(normaliseWorkspace(req.workspace), name);
-    if (!rec) throw notFound();
+    const rec = await this.deps.workspaces.visible(caller, await this.deps.store.getByName(requestedWorkspace(caller, req.workspace), name));
     return { sandbox: rec.sandbox };
   }
 
-  async list(req: ListSandboxesRequest): Promise<ListSandboxesResponse> {
+  async list(req: ListSandboxesRequest, caller: Principal): Promise<ListSandboxesResponse> {
     if (req.all_workspaces && req.workspace) throw invalid('all_workspaces and workspace are mutually exclusive');
+    if (req.all_workspaces && !caller.admin) throw new GatewayError(Code.PERMISSION_DENIED, 'all_workspaces requires a gateway admin');
     const selector = parseLabelSelector(req.label_selector);
-    const workspace = normaliseWorkspace(req.workspace);
+    const workspace = req.all_workspaces ? '' : await this.deps.workspaces.requireMember(caller, req.workspace);
     const limit = normaliseListLimit(req.limit);
     const offset = req.offset ?? 0;
     const all = await this.deps.store.list();
@@ -135,8 +145,11 @@ export class SandboxService {
     return { sandboxes: matching.slice(offset, offset + limit) };
   }
 
-  async delete(req: DeleteSandboxRequest): Promise<DeleteSandboxResponse> {
-    const deleted = await this.deps.lifecycle.delete(requireName(req.name), normaliseWorkspace(req.workspace));
+  async delete(req: DeleteSandboxRequest, caller: Principal): Promise<DeleteSandboxResponse> {
+    const name = requireName(req.name);
+    const workspace = requestedWorkspace(caller, req.workspace);
+    if (!(await this.deps.workspaces.mayUse(caller, workspace))) throw notFound();
+    const deleted = await this.deps.lifecycle.delete(name, workspace);
     return { deleted };
   }
 }

@@ -14,6 +14,7 @@ import type {
 import { invalid, isWatchTerminal, notFound } from '@sandgate/core';
 import type { LogLine, SandboxFeed, SandboxLogStore, SandboxStore } from '@sandgate/store';
 import type { Logger } from '@sandgate/telemetry';
+import type { WorkspaceAccess } from '../api/access.ts';
 import { toServiceError } from '../api/grpc-errors.ts';
 import { endWithError } from '../sessions/sessions.ts';
 
@@ -45,6 +46,8 @@ export interface WatchDeps {
   feed: SandboxFeed;
   store: SandboxStore;
   logs: SandboxLogStore;
+  /** Workspace scoping of both calls (access.ts). */
+  workspaces: WorkspaceAccess;
   log: Logger;
 }
 
@@ -55,30 +58,33 @@ export class WatchService {
     this.deps = deps;
   }
 
-  async getLogs(req: GetSandboxLogsRequest): Promise<GetSandboxLogsResponse> {
+  async getLogs(req: GetSandboxLogsRequest, caller: Principal): Promise<GetSandboxLogsResponse> {
     if (!req.sandbox_id) throw invalid('sandbox_id is required');
-    if (!(await this.deps.store.get(req.sandbox_id))) throw notFound();
+    await this.deps.workspaces.visible(caller, await this.deps.store.get(req.sandbox_id));
     const { lines, total } = await this.deps.logs.tail(req.sandbox_id, req.lines || 2000);
     const filter = { sinceMs: req.since_ms ?? 0, sources: req.sources, minLevel: req.min_level ?? '' };
     return { logs: lines.filter((l) => logMatches(l, filter)).map((l) => toWire(req.sandbox_id!, l)), buffer_total: total };
   }
 
-  handleLogs(call: ServerUnaryCall<GetSandboxLogsRequest, GetSandboxLogsResponse>, cb: sendUnaryData<GetSandboxLogsResponse>): void {
-    this.getLogs(call.request).then(
+  handleLogs(call: ServerUnaryCall<GetSandboxLogsRequest, GetSandboxLogsResponse>, cb: sendUnaryData<GetSandboxLogsResponse>, caller: Principal): void {
+    this.getLogs(call.request, caller).then(
       (res) => cb(null, res),
       (err: unknown) => cb(toServiceError(err, this.deps.log)),
     );
   }
 
   /** Resolves when the watch has ended (for tests: a watch must end when its client goes away). */
-  handleWatch(call: WatchCall, _caller: Principal): Promise<void> {
-    return this.watch(call).catch((err: unknown) => endWithError(call, toServiceError(err, this.deps.log)));
+  handleWatch(call: WatchCall, caller: Principal): Promise<void> {
+    return this.watch(call, caller).catch((err: unknown) => endWithError(call, toServiceError(err, this.deps.log)));
   }
 
-  private async watch(call: WatchCall): Promise<void> {
+  private async watch(call: WatchCall, caller: Principal): Promise<void> {
     const req = call.request;
     const id = req.id;
     if (!id) throw invalid('id is required');
+    // Scoped before anything of the sandbox is read: another workspace's is NOT_FOUND. A sandbox
+    // never changes workspace, so the check holds for the whole stream.
+    await this.deps.workspaces.visible(caller, await this.deps.store.get(id));
     const start = await this.deps.feed.start(id, req.log_tail_lines || 200);
     if (!start) throw notFound();
 

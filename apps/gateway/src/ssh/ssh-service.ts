@@ -11,10 +11,10 @@ import type {
   RevokeSshSessionRequest,
   RevokeSshSessionResponse,
 } from '@sandgate/protocols';
-import { GatewayError, Code } from '@sandgate/core';
+import { GatewayError, Code, notFound, type Principal } from '@sandgate/core';
 import type { ForwardSlot, SandboxStore, SshSessionStore, StoredSandbox } from '@sandgate/store';
 import type { Logger, Metrics } from '@sandgate/telemetry';
-import { requireAccess } from '../api/access.ts';
+import { requireAccess, type WorkspaceAccess } from '../api/access.ts';
 
 export const DEFAULT_SSH_SESSION_TTL_SECONDS = 86_400;
 export const DEFAULT_SSH_MAX_PER_TOKEN = 3;
@@ -28,10 +28,14 @@ export interface SshServiceDeps {
   /** What CreateSshSession reports as the gateway's address (never empty). */
   gatewayHost: string;
   gatewayPort: number;
+  /** `https` when the public port serves TLS: clients of CreateSshSession dial ForwardTcp with it. */
+  gatewayScheme: 'http' | 'https';
   /** 0 = tokens never expire. */
   ttlSeconds: number;
   maxPerToken: number;
   maxPerSandbox: number;
+  /** Workspace scoping (access.ts): another workspace's sandbox, or its token, is NOT_FOUND. */
+  workspaces: WorkspaceAccess;
   log: Logger;
   metrics: Metrics;
 }
@@ -70,15 +74,19 @@ export class SshService {
     deps.metrics.gauge('sandgate_ssh_forwards_active', () => this.live.size);
   }
 
-  /** The access rule, exactly as exec applies it (ForwardTcp checks it before the token). */
-  accessibleSandbox(sandboxId: string): Promise<StoredSandbox> {
-    return requireAccess(this.deps, sandboxId);
+  /**
+   * Workspace scoping, then the access rule, exactly as exec applies them (ForwardTcp checks them
+   * before the token; the token must then be for this very sandbox, so its sandbox is one the
+   * caller may use too).
+   */
+  accessibleSandbox(sandboxId: string, caller: Principal): Promise<StoredSandbox> {
+    return requireAccess(this.deps, sandboxId, { caller, workspaces: this.deps.workspaces });
   }
 
-  async create(req: CreateSshSessionRequest): Promise<CreateSshSessionResponse> {
+  async create(req: CreateSshSessionRequest, caller: Principal): Promise<CreateSshSessionResponse> {
     const sandboxId = req.sandbox_id ?? '';
     if (!sandboxId) throw new GatewayError(Code.INVALID_ARGUMENT, 'sandbox_id is required');
-    const record = await this.accessibleSandbox(sandboxId);
+    const record = await this.accessibleSandbox(sandboxId, caller);
     const token = randomUUID();
     const now = Date.now();
     const expiresAtMs = this.deps.ttlSeconds > 0 ? now + this.deps.ttlSeconds * 1000 : 0;
@@ -95,15 +103,22 @@ export class SshService {
       token,
       gateway_host: this.deps.gatewayHost,
       gateway_port: this.deps.gatewayPort,
-      gateway_scheme: 'http',
+      gateway_scheme: this.deps.gatewayScheme,
       host_key_fingerprint: '',
       expires_at_ms: expiresAtMs,
     };
   }
 
-  async revoke(req: RevokeSshSessionRequest): Promise<RevokeSshSessionResponse> {
+  async revoke(req: RevokeSshSessionRequest, caller: Principal): Promise<RevokeSshSessionResponse> {
     const token = req.token ?? '';
     if (!token) throw new GatewayError(Code.INVALID_ARGUMENT, 'token is required');
+    // A token of another workspace's sandbox is NOT_FOUND (revoking it would be touching that
+    // sandbox). A token whose sandbox is gone grants nothing any more: anyone holding it may void it.
+    const session = await this.deps.sessions.get(token);
+    if (session) {
+      const record = await this.deps.store.get(session.sandboxId);
+      if (record && !(await this.deps.workspaces.mayUse(caller, record.sandbox.metadata?.workspace ?? ''))) throw notFound();
+    }
     const revoked = await this.deps.sessions.revoke(token);
     if (revoked) this.deps.metrics.inc('sandgate_ssh_sessions_revoked_total');
     return { revoked };

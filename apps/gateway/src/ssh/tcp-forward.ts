@@ -39,21 +39,21 @@ export class TcpForwardService {
   private readonly clientError = (err: unknown) => toClientError(err, this.deps.log, this.deps.debugBreaks?.has('retriable-errors') ?? false);
 
   /** ForwardTcp: bidi; the first client frame must be `init`. */
-  handleForward(call: ForwardCall, _caller: Principal): void {
+  handleForward(call: ForwardCall, caller: Principal): void {
     // Later data frames wait until the path is open.
     takeFirstMessage(call, 'empty ForwardTcp stream', (first: TcpForwardFrame) => {
       if (!first.init) {
         endWithError(call, new GatewayError(Code.INVALID_ARGUMENT, 'first TcpForwardFrame must be init'));
         return;
       }
-      this.open(call, first.init).catch((err: unknown) => endWithError(call, this.clientError(err)));
+      this.open(call, first.init, caller).catch((err: unknown) => endWithError(call, this.clientError(err)));
     });
   }
 
-  private async open(call: ForwardCall, init: TcpForwardInit): Promise<void> {
+  private async open(call: ForwardCall, init: TcpForwardInit, caller: Principal): Promise<void> {
     const { ssh, router, log, metrics } = this.deps;
     const { sandboxId, target } = validateForwardInit(init);
-    const record = await ssh.accessibleSandbox(sandboxId);
+    const record = await ssh.accessibleSandbox(sandboxId, caller);
     const token = init.authorization_token ?? '';
     await ssh.checkToken(token, record);
     const release = await ssh.acquire(token, sandboxId);
