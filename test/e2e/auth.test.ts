@@ -114,6 +114,10 @@ describe('authentication', () => {
     const res = await runCli(['whoami', '-o', 'json'], { gateway: gw(2), env: { SANDGATE_TOKEN: cluster.token } });
     expect(res.code, res.stderr).toBe(0);
     expect(JSON.parse(res.stdout.toString())).toMatchObject({ roles: ['admin'], identity_provider: 'api_token', display_name: 'test harness' });
+    // --token after the command is the token used (not ignored).
+    const flagged = await runCli(['whoami', '--token', token, '-o', 'json'], { gateway: gw(2), env: { SANDGATE_TOKEN: '' } });
+    expect(flagged.code, flagged.stderr).toBe(0);
+    expect(JSON.parse(flagged.stdout.toString())).toMatchObject({ roles: ['member'], display_name: 'ci' });
     const anon = await runCli(['whoami'], { gateway: gw(2), env: { SANDGATE_TOKEN: '' } });
     expect(anon.code).toBe(1);
     expect(anon.stderr).toMatch(/whoami requires authentication: missing authorization header/);

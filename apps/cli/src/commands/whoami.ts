@@ -21,13 +21,13 @@ export async function run(argv: string[], ctx: CommandContext): Promise<number> 
   const { values, positionals } = parseCommand(argv, OPTIONS, 'whoami');
   if (positionals.length > 0) throw new UsageError(`unexpected argument '${positionals[0]}'`, 'whoami');
   const json = parseOutput(values.output);
-  return withClient(ctx, values.gateway, async (client) => {
+  return withClient(ctx, values, async (client) => {
     let user: CurrentUser;
     try {
       user = await client.unary<CurrentUser>('GetCurrentUser', {});
     } catch (err) {
       if (isServiceError(err) && err.code === Status.UNIMPLEMENTED) throw new Error('whoami is not supported by this gateway version');
-      if (isServiceError(err) && err.code === Status.UNAUTHENTICATED) throw new Error(`whoami requires authentication: ${err.details} (set SANDGATE_TOKEN)`);
+      if (isServiceError(err) && err.code === Status.UNAUTHENTICATED) throw new Error(`whoami requires authentication: ${err.details} (give --token or SANDGATE_TOKEN)`);
       throw err;
     }
     const roles = user.roles ?? [];
