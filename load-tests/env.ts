@@ -6,6 +6,9 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import path from 'node:path';
 import { readFile } from 'node:fs/promises';
 import { LocalDriver } from '@sandgate/compute';
+import { Redis } from 'ioredis';
+import { TokenStore } from '@sandgate/store';
+import { registerGateway } from '../test/harness/credentials.ts';
 import { Cluster, cliBin, replicaBaseEnv, repoRoot, runCli, type ReplicaProcess } from '../test/harness/cluster.ts';
 import { openShellClient, type AnyClient } from '../test/harness/grpc-client.ts';
 import { freePorts } from '../test/harness/ports.ts';
@@ -174,6 +177,13 @@ export async function startGateway(opts: { redisUrl: string; driver: string; sta
     throw err;
   });
   if (state === 'exited') throw new Error(`gateway --driver ${opts.driver} exited (${proc.exitCode ?? proc.signalCode}) before ready: ${log.trim().slice(-1500)}`);
+  // Auth is on: the bench's clients (openShellClient, runCli) present an admin token of this Redis.
+  const redis = new Redis(opts.redisUrl, { maxRetriesPerRequest: 2 });
+  try {
+    registerGateway(grpcAddress, { token: (await new TokenStore(redis).create({ workspace: 'default', role: 'admin', name: 'bench' })).token });
+  } finally {
+    redis.disconnect();
+  }
   return { grpcAddress, httpUrl, proc, logs: () => log, stop };
 }
 

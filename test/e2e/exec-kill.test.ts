@@ -13,6 +13,7 @@ import { startRedis, type TestRedis } from '../harness/redis.ts';
 import { openShellClient, type AnyClient } from '../harness/grpc-client.ts';
 import { createSandbox, ownerOf, type CreatedSandbox } from '../harness/sandbox.ts';
 import { sleep, waitFor } from '../harness/wait.ts';
+import { cliEnv, credentialsFor } from '../harness/credentials.ts';
 
 const BACKSTOP_KILLS_KEY = 'sg:metrics:exec_backstop_kills';
 const EXEC_LIMIT = 64;
@@ -230,7 +231,7 @@ interface CliRun {
 function startCliExec(gateway: string, flags: string[], command: string[]): CliRun {
   const startedAt = Date.now();
   const proc = spawn(process.execPath, [cliBin, 'sandbox', 'exec', sbx.name, ...flags, '--', ...command], {
-    env: { ...process.env, SANDGATE_GATEWAY: gateway },
+    env: { ...process.env, SANDGATE_GATEWAY: gateway, ...cliEnv(credentialsFor(gateway)) },
     stdio: ['pipe', 'pipe', 'pipe'],
   });
   let stdout = '';

@@ -7,7 +7,7 @@ import { status as grpcStatus, type ClientDuplexStream, type ClientReadableStrea
 import { keys } from '@sandgate/store';
 import { Cluster, runCli } from '../harness/cluster.ts';
 import { startRedis, type TestRedis } from '../harness/redis.ts';
-import { openShellClient, unaryCall, type AnyClient } from '../harness/grpc-client.ts';
+import { bearerInterceptor, openShellClient, unaryCall, type AnyClient } from '../harness/grpc-client.ts';
 import { createSandbox, ownerOf, rssBytes, type CreatedSandbox } from '../harness/sandbox.ts';
 import { waitFor } from '../harness/wait.ts';
 
@@ -210,7 +210,8 @@ describe('validation and errors', () => {
       },
       'Garbage',
     );
-    const g = new Garbage(gw(2), credentials.createInsecure()) as unknown as AnyClient;
+    // Authenticated, so the junk reaches the handlers rather than stopping at the door.
+    const g = new Garbage(gw(2), credentials.createInsecure(), { interceptors: [bearerInterceptor(cluster.token)] }) as unknown as AnyClient;
     const junk = Buffer.from([0xff, 0xff, 0xff, 0xff, 0x0f, 0x12, 0x99]);
     const settle = (call: NodeJS.EventEmitter) => new Promise((res) => {
       call.on('error', res);

@@ -20,6 +20,7 @@ import { openShellClient, unaryCall, type AnyClient } from '../harness/grpc-clie
 import { pidsMatching, type CreatedSandbox } from '../harness/sandbox.ts';
 import { freePort } from '../harness/ports.ts';
 import { sleep, waitFor } from '../harness/wait.ts';
+import { cliEnv, credentialsFor } from '../harness/credentials.ts';
 import {
   ATTEMPT_PRELUDE,
   BANNER_SERVER,
@@ -96,8 +97,13 @@ async function sshConfig(sb: CreatedSandbox): Promise<string> {
 }
 
 /** Runs a command string in an SSH shell of the sandbox (as `ssh host 'CMD'` does). */
+function sshEnv(): NodeJS.ProcessEnv {
+  return { ...process.env, ...cliEnv(credentialsFor(gateway())) };
+}
+
 function ssh(cfg: string, sb: CreatedSandbox, command: string, input?: string) {
-  return runProcess('ssh', ['-F', cfg, `sandgate-${sb.name}`, command], { input, timeoutMs: 120_000 });
+  // ssh runs the config's ProxyCommand (`sandgate ssh-proxy`), which needs the gateway's token.
+  return runProcess('ssh', ['-F', cfg, `sandgate-${sb.name}`, command], { input, timeoutMs: 120_000, env: sshEnv() });
 }
 
 /** Reads a file of the sandbox through exec (what the main process route leaves behind). */
@@ -269,7 +275,7 @@ beforeAll(async () => {
   r = redis.client();
   const lbPort = await freePort();
   cluster = await Cluster.start({ redisUrl: redis.url, replicas: 2, supervisorEndpoint: `127.0.0.1:${lbPort}` });
-  lb = await startHaproxy(lbPort, cluster.replicas.map((x) => ({ name: x.id, grpcPort: x.grpcPort, httpPort: x.httpPort })));
+  lb = await startHaproxy(lbPort, cluster.replicas.map((x) => ({ name: x.id, grpcPort: x.grpcPort, httpPort: x.httpPort })), { credentials: cluster.credentials });
   // Loopback only: nothing of the test listens on the host's real interfaces.
   hostServer = await hostBannerServer('127.0.0.1', HOST_BANNER);
   hostServer2 = await hostBannerServer('127.0.0.2', HOST_BANNER);
@@ -480,7 +486,7 @@ describe("the sandbox's own loopback works", () => {
   it('ssh -L reaches it', async () => {
     const local = await freePort();
     const { spawn } = await import('node:child_process');
-    const fwd = spawn('ssh', ['-F', attackerSsh, '-N', '-o', 'ExitOnForwardFailure=yes', '-L', `${local}:127.0.0.1:${port}`, `sandgate-${attacker.name}`], { stdio: 'ignore' });
+    const fwd = spawn('ssh', ['-F', attackerSsh, '-N', '-o', 'ExitOnForwardFailure=yes', '-L', `${local}:127.0.0.1:${port}`, `sandgate-${attacker.name}`], { stdio: 'ignore', env: sshEnv() });
     try {
       const got = await waitFor('the banner through ssh -L', () => readBanner('127.0.0.1', local), 30_000, 250);
       expect(got).toContain(banner);

@@ -17,6 +17,7 @@ import { openShellClient, unaryCall, type AnyClient } from '../harness/grpc-clie
 import { createSandbox, ownerOf, pidsMatching, rssBytes, type CreatedSandbox } from '../harness/sandbox.ts';
 import { freePort } from '../harness/ports.ts';
 import { waitFor } from '../harness/wait.ts';
+import { cliEnv } from '../harness/credentials.ts';
 
 let redis: TestRedis;
 let r: Redis;
@@ -53,7 +54,8 @@ interface Run {
 
 function run(cmd: string, args: string[], opts: { input?: Buffer | string; timeoutMs?: number } = {}): Promise<Run> {
   return new Promise((resolve, reject) => {
-    const proc = spawn(cmd, args, { stdio: ['pipe', 'pipe', 'pipe'] });
+    // ssh runs `sandgate ssh-proxy` as its ProxyCommand, which needs the cluster's token.
+    const proc = spawn(cmd, args, { stdio: ['pipe', 'pipe', 'pipe'], env: { ...process.env, ...cliEnv(cluster.credentials) } });
     const out: Buffer[] = [];
     let err = '';
     proc.stdout.on('data', (c: Buffer) => out.push(c));
@@ -81,7 +83,7 @@ interface Live {
 }
 
 function live(args: string[]): Live {
-  const proc = spawn('ssh', args, { stdio: ['pipe', 'pipe', 'pipe'] });
+  const proc = spawn('ssh', args, { stdio: ['pipe', 'pipe', 'pipe'], env: { ...process.env, ...cliEnv(cluster.credentials) } });
   let out = '';
   let err = '';
   proc.stdout!.on('data', (c: Buffer) => (out += c.toString()));

@@ -13,6 +13,7 @@ import { Cluster, cliBin, runCli, startWorker, type WorkerProcess } from '../har
 import { startRedis, type TestRedis } from '../harness/redis.ts';
 import { createSandbox, pidsMatching } from '../harness/sandbox.ts';
 import { sleep, waitFor } from '../harness/wait.ts';
+import { cliEnv } from '../harness/credentials.ts';
 
 let redis: TestRedis;
 let r: Redis;
@@ -88,7 +89,7 @@ describe('sandgate worker beside replicas without workers', () => {
     const tok = `${process.pid}${Date.now()}`;
     // No --timeout: the supervisor does not kill it, only the backstop job below can.
     const exec = spawn(process.execPath, [cliBin, 'sandbox', 'exec', 'backstop', '--', 'sleep', `600.${tok}`], {
-      env: { ...process.env, SANDGATE_GATEWAY: gw(1) },
+      env: { ...process.env, SANDGATE_GATEWAY: gw(1), ...cliEnv(cluster.credentials) },
       stdio: ['pipe', 'ignore', 'ignore'],
     });
     const exited = new Promise<number | null>((res) => exec.on('close', (code) => res(code)));

@@ -20,9 +20,10 @@ export interface ProcessResult {
 }
 
 /** Runs a host program to completion (ssh, ip, ...), collecting its output; rejects on timeout. */
-export function runProcess(cmd: string, args: string[], opts: { input?: Buffer | string; timeoutMs?: number } = {}): Promise<ProcessResult> {
+/** `env`: the program's environment (default: this process's), e.g. ssh whose ProxyCommand needs SANDGATE_TOKEN. */
+export function runProcess(cmd: string, args: string[], opts: { input?: Buffer | string; timeoutMs?: number; env?: NodeJS.ProcessEnv } = {}): Promise<ProcessResult> {
   return new Promise((resolve, reject) => {
-    const proc = spawn(cmd, args, { stdio: ['pipe', 'pipe', 'pipe'] });
+    const proc = spawn(cmd, args, { stdio: ['pipe', 'pipe', 'pipe'], env: opts.env ?? process.env });
     const out: Buffer[] = [];
     let err = '';
     proc.stdout.on('data', (c: Buffer) => out.push(c));

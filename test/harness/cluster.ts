@@ -7,6 +7,8 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { freePorts } from './ports.ts';
+import { Redis } from 'ioredis';
+import { TokenStore } from '@sandgate/store';
 import { cliEnv, credentialsFor, registerGateway, type GatewayCredentials } from './credentials.ts';
 import { createCertificateAuthority, type CertificateAuthority, type PemPair } from '@sandgate/pki';
 import { waitFor } from './wait.ts';
@@ -71,6 +73,12 @@ export class Cluster {
   private readonly endpointOverride: string | undefined;
   driver: 'local' | 'docker' = 'local';
   host = '127.0.0.1';
+  /**
+   * What clients present to every replica (registered for each replica's address, so
+   * openShellClient and runCli use it unasked): an admin API token of workspace `default`, and
+   * with `tls` the CA and name.
+   */
+  readonly credentials: GatewayCredentials = {};
   /** Set when started with `tls`. */
   tls: ClusterTls | null = null;
   private tlsDir: string | null = null;
@@ -88,6 +96,8 @@ export class Cluster {
     cluster.host = opts.host ?? '127.0.0.1';
     if (opts.tls) await cluster.makeTls(opts.tls !== true);
     const n = opts.replicas ?? 3;
+    cluster.credentials.token = await cluster.tokenFor('default', 'admin', 'test harness');
+    Object.assign(cluster.credentials, cluster.tlsCredentials());
     const ports = await freePorts(n * 3);
     for (let i = 0; i < n; i++) {
       const [grpcPort, httpPort, peerPort] = [ports[i * 3]!, ports[i * 3 + 1]!, ports[i * 3 + 2]!];
@@ -104,6 +114,21 @@ export class Cluster {
     }
     await Promise.all(cluster.replicas.map((_, i) => cluster.startReplica(i)));
     return cluster;
+  }
+
+  /** The cluster's admin API token (every test client sends it unless told otherwise). */
+  get token(): string {
+    return this.credentials.token!;
+  }
+
+  /** A new API token of `workspace` with `role`, made in the cluster's Redis as `sandgate token create` does. */
+  async tokenFor(workspace: string, role: 'admin' | 'member' = 'member', name = ''): Promise<string> {
+    const redis = new Redis(this.redisUrl, { maxRetriesPerRequest: 2 });
+    try {
+      return (await new TokenStore(redis).create({ workspace, role, name })).token;
+    } finally {
+      redis.disconnect();
+    }
   }
 
   /** Every regular replica's gRPC address (what supervisors dial, as they would a load balancer). */
@@ -138,6 +163,7 @@ export class Cluster {
   /** (Re)starts replica i on its ports and waits until it is ready. */
   async startReplica(i: number): Promise<void> {
     const r = this.replicas[i]!;
+    registerGateway(r.grpcAddress, this.credentials);
     const args = [
       cliBin,
       'gateway',

@@ -6,6 +6,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
+import { forgetGateway, registerGateway, type GatewayCredentials } from './credentials.ts';
 import { waitFor } from './wait.ts';
 
 export interface HaproxyBackend {
@@ -46,7 +47,12 @@ export function haproxyConfig(port: number, backends: HaproxyBackend[], healthCa
   ].join('\n');
 }
 
-export async function startHaproxy(port: number, backends: HaproxyBackend[], opts: { healthCa?: string } = {}): Promise<Haproxy> {
+/**
+ * `opts.credentials`: what clients present through the balancer (normally the cluster's,
+ * `cluster.credentials`); registered for its address, so openShellClient and runCli use them.
+ * `opts.healthCa`: the replicas' CA, for health checks over TLS.
+ */
+export async function startHaproxy(port: number, backends: HaproxyBackend[], opts: { healthCa?: string; credentials?: GatewayCredentials } = {}): Promise<Haproxy> {
   const dir = mkdtempSync(path.join(os.tmpdir(), 'sg-haproxy-'));
   const cfg = path.join(dir, 'haproxy.cfg');
   writeFileSync(cfg, haproxyConfig(port, backends, opts.healthCa));
@@ -63,9 +69,11 @@ export async function startHaproxy(port: number, backends: HaproxyBackend[], opt
       s.on('error', () => resolve(false));
     });
   });
+  if (opts.credentials) registerGateway(`127.0.0.1:${port}`, opts.credentials);
   return {
     address: `127.0.0.1:${port}`,
     async stop() {
+      forgetGateway(`127.0.0.1:${port}`);
       if (proc.exitCode === null) {
         const exited = new Promise((r) => proc.once('exit', r));
         proc.kill('SIGKILL');

@@ -34,9 +34,13 @@ export const COMMANDS: Record<string, () => Promise<CommandModule>> = {
   'workspace list': () => import('./commands/workspace.ts').then((m) => ({ run: m.runList, OPTIONS: m.LIST_OPTIONS })),
   'workspace delete': () => import('./commands/workspace.ts').then((m) => ({ run: m.runDelete, OPTIONS: m.DELETE_OPTIONS })),
   'workspace member': () => import('./commands/workspace.ts').then((m) => ({ run: m.runMember, OPTIONS: m.MEMBER_OPTIONS })),
+  whoami: () => import('./commands/whoami.ts'),
+  'token create': () => import('./commands/token.ts').then((m) => ({ run: m.runCreate, OPTIONS: m.CREATE_OPTIONS })),
+  'token list': () => import('./commands/token.ts').then((m) => ({ run: m.runList, OPTIONS: m.LIST_OPTIONS })),
+  'token revoke': () => import('./commands/token.ts').then((m) => ({ run: m.runRevoke, OPTIONS: m.REVOKE_OPTIONS })),
 };
 
-export const GROUPS = new Set(['sandbox', 'workspace']);
+export const GROUPS = new Set(['sandbox', 'workspace', 'token']);
 
 const isHelp = (arg: string | undefined) => arg === '-h' || arg === '--help';
 

@@ -38,6 +38,10 @@ Usage:
   sandgate workspace list [-o json]
   sandgate workspace delete NAME...
   sandgate workspace member add|remove|list --workspace WS [flags]
+  sandgate whoami [-o json]            who the gateway takes you for (GetCurrentUser)
+  sandgate token create --workspace W [flags]  a new API token (printed once, on stdout)
+  sandgate token list [-o json]        the API tokens (never the tokens themselves)
+  sandgate token revoke ID|TOKEN       revoke an API token (refused everywhere within 1 s)
 
 ${GLOBAL_FLAGS}
   --version       print the version
@@ -162,6 +166,58 @@ Flags:
   -o json         print the sandbox as proto3 JSON
 ${GLOBAL_FLAGS}
 `,
+  whoami: `Usage: sandgate whoami [-o json]
+
+Prints the identity the gateway authenticated this caller as (GetCurrentUser): subject, name,
+provider (api_token, oidc, mtls or local_dev), roles and scopes. The credential is the one
+every client command sends: SANDGATE_TOKEN as 'authorization: Bearer <token>'.
+
+Flags:
+  -o json         print {subject, display_name, identity_provider, roles, scopes}
+${GLOBAL_FLAGS}
+`,
+  token: `Usage:
+  sandgate token create --redis URL --workspace W [--role admin|member] [--ttl DURATION] [--name LABEL]
+  sandgate token list --redis URL [-o json]
+  sandgate token revoke --redis URL ID|TOKEN
+
+API tokens authenticate callers of the gateway ('authorization: Bearer <token>'; the CLI sends
+SANDGATE_TOKEN). These commands work on the Redis the replicas share, not through a gateway.
+
+Run 'sandgate token COMMAND --help' for a command's flags.
+`,
+  'token create': `Usage: sandgate token create --workspace W [flags]
+
+Creates an API token and prints it, and only it, on stdout (it is shown once: Redis keeps only
+its SHA-256):  export SANDGATE_TOKEN=$(sandgate token create --workspace default --role admin)
+
+Flags:
+  --workspace W       the workspace the token belongs to (required)
+  --role R            admin (every workspace, workspace management) or member (its own
+                      workspace only); default member
+  --ttl DURATION      lifetime, e.g. 30m, 12h, 7d, 1h30m (default: never expires)
+  --name LABEL        a label shown by 'token list'
+  --redis URL         the Redis the replicas share (SANDGATE_REDIS_URL, default
+                      redis://127.0.0.1:6379)
+`,
+  'token list': `Usage: sandgate token list [--redis URL] [-o json]
+
+Lists the live API tokens: id, name, workspace, role, created, expires. Never the tokens.
+
+Flags:
+  -o json             print {"tokens": [{id, name, workspace, role, created, expires}]}
+  --redis URL         the Redis the replicas share (SANDGATE_REDIS_URL, default
+                      redis://127.0.0.1:6379)
+`,
+  'token revoke': `Usage: sandgate token revoke [--redis URL] ID|TOKEN
+
+Revokes an API token, named by its id (from 'token list') or by the token itself. Every
+replica refuses it within a second.
+
+Flags:
+  --redis URL         the Redis the replicas share (SANDGATE_REDIS_URL, default
+                      redis://127.0.0.1:6379)
+`,
   logs: `Usage: sandgate logs NAME [flags]
 
 Prints the sandbox's log lines (gateway and sandbox sources), from any replica.
@@ -282,6 +338,11 @@ Flags:
                               default this replica's gRPC address)
   --advertise-host H          host peers use to reach this replica (SANDGATE_ADVERTISE_HOST, default --host)
   --no-workers                do not run the background workers here (SANDGATE_WORKERS=0)
+  --no-auth                   let every caller in as an admin, unauthenticated (SANDGATE_AUTH=0;
+                              default: API tokens, plus OIDC and mTLS when configured)
+  --oidc-issuer URL           accept this issuer's JWTs as bearer tokens (SANDGATE_OIDC_ISSUER)
+  --oidc-audience A           the audience they must carry (SANDGATE_OIDC_AUDIENCE; required with
+                              --oidc-issuer)
   -h, --help                  show help
 `,
   worker: `Usage: sandgate worker [flags]
@@ -322,6 +383,7 @@ Flags:
   --state-dir DIR   state directory (SANDGATE_STATE_DIR, default ~/.local/state/sandgate)
   --driver D        compute driver: local or docker (SANDGATE_DRIVER; default local, or docker
                     when bubblewrap cannot be had and a Docker engine answers)
+  --no-auth         let every caller in as an admin, unauthenticated (SANDGATE_AUTH=0)
   -h, --help        show help
 `,
 };

@@ -34,6 +34,8 @@ beforeAll(async () => {
     supervisorEndpoint: '',
     advertiseHost: '127.0.0.1',
     workers: true,
+    // The policy commands, not authentication, are under test here.
+    auth: false,
   });
 });
 afterAll(async () => {

@@ -33,7 +33,8 @@ import { servePeerPort } from './relay/peer-port.ts';
 import { ExecService } from './exec/exec-service.ts';
 import { SandboxService } from './sandboxes/sandbox-service.ts';
 import { openShellDefinition, openShellImplementation } from './api/openshell-service.ts';
-import { noAuthentication, type Authenticator } from './auth/authenticator.ts';
+import type { Authenticator } from './auth/authenticator.ts';
+import { authenticatorFor } from './auth/chain.ts';
 import { WorkspaceService } from './workspaces/workspace-service.ts';
 import { WorkspaceAccess } from './api/access.ts';
 import { buildHttp } from './api/http.ts';
@@ -158,6 +159,9 @@ export async function startReplica(config: ReplicaConfig, opts: { authenticator?
     maxExecsPerWorkspace: config.maxExecsPerWorkspace,
   });
 
+  // Before any listener: an unusable OIDC or client-CA setting stops the start. A test may hand
+  // in its own authenticator instead.
+  const authenticator = opts.authenticator ?? authenticatorFor(config, { redis, log });
   const publicServer = new Server(GRPC_SERVER_OPTIONS);
   const grpcPort = await bindGrpc(publicServer, config.host, config.grpcPort, grpcCredentials);
   const grpcAddress = `${config.host}:${grpcPort}`;
@@ -219,7 +223,7 @@ export async function startReplica(config: ReplicaConfig, opts: { authenticator?
   const door = { workspaces: new WorkspaceService({ workspaces: workspaceStore, log }), driverName: driver.name };
   publicServer.addService(
     openShellDefinition,
-    openShellImplementation(opts.authenticator ?? noAuthentication, sandboxes, exec, lifecycle, watch, log, { sessions: ssh, forward }, configService, door),
+    openShellImplementation(authenticator, sandboxes, exec, lifecycle, watch, log, { sessions: ssh, forward }, configService, door),
   );
   publicServer.addService(serviceDefinition('sandgate.v1.SupervisorGateway'), {
     Control: (call: ControlCall) => sessions.handleControl(call),

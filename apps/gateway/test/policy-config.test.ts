@@ -47,6 +47,8 @@ function config(replicaId: string): ReplicaConfig {
     advertiseHost: '127.0.0.1',
     // No reconcile sweep: these records have no compute on purpose.
     workers: false,
+    // Policy, not authentication, is under test here (test/e2e/auth.test.ts covers the door).
+    auth: false,
   };
 }
 

@@ -48,6 +48,8 @@ function config(replicaId: string): ReplicaConfig {
     supervisorEndpoint: '',
     advertiseHost: '127.0.0.1',
     workers: true,
+    // Shutdown, not authentication, is under test here.
+    auth: false,
   };
 }
 

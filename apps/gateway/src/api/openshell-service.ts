@@ -65,6 +65,7 @@ export function openShellImplementation(
   // Handlers before the gate: each takes (call, callback, caller) or (call, caller).
   const implemented: Record<string, (call: never, callback: never, caller: Principal) => void> = {
     Health: unary(log, async () => ({ status: ServiceStatus.HEALTHY, version: GATEWAY_VERSION })),
+    GetCurrentUser: unary(log, async (_req: unknown, caller: Principal) => currentUser(caller)),
     CreateSandbox: unary(log, (req: Parameters<SandboxService['create']>[0], caller) => sandboxes.create(req, caller)),
     GetSandbox: unary(log, (req: Parameters<SandboxService['get']>[0], caller) => sandboxes.get(req, caller)),
     ListSandboxes: unary(log, (req: Parameters<SandboxService['list']>[0], caller) => sandboxes.list(req, caller)),
@@ -107,6 +108,17 @@ export function openShellImplementation(
     service[method] = gated(authenticator, log, !def.responseStream, handler as never) as never;
   }
   return service;
+}
+
+/** GetCurrentUserResponse: the identity the gate established (upstream's field sources). */
+export function currentUser(caller: Principal) {
+  return {
+    subject: caller.subject,
+    display_name: caller.displayName,
+    roles: caller.roles,
+    scopes: caller.scopes,
+    identity_provider: caller.provider,
+  };
 }
 
 function unimplementedHandler(requestStream: boolean, responseStream: boolean, err: GatewayError, log: Logger) {
