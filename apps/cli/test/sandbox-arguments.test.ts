@@ -68,6 +68,7 @@ describe('sandbox exec arguments', () => {
       environment: { K: 'V' },
       timeoutSeconds: 10,
       gateway: undefined,
+      connection: {},
     });
   });
 
