@@ -13,6 +13,7 @@ import { Cluster, runCli } from '../harness/cluster.ts';
 import { startRedis, type TestRedis } from '../harness/redis.ts';
 import { openShellClient, unaryCall, type AnyClient } from '../harness/grpc-client.ts';
 import { waitFor } from '../harness/wait.ts';
+import { freePorts } from '../harness/ports.ts';
 
 let redis: TestRedis;
 let r: Redis;
@@ -144,6 +145,21 @@ describe('authentication', () => {
     const noWs = await cli(['token', 'create', '--redis', redis.url]);
     expect(noWs.code).toBe(2);
     expect(noWs.stderr).toContain('--workspace is required');
+    // A workspace that does not exist gets no token.
+    const missing = await cli(['token', 'create', '--redis', redis.url, '--workspace', 'nowhere']);
+    expect(missing.code).not.toBe(0);
+    expect(missing.stderr).toContain("workspace 'nowhere' not found");
+    expect(missing.stdout.length).toBe(0);
+  });
+
+  it('never prints the Redis password, even when Redis cannot be reached', async () => {
+    const url = new URL(redis.url);
+    expect(url.password).not.toBe('');
+    url.port = String((await freePorts(1))[0]);
+    const res = await cli(['token', 'list', '--redis', url.toString()]);
+    expect(res.code).not.toBe(0);
+    expect(res.stderr).toContain('cannot reach Redis');
+    expect(res.stderr).not.toContain(url.password);
   });
 
   it('token list never shows a token, and Redis holds none in clear', async () => {

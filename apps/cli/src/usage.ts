@@ -192,13 +192,15 @@ Creates an API token and prints it, and only it, on stdout (it is shown once: Re
 its SHA-256):  export SANDGATE_TOKEN=$(sandgate token create --workspace default --role admin)
 
 Flags:
-  --workspace W       the workspace the token belongs to (required)
+  --workspace W       the workspace the token belongs to (required; it must exist:
+                      'default' always does, others come from 'sandgate workspace create')
   --role R            admin (every workspace, workspace management) or member (its own
                       workspace only); default member
   --ttl DURATION      lifetime, e.g. 30m, 12h, 7d, 1h30m (default: never expires)
   --name LABEL        a label shown by 'token list'
   --redis URL         the Redis the replicas share (SANDGATE_REDIS_URL, default
                       redis://127.0.0.1:6379)
+  --redis-ca F        PEM CA of a rediss:// Redis (SANDGATE_REDIS_CA)
 `,
   'token list': `Usage: sandgate token list [--redis URL] [-o json]
 
@@ -208,6 +210,7 @@ Flags:
   -o json             print {"tokens": [{id, name, workspace, role, created, expires}]}
   --redis URL         the Redis the replicas share (SANDGATE_REDIS_URL, default
                       redis://127.0.0.1:6379)
+  --redis-ca F        PEM CA of a rediss:// Redis (SANDGATE_REDIS_CA)
 `,
   'token revoke': `Usage: sandgate token revoke [--redis URL] ID|TOKEN
 
@@ -217,6 +220,7 @@ replica refuses it within a second.
 Flags:
   --redis URL         the Redis the replicas share (SANDGATE_REDIS_URL, default
                       redis://127.0.0.1:6379)
+  --redis-ca F        PEM CA of a rediss:// Redis (SANDGATE_REDIS_CA)
 `,
   logs: `Usage: sandgate logs NAME [flags]
 

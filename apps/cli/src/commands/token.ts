@@ -4,11 +4,12 @@
 import { UsageError, parseCommand, parseOutput, type Env } from '../args.ts';
 import type { CommandContext } from '../context.ts';
 import { ConfigError, readOption, REPLICA_OPTIONS } from '@sandgate/gateway/config';
+import { DEFAULT_WORKSPACE } from '@sandgate/core';
 import { EXIT_FAILURE } from '../errors.ts';
 import { formatJson, formatTable } from '../output.ts';
 import { write } from './common.ts';
 
-const REDIS_OPTION = { redis: { type: 'string' } } as const;
+const REDIS_OPTION = { redis: { type: 'string' }, 'redis-ca': { type: 'string' } } as const;
 export const CREATE_OPTIONS = {
   ...REDIS_OPTION,
   workspace: { type: 'string' },
@@ -51,15 +52,24 @@ function redisUrl(flag: string | undefined, env: Env): string {
   }
 }
 
-async function withTokens<T>(url: string, fn: (tokens: import('@sandgate/store').TokenStore) => Promise<T>): Promise<T> {
-  const { createRedisConnection, TokenStore } = await import('@sandgate/store');
-  const redis = createRedisConnection(url, 'commands', { lazyConnect: true, connectionName: 'sandgate:token-cli' });
+/** --redis-ca, else SANDGATE_REDIS_CA: the CA of a rediss:// Redis (as the replicas take it). */
+function redisCa(flag: string | undefined, env: Env): string {
+  return readOption(REPLICA_OPTIONS.redisCa, flag, env)?.value.trim() ?? '';
+}
+
+type Stores = { tokens: import('@sandgate/store').TokenStore; workspaces: import('@sandgate/store').WorkspaceStore };
+
+async function withTokens<T>(url: string, ca: string, fn: (stores: Stores) => Promise<T>): Promise<T> {
+  const { createRedisConnection, loadRedisCa, TokenStore, WorkspaceStore } = await import('@sandgate/store');
+  const { redactRedisUrl } = await import('./up.ts');
+  const redis = createRedisConnection(url, 'commands', { lazyConnect: true, connectionName: 'sandgate:token-cli', tlsCa: loadRedisCa(ca) });
   redis.on('error', () => undefined); // reported by the command that fails
   try {
     await redis.connect().catch((err: Error) => {
-      throw new Error(`cannot reach Redis at ${url}: ${err.message}`);
+      // The URL carries the Redis password: never print it.
+      throw new Error(`cannot reach Redis at ${redactRedisUrl(url)}: ${err.message}`);
     });
-    return await fn(new TokenStore(redis));
+    return await fn({ tokens: new TokenStore(redis), workspaces: new WorkspaceStore(redis) });
   } finally {
     redis.disconnect();
   }
@@ -75,7 +85,14 @@ export async function runCreate(argv: string[], ctx: CommandContext): Promise<nu
   const role = parseRole(values.role);
   const ttlMs = values.ttl === undefined ? 0 : parseDuration(values.ttl, '--ttl');
   const url = redisUrl(values.redis, ctx.env);
-  const { token, record } = await withTokens(url, (tokens) => tokens.create({ workspace, role, name: values.name ?? '', ttlMs }));
+  const { token, record } = await withTokens(url, redisCa(values['redis-ca'], ctx.env), async ({ tokens, workspaces }) => {
+    // A token for a workspace that does not exist would authenticate a caller who can do nothing
+    // (every create there is refused): say so now. `default` exists once any replica has started.
+    if (workspace !== DEFAULT_WORKSPACE && !(await workspaces.get(workspace))) {
+      throw new UsageError(`workspace '${workspace}' not found: create it first (sandgate workspace create --name ${workspace})`, 'token create');
+    }
+    return tokens.create({ workspace, role, name: values.name ?? '', ttlMs });
+  });
   // stdout: the token and only the token (`export SANDGATE_TOKEN=$(sandgate token create …)`).
   write(`${token}\n`);
   process.stderr.write(
@@ -88,7 +105,7 @@ export async function runList(argv: string[], ctx: CommandContext): Promise<numb
   const { values, positionals } = parseCommand(argv, LIST_OPTIONS, 'token list');
   if (positionals.length > 0) throw new UsageError(`unexpected argument '${positionals[0]}'`, 'token list');
   const json = parseOutput(values.output);
-  const records = await withTokens(redisUrl(values.redis, ctx.env), (tokens) => tokens.list());
+  const records = await withTokens(redisUrl(values.redis, ctx.env), redisCa(values['redis-ca'], ctx.env), ({ tokens }) => tokens.list());
   // Never the tokens themselves: Redis holds only their digests.
   const rows = records.map((r) => ({
     id: r.id,
@@ -109,7 +126,7 @@ export async function runRevoke(argv: string[], ctx: CommandContext): Promise<nu
     throw new UsageError(positionals.length === 0 ? 'a token ID (from `sandgate token list`) or the token itself is required' : `unexpected argument '${positionals[1]}'`, 'token revoke');
   }
   const target = positionals[0]!;
-  const revoked = await withTokens(redisUrl(values.redis, ctx.env), (tokens) => tokens.revoke(target));
+  const revoked = await withTokens(redisUrl(values.redis, ctx.env), redisCa(values['redis-ca'], ctx.env), ({ tokens }) => tokens.revoke(target));
   if (!revoked) {
     process.stderr.write(`error: no live token ${target.startsWith('sgt_') ? 'matches the token given' : `with id '${target}'`} (see 'sandgate token list')\n`);
     return EXIT_FAILURE;
