@@ -1,5 +1,5 @@
 // A private redis-server per test file, on a free port, so tests can kill and restart it.
-// Locked like `sandgate up`'s by default: the `default` user is off and an ACL user with a random
+// Locked like `sandgate up`'s by default: no one can log in as `default` and an ACL user with a random
 // password is the only way in, so every test's Redis URL carries credentials (and replicas derive
 // their peer secret from it, as in production).
 import { spawn, type ChildProcess } from 'node:child_process';
@@ -70,8 +70,11 @@ export async function startRedis(opts: RedisOptions = {}): Promise<TestRedis> {
     '--appendonly', opts.persistent ? 'yes' : 'no',
     '--appendfsync', 'everysec',
     '--daemonize', 'no',
-    // `default off` first: a connection without the password can do nothing, not even PING.
-    ...(auth ? ['--user', 'default', 'off', '--user', user, 'on', `>${password}`, '~*', '&*', '+@all'] : []),
+    // A connection without the password can do nothing, not even PING. `default` keeps a random
+    // password nobody knows instead of being `off`: Redis 7.0 replays the append-only file as that
+    // user and, were it off, would drop every MULTI/EXEC (multi-key Lua script) on a restart
+    // (apps/cli/src/redis-server.ts says more).
+    ...(auth ? ['--user', 'default', 'on', `>${randomBytes(24).toString('hex')}`, '~*', '&*', '+@all', '--user', user, 'on', `>${password}`, '~*', '&*', '+@all'] : []),
   ];
   let proc: ChildProcess = spawn('redis-server', args, { stdio: 'ignore' });
   const url = `${opts.tls ? 'rediss' : 'redis'}://${auth ? `${user}:${password}@` : ''}127.0.0.1:${port}`;

@@ -1,10 +1,10 @@
 // A private redis-server for `sandgate up`: found on PATH, started on a free loopback port with
-// its data in <stateDir>/redis, locked (the `default` user off; one ACL user, `sandgate`, whose
+// its data in <stateDir>/redis, locked (nobody can log in as `default`; one ACL user, `sandgate`, whose
 // generated password is kept 0600 in <stateDir>/redis-password and reused across starts), and
 // considered up once it answers PING as that user. The password reaches redis-server through an
 // ACL file (0600), never its command line, and the replica through the URL (which `up` never prints).
 import { spawn, type ChildProcess } from 'node:child_process';
-import { randomBytes } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import { accessSync, chmodSync, constants, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
@@ -53,9 +53,18 @@ export function redisServerArgs(port: number, dir: string, aclFile: string): str
   ];
 }
 
-/** The ACL file's lines: nobody gets in as `default`; the replicas' user may do everything. */
-export function aclFileText(password: string): string {
-  return `user default off\nuser ${PRIVATE_REDIS_USER} on >${password} ~* &* +@all\n`;
+/**
+ * The ACL file's lines: nobody gets in as `default`; the replicas' user may do everything. Both
+ * passwords are stored as SHA-256 (`#…`), so the file holds no password.
+ *
+ * `default` stays *on* (with a random password no one is ever given) rather than `off`: Redis 7.0
+ * replays the append-only file as the default user, and with that user off it refuses every
+ * MULTI/EXEC in the file ("NOPERM ACLs rules changed…"), which is how our multi-key Lua scripts
+ * are logged. A restart would silently drop every token, record and workspace those scripts wrote.
+ */
+export function aclFileText(password: string, defaultUserSecret = randomBytes(32).toString('hex')): string {
+  const hash = (secret: string) => createHash('sha256').update(secret).digest('hex');
+  return `user default on #${hash(defaultUserSecret)} ~* &* +@all\nuser ${PRIVATE_REDIS_USER} on #${hash(password)} ~* &* +@all\n`;
 }
 
 /** The state directory's Redis password: generated on first start (0600), the same ever after. */

@@ -11,7 +11,7 @@ import path from 'node:path';
 import { promisify } from 'node:util';
 import { Redis } from 'ioredis';
 import { parseReplicaConfig, startReplica } from '@sandgate/gateway';
-import { derivePeerSecret, NO_PEER_SECRET } from '@sandgate/store';
+import { derivePeerSecret, NO_PEER_SECRET, TokenStore } from '@sandgate/store';
 import { startPrivateRedis, type PrivateRedis } from '../src/redis-server.ts';
 
 const run = promisify(execFile);
@@ -45,7 +45,7 @@ describe('sandgate up: private Redis', () => {
       ['-p', port, 'keys', '*'],
       ['-p', port, '--user', 'sandgate', '--pass', 'wrong', 'ping'],
       ['-p', port, '--user', 'default', '--pass', '', 'ping'],
-      ['-p', port, '-a', password, 'ping'], // the password, but as the (disabled) default user
+      ['-p', port, '-a', password, 'ping'], // the password, but as the default user (whose password no one has)
     ]) {
       expect(await redisCli(...attempt), attempt.join(' ')).toMatch(/NOAUTH|WRONGPASS|invalid username-password|AUTH failed/);
     }
@@ -54,11 +54,22 @@ describe('sandgate up: private Redis', () => {
     expect(statSync(path.join(stateDir, 'redis', 'users.acl')).mode & 0o777).toBe(0o600);
   });
 
-  it('keeps the same password across starts', async () => {
+  it('keeps the same password, and everything multi-key scripts wrote, across starts', async () => {
     const before = redis!.url;
+    // A token is written by a two-key Lua script, logged as MULTI/EXEC in the append-only file:
+    // Redis 7.0 drops those on replay when the `default` user is off (it replays as `default`).
+    const writer = new Redis(before);
+    const { token } = await new TokenStore(writer).create({ workspace: 'default', role: 'admin' });
+    writer.disconnect();
     await redis!.stop();
     redis = await startPrivateRedis(stateDir, process.env);
     expect(new URL(redis.url).password).toBe(new URL(before).password);
+    const reader = new Redis(redis.url);
+    try {
+      expect(await new TokenStore(reader).verify(token)).not.toBeNull();
+    } finally {
+      reader.disconnect();
+    }
   });
 
   it('a replica on it derives the peer secret from the password, deletes a leftover sg:peer-secret and stores no secret', async () => {

@@ -57,6 +57,23 @@ describe('locked Redis', () => {
     expect(await right.ping()).toBe('PONG');
   });
 
+  it('a restart keeps what multi-key scripts wrote (the harness locks Redis the way up does)', async () => {
+    // Regression: with the `default` user `off`, Redis 7.0 replayed every MULTI/EXEC of its
+    // append-only file as a NOPERM error on restart, and lost every token and sandbox record.
+    const durable = await startRedis({ persistent: true });
+    try {
+      const writer = createRedisConnection(durable.url, 'commands');
+      const { token } = await new TokenStore(writer).create({ workspace: 'default', role: 'admin' });
+      writer.disconnect();
+      await durable.restart();
+      const reader = createRedisConnection(durable.url, 'commands');
+      expect(await new TokenStore(reader).verify(token)).not.toBeNull();
+      reader.disconnect();
+    } finally {
+      await durable.stop();
+    }
+  });
+
   it('rediss:// with --redis-ca: a TokenStore round trip over TLS, with the credentials', async () => {
     expect(tlsRedis.url).toMatch(/^rediss:\/\/sandgate:/);
     const redis = track(createRedisConnection(tlsRedis.url, 'commands', { tlsCa: ca }));
