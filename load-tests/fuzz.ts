@@ -20,10 +20,9 @@
 // not come back by the end of the settle period, are read after one full GC (fuzz/heap.ts says
 // why; the report shows VmRSS without it too; `--no-inspector` judges VmRSS alone).
 import { parseArgs } from 'node:util';
-import { TokenStore } from '@sandgate/store';
+import { resolvePeerSecret } from '@sandgate/store';
 import type { ServiceError } from '@grpc/grpc-js';
 import { Cluster } from '../test/harness/cluster.ts';
-import { registerGateway } from '../test/harness/credentials.ts';
 import { openShellClient, unaryCall } from '../test/harness/grpc-client.ts';
 import { startRedis, type TestRedis } from '../test/harness/redis.ts';
 import { createSandbox, pidsMatching } from '../test/harness/sandbox.ts';
@@ -144,9 +143,9 @@ async function main(): Promise<number> {
   });
   const pids = cluster.replicas.map((r) => r.proc!.pid!);
   if (!values['no-inspector']) for (const r of cluster.replicas) if (!inspectorUrl(r)) throw new Error(`replica ${r.id} printed no inspector URL`);
-  const adminRedis = redis.client();
-  const { token } = await new TokenStore(adminRedis).create({ workspace: 'default', role: 'admin', name: 'fuzz' });
-  for (const r of cluster.replicas) registerGateway(r.grpcAddress, { token });
+  // The cluster's admin token (the harness registered it for every replica: openShellClient sends it).
+  const token = cluster.token;
+  const peerSecret = resolvePeerSecret('', redis.url);
 
   // Does this build authenticate? (Before issue 13's auth lands every call is let in.)
   const anon = openShellClient(cluster.replicas[0]!.grpcAddress, {});
@@ -163,7 +162,7 @@ async function main(): Promise<number> {
   const rssReady = await rssAll(pids);
 
   const replicas: ReplicaAddresses[] = cluster.replicas.map((r) => ({ id: r.id, host: cluster!.host, grpcPort: r.grpcPort, httpPort: r.httpPort, peerPort: r.peerPort }));
-  const ctx: FuzzContext = { replicas, adminToken: token, authEnforced, sandbox, timeoutMs, createBudget: { left: createBudget, used: 0, guarded: 0 }, sessions };
+  const ctx: FuzzContext = { replicas, adminToken: token, peerSecret, authEnforced, sandbox, timeoutMs, createBudget: { left: createBudget, used: 0, guarded: 0 }, sessions };
 
   const tallies = new Map<string, Tally>();
   const tally = (name: string) => tallies.get(name) ?? (tallies.set(name, new Tally(name)), tallies.get(name)!);
@@ -309,6 +308,15 @@ async function main(): Promise<number> {
     const holes = [...tally('grpc').notes].filter(([k]) => k.startsWith('unauthenticated-ok:'));
     checks.push({ name: 'no OpenShell call without a valid token succeeded', ok: holes.length === 0, detail: holes.map(([k, n]) => `${k.slice('unauthenticated-ok:'.length)} ${n}`).join(', ') || 'none' });
   }
+  if (targets.some((t) => t.name === 'peer')) {
+    const notes = tally('peer').notes;
+    const holes = [...notes].filter(([k]) => k.startsWith('peer-hole:'));
+    checks.push({ name: 'peer port: no forged, replayed or foreign HELLO accepted, no gRPC spoken', ok: holes.length === 0, detail: holes.map(([k, n]) => `${k.slice('peer-hole:'.length)} ${n}`).join(', ') || 'none' });
+    // Without this the refusals would prove nothing: a correct HELLO must be accepted.
+    const control = notes.get('replay-control:PROOF') ?? 0;
+    const controlFailed = notes.get('replay-control:NOT ACCEPTED') ?? 0;
+    checks.push({ name: 'peer port: correct HELLOs (the replay controls) accepted', ok: control > 0 && controlFailed === 0, detail: `${control} accepted, ${controlFailed} not` });
+  }
   checks.push({ name: 'fuzzer itself ran clean', ok: fuzzerErrors === 0, detail: `${fuzzerErrors} fuzzer errors` });
 
   // The report.
@@ -336,7 +344,6 @@ async function main(): Promise<number> {
   const failed = checks.filter((c) => !c.ok);
   console.log(`\n${failed.length === 0 ? 'all checks passed' : `${failed.length} check(s) FAILED`} (total ${((Date.now() - started) / 1000).toFixed(1)} s)`);
   if (failed.length) console.log(cluster.logs().slice(-6000));
-  adminRedis.disconnect();
   stopping = true;
   return failed.length ? 1 : 0;
 }
