@@ -59,11 +59,12 @@ const { values } = parseArgs({
     'replica-env': { type: 'string', multiple: true, default: [] },
     'memory-curve': { type: 'boolean', default: false },
     'rss-tolerance': { type: 'string', default: '10' },
+    'allow-no-auth': { type: 'boolean', default: false },
     help: { type: 'boolean', default: false },
   },
 });
 if (values.help) {
-  console.log('npm run fuzz -- [--count N (100000)] [--seed S (1)] [--short (5000 inputs, shorter slow-loris and settle)] [--concurrency 48] [--replicas 2] [--timeout-ms 4000] [--slowloris-per-port N] [--slowloris-seconds S] [--settle-seconds S] [--creates 3] [--targets grpc,h2-frames,supervisor,forward-tcp,http,peer] [--no-inspector (judge VmRSS without the one full GC; see fuzz/heap.ts)] [--replica-env K=V ... (extra environment for the replicas, for diagnosis)] [--memory-curve (a full GC and VmRSS after each fifth of the inputs)] [--rss-tolerance PERCENT (10)]');
+  console.log('npm run fuzz -- [--count N (100000)] [--seed S (1)] [--short (5000 inputs, shorter slow-loris and settle)] [--concurrency 48] [--replicas 2] [--timeout-ms 4000] [--slowloris-per-port N] [--slowloris-seconds S] [--settle-seconds S] [--creates 3] [--targets grpc,h2-frames,supervisor,forward-tcp,http,peer] [--no-inspector (judge VmRSS without the one full GC; see fuzz/heap.ts)] [--replica-env K=V ... (extra environment for the replicas, for diagnosis)] [--memory-curve (a full GC and VmRSS after each fifth of the inputs)] [--rss-tolerance PERCENT (10)] [--allow-no-auth (replicas that let anonymous calls in are not a failure; by default they are, and every call without a valid token is judged as if authentication were on)]');
   process.exit(0);
 }
 const short = values.short;
@@ -149,12 +150,15 @@ async function main(): Promise<number> {
 
   // Does this build authenticate? (Before issue 13's auth lands every call is let in.)
   const anon = openShellClient(cluster.replicas[0]!.grpcAddress, {});
-  const authEnforced = await unaryCall(anon, 'ListSandboxes', {}).then(
+  const authProbe = await unaryCall(anon, 'ListSandboxes', {}).then(
     () => false,
     (err: ServiceError) => err.code === 16,
   );
   anon.close();
-  log(`replicas ${cluster.replicas.map((r) => `${r.id} pid ${r.proc!.pid}`).join(', ')}; authentication ${authEnforced ? 'enforced' : 'NOT enforced (anonymous calls act as admin)'}`);
+  // Authentication is on by default: unless told otherwise the calls without a valid token are
+  // judged as holes even if the probe got in (so the check also fails on a replica run --no-auth).
+  const authEnforced = authProbe || !values['allow-no-auth'];
+  log(`replicas ${cluster.replicas.map((r) => `${r.id} pid ${r.proc!.pid}`).join(', ')}; authentication ${authProbe ? 'enforced' : 'NOT enforced (anonymous calls act as admin)'}`);
 
   const sandbox = await createSandbox(cluster.replicas[0]!.grpcAddress, 'fuzz-target');
   for (const r of cluster.replicas) await execEcho(r.grpcAddress, sandbox.name);
@@ -304,6 +308,7 @@ async function main(): Promise<number> {
     ...settle.checks,
   ];
   if (crashes.length === 0) checks.push(...(await wellFormedChecks(cluster, sandbox, String(seed))));
+  checks.push({ name: 'authentication enforced (anonymous ListSandboxes refused with UNAUTHENTICATED)', ok: authProbe || values['allow-no-auth'], detail: authProbe ? 'refused' : 'let in' });
   if (authEnforced) {
     const holes = [...tally('grpc').notes].filter(([k]) => k.startsWith('unauthenticated-ok:'));
     checks.push({ name: 'no OpenShell call without a valid token succeeded', ok: holes.length === 0, detail: holes.map(([k, n]) => `${k.slice('unauthenticated-ok:'.length)} ${n}`).join(', ') || 'none' });
@@ -322,7 +327,7 @@ async function main(): Promise<number> {
   // The report.
   const ordered = [...targets.map((t) => tally(t.name)), ...lorisResult.tallies];
   console.log('\n## Fuzz results\n');
-  console.log(`seed ${seed}; ${count} inputs (+ ${lorisResult.tallies.reduce((a, t) => a + t.sent, 0)} slow-loris connections); ${replicaCount} replicas; concurrency ${concurrency}; per-input timeout ${timeoutMs} ms; authentication ${authEnforced ? 'enforced' : 'not enforced'}`);
+  console.log(`seed ${seed}; ${count} inputs (+ ${lorisResult.tallies.reduce((a, t) => a + t.sent, 0)} slow-loris connections); ${replicaCount} replicas; concurrency ${concurrency}; per-input timeout ${timeoutMs} ms; authentication ${authProbe ? 'enforced' : 'not enforced'}`);
   console.log(`inputs after warm-up took ${(fuzzMs / 1000).toFixed(1)} s (${Math.round(((count - warmup) / fuzzMs) * 1000)}/s); whole run ${((Date.now() - started) / 1000).toFixed(1)} s so far`);
   console.log(`CreateSandbox budget: ${ctx.createBudget.used} authorised decodable creates let through, ${ctx.createBudget.guarded} made undecodable\n`);
   console.log(renderTallies(ordered));
