@@ -60,11 +60,12 @@ const { values } = parseArgs({
     'memory-curve': { type: 'boolean', default: false },
     'rss-tolerance': { type: 'string', default: '10' },
     'allow-no-auth': { type: 'boolean', default: false },
+    'malloc-trim-diagnosis': { type: 'boolean', default: false },
     help: { type: 'boolean', default: false },
   },
 });
 if (values.help) {
-  console.log('npm run fuzz -- [--count N (100000)] [--seed S (1)] [--short (5000 inputs, shorter slow-loris and settle)] [--concurrency 48] [--replicas 2] [--timeout-ms 4000] [--slowloris-per-port N] [--slowloris-seconds S] [--settle-seconds S] [--creates 3] [--targets grpc,h2-frames,supervisor,forward-tcp,http,peer] [--no-inspector (judge VmRSS without the one full GC; see fuzz/heap.ts)] [--replica-env K=V ... (extra environment for the replicas, for diagnosis)] [--memory-curve (a full GC and VmRSS after each fifth of the inputs)] [--rss-tolerance PERCENT (10)] [--allow-no-auth (replicas that let anonymous calls in are not a failure; by default they are, and every call without a valid token is judged as if authentication were on)]');
+  console.log('npm run fuzz -- [--count N (100000)] [--seed S (1)] [--short (5000 inputs, shorter slow-loris and settle)] [--concurrency 48] [--replicas 2] [--timeout-ms 4000] [--slowloris-per-port N] [--slowloris-seconds S] [--settle-seconds S] [--creates 3] [--targets grpc,h2-frames,supervisor,forward-tcp,http,peer] [--no-inspector (judge VmRSS without the one full GC; see fuzz/heap.ts)] [--replica-env K=V ... (extra environment for the replicas, for diagnosis)] [--memory-curve (a full GC and VmRSS after each fifth of the inputs)] [--rss-tolerance PERCENT (10)] [--allow-no-auth (replicas that let anonymous calls in are not a failure; by default they are, and every call without a valid token is judged as if authentication were on)] [--malloc-trim-diagnosis (after the end reading, glibc malloc_trim(0) in each replica through gdb, and VmRSS again: how much of what is left is free memory the allocator keeps; diagnosis only, no check uses it)]');
   process.exit(0);
 }
 const short = values.short;
@@ -343,6 +344,19 @@ async function main(): Promise<number> {
   if (curve.length) console.log(`retained memory along the run (one full GC at each point):\n${curve.map((l) => `  ${l}`).join('\n')}`);
   console.log(`malloc's main arena ([heap] in smaps, native memory outside V8): baseline ${mallocBaseline.map(mib).join(', ')}; end ${mallocEnd.map(mib).join(', ')}`);
   const errorLines = cluster.replicas.map((r) => r.logs.join('').split('\n').filter((l) => /"level":"(error|fatal)"|Uncaught|unhandled/i.test(l)).length);
+  if (values['malloc-trim-diagnosis']) {
+    const { execFileSync } = await import('node:child_process');
+    for (const pid of pids) {
+      try {
+        execFileSync('gdb', ['-p', String(pid), '-batch', '-ex', 'call (int) malloc_trim(0)'], { stdio: 'ignore', timeout: 60_000 });
+      } catch (err) {
+        console.log(`malloc_trim in ${pid} failed: ${String(err).slice(0, 200)}`);
+      }
+    }
+    await sleep(1000);
+    const [rss, heap] = await Promise.all([rssAll(pids), Promise.all(pids.map(mallocHeapBytes))]);
+    console.log(`after malloc_trim(0) (diagnosis): RSS ${rss.map(mib).join(', ')} (${rss.map((v, i) => `${((v / baseline[i]! - 1) * 100).toFixed(1)} %`).join(', ')} against the baseline); malloc arena ${heap.map(mib).join(', ')}`);
+  }
   console.log(`replica log lines at level error: ${errorLines.join(', ')}`);
   console.log('\n## Checks\n');
   for (const c of checks) console.log(`${c.ok ? 'PASS' : 'FAIL'} ${c.name}: ${c.detail}`);
