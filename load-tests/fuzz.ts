@@ -14,8 +14,11 @@
 // forward-tcp (ForwardTcp), http (the HTTP port), peer (the peer port: links and gRPC), and
 // slow-loris on all three ports.
 //
-// The baseline RSS is taken after a warm-up share of the inputs (each target's code paths loaded
-// and compiled once), so the memory check measures what the storm leaves behind, not first use.
+// The baseline RSS is taken after a warm-up of well-formed traffic only (checks.ts
+// wellFormedWarmup: the read-only methods, concurrent execs with stdin, a create/exec/delete,
+// through every replica; `--warmup-rounds`): "where it started" is a replica in service, with its
+// steady-state buffers, pools and compiled code, before any hostile input. Every one of the
+// `--count` inputs comes after the baseline.
 // The replicas run with a loopback inspector: the baseline, and the end state if VmRSS alone has
 // not come back by the end of the settle period, are read after one full GC (fuzz/heap.ts says
 // why; the report shows VmRSS without it too; `--no-inspector` judges VmRSS alone).
@@ -28,7 +31,7 @@ import { startRedis, type TestRedis } from '../test/harness/redis.ts';
 import { createSandbox, pidsMatching } from '../test/harness/sandbox.ts';
 import { sleep } from '../test/harness/wait.ts';
 import { killLeftoverCompute } from './env.ts';
-import { aliveCheck, execEcho, mallocHeapBytes, mib, rssAll, settleRss, wellFormedChecks, type Check } from './fuzz/checks.ts';
+import { aliveCheck, execEcho, mallocHeapBytes, mib, rssAll, settleRss, wellFormedChecks, wellFormedWarmup, type Check } from './fuzz/checks.ts';
 import { fullGc, inspectorUrl } from './fuzz/heap.ts';
 import { forwardTcpTarget } from './fuzz/forward-tcp.ts';
 import { grpcTarget, PUBLIC_METHODS } from './fuzz/grpc-methods.ts';
@@ -60,12 +63,13 @@ const { values } = parseArgs({
     'memory-curve': { type: 'boolean', default: false },
     'rss-tolerance': { type: 'string', default: '10' },
     'allow-no-auth': { type: 'boolean', default: false },
+    'warmup-rounds': { type: 'string', default: '3' },
     'malloc-trim-diagnosis': { type: 'boolean', default: false },
     help: { type: 'boolean', default: false },
   },
 });
 if (values.help) {
-  console.log('npm run fuzz -- [--count N (100000)] [--seed S (1)] [--short (5000 inputs, shorter slow-loris and settle)] [--concurrency 48] [--replicas 2] [--timeout-ms 4000] [--slowloris-per-port N] [--slowloris-seconds S] [--settle-seconds S] [--creates 3] [--targets grpc,h2-frames,supervisor,forward-tcp,http,peer] [--no-inspector (judge VmRSS without the one full GC; see fuzz/heap.ts)] [--replica-env K=V ... (extra environment for the replicas, for diagnosis)] [--memory-curve (a full GC and VmRSS after each fifth of the inputs)] [--rss-tolerance PERCENT (10)] [--allow-no-auth (replicas that let anonymous calls in are not a failure; by default they are, and every call without a valid token is judged as if authentication were on)] [--malloc-trim-diagnosis (after the end reading, glibc malloc_trim(0) in each replica through gdb, and VmRSS again: how much of what is left is free memory the allocator keeps; diagnosis only, no check uses it)]');
+  console.log('npm run fuzz -- [--count N (100000)] [--seed S (1)] [--short (5000 inputs, shorter slow-loris and settle)] [--concurrency 48] [--replicas 2] [--timeout-ms 4000] [--slowloris-per-port N] [--slowloris-seconds S] [--settle-seconds S] [--creates 3] [--targets grpc,h2-frames,supervisor,forward-tcp,http,peer] [--no-inspector (judge VmRSS without the one full GC; see fuzz/heap.ts)] [--replica-env K=V ... (extra environment for the replicas, for diagnosis)] [--memory-curve (a full GC and VmRSS after each fifth of the inputs)] [--rss-tolerance PERCENT (10)] [--warmup-rounds N (3; well-formed traffic before the RSS baseline, see checks.ts wellFormedWarmup)] [--allow-no-auth (replicas that let anonymous calls in are not a failure; by default they are, and every call without a valid token is judged as if authentication were on)] [--malloc-trim-diagnosis (after the end reading, glibc malloc_trim(0) in each replica through gdb, and VmRSS again: how much of what is left is free memory the allocator keeps; diagnosis only, no check uses it)]');
   process.exit(0);
 }
 const short = values.short;
@@ -78,8 +82,9 @@ const slowPerPort = Number(values['slowloris-per-port'] ?? (short ? 10 : 40));
 const slowSeconds = Number(values['slowloris-seconds'] ?? (short ? 8 : 75));
 const settleSeconds = Number(values['settle-seconds'] ?? (short ? 15 : 60));
 const createBudget = Number(values.creates);
+const warmupRounds = Number(values['warmup-rounds']);
 const RSS_TOLERANCE_PERCENT = Number(values['rss-tolerance']);
-for (const [name, v, min] of [['count', count, 1], ['seed', seed, -Infinity], ['concurrency', concurrency, 1], ['replicas', replicaCount, 1], ['timeout-ms', timeoutMs, 100], ['slowloris-per-port', slowPerPort, 0], ['slowloris-seconds', slowSeconds, 1], ['settle-seconds', settleSeconds, 0], ['creates', createBudget, 0], ['rss-tolerance', RSS_TOLERANCE_PERCENT, 0]] as const) {
+for (const [name, v, min] of [['count', count, 1], ['seed', seed, -Infinity], ['concurrency', concurrency, 1], ['replicas', replicaCount, 1], ['timeout-ms', timeoutMs, 100], ['slowloris-per-port', slowPerPort, 0], ['slowloris-seconds', slowSeconds, 1], ['settle-seconds', settleSeconds, 0], ['creates', createBudget, 0], ['warmup-rounds', warmupRounds, 0], ['rss-tolerance', RSS_TOLERANCE_PERCENT, 0]] as const) {
   if (!Number.isFinite(v) || v < min) {
     console.error(`fuzz: --${name} must be a number${min > -Infinity ? ` ≥ ${min}` : ''}`);
     process.exit(2);
@@ -89,8 +94,8 @@ for (const [name, v, min] of [['count', count, 1], ['seed', seed, -Infinity], ['
 /** Share of the inputs per target (percent). */
 const WEIGHTS: Record<string, number> = { grpc: 42, 'h2-frames': 8, supervisor: 12, 'forward-tcp': 8, http: 15, peer: 15 };
 const RSS_TOLERANCE = Number(values['rss-tolerance']) / 100;
-/** Inputs before the RSS baseline: enough for every target's paths to have run. */
-const warmup = Math.min(Math.max(200, Math.floor(count * 0.02)), Math.floor(count / 2));
+/** Hostile inputs before the RSS baseline: none (the warm-up is well-formed traffic only). */
+const warmup = 0;
 
 const started = Date.now();
 const log = (msg: string) => console.log(`[fuzz +${((Date.now() - started) / 1000).toFixed(1)}s] ${msg}`);
@@ -132,7 +137,7 @@ async function cleanup(): Promise<void> {
 }
 
 async function main(): Promise<number> {
-  log(`seed ${seed}, ${count} inputs, concurrency ${concurrency}, ${replicaCount} replicas, warm-up ${warmup}`);
+  log(`seed ${seed}, ${count} inputs, concurrency ${concurrency}, ${replicaCount} replicas, ${warmupRounds} rounds of well-formed warm-up`);
   redis = await startRedis();
   cluster = await Cluster.start({
     redisUrl: redis.url,
@@ -241,8 +246,8 @@ async function main(): Promise<number> {
     for (const r of cluster!.replicas) if (r.logs.length > 200) r.logs.splice(0, r.logs.length - 200);
   }, 10_000);
 
-  // Warm-up, then the baseline.
-  await runRange(0, warmup);
+  // Well-formed warm-up, then the baseline.
+  log(await wellFormedWarmup(cluster, sandbox, { rounds: warmupRounds, concurrency, tag: String(seed) }));
   await sleep(3000);
   const useGc = !values['no-inspector'];
   const gcAll = () => Promise.all(cluster!.replicas.map((r) => fullGc(r)));
@@ -253,7 +258,7 @@ async function main(): Promise<number> {
   }
   const baseline = await rssAll(pids);
   const mallocBaseline = await Promise.all(pids.map(mallocHeapBytes));
-  log(`warm-up done (${warmup} inputs); RSS at ready ${rssReady.map(mib).join(', ')}; baseline ${baseline.map(mib).join(', ')}${useGc ? ` after one full GC (without: ${baselineWithoutGc.map(mib).join(', ')})` : ''}`);
+  log(`warm-up done; RSS at ready ${rssReady.map(mib).join(', ')}; baseline ${baseline.map(mib).join(', ')}${useGc ? ` after one full GC (without: ${baselineWithoutGc.map(mib).join(', ')})` : ''}`);
 
   const loris = slowLoris({ replicas, perPort: slowPerPort, durationMs: slowSeconds * 1000, byteIntervalMs: 3000 });
   // While the slow-loris connections hold on, well-formed calls must still be answered.
