@@ -11,7 +11,8 @@
 //
 // Targets (load-tests/fuzz/): grpc (every OpenShell and SupervisorGateway method, raw HTTP/2),
 // h2-frames (HTTP/2 protocol violations), supervisor (the supervisor protocol, bad credentials),
-// forward-tcp (ForwardTcp), http (the HTTP port), peer (the peer port: links and gRPC), and
+// forward-tcp (ForwardTcp), http (the HTTP port), peer (the peer port: the authenticated link,
+// forged and replayed HELLOs, old SGL1 links, gRPC bytes that must be refused), and
 // slow-loris on all three ports.
 //
 // The baseline RSS is taken after a warm-up of well-formed traffic only (checks.ts
