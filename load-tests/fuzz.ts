@@ -327,7 +327,8 @@ async function main(): Promise<number> {
     // Without this the refusals would prove nothing: a correct HELLO must be accepted.
     const control = notes.get('replay-control:PROOF') ?? 0;
     const controlFailed = notes.get('replay-control:NOT ACCEPTED') ?? 0;
-    checks.push({ name: 'peer port: correct HELLOs (the replay controls) accepted', ok: control > 0 && controlFailed === 0, detail: `${control} accepted, ${controlFailed} not` });
+    const controlLate = notes.get('replay-control:no answer in time') ?? 0;
+    checks.push({ name: 'peer port: correct HELLOs (the replay controls) accepted', ok: control > 0 && controlFailed === 0, detail: `${control} accepted, ${controlFailed} refused, ${controlLate} not answered by the deadline (inconclusive)` });
   }
   checks.push({ name: 'fuzzer itself ran clean', ok: fuzzerErrors === 0, detail: `${fuzzerErrors} fuzzer errors` });
 
