@@ -11,25 +11,28 @@
 //
 // Targets (load-tests/fuzz/): grpc (every OpenShell and SupervisorGateway method, raw HTTP/2),
 // h2-frames (HTTP/2 protocol violations), supervisor (the supervisor protocol, bad credentials),
-// forward-tcp (ForwardTcp), http (the HTTP port), peer (the peer port: links and gRPC), and
+// forward-tcp (ForwardTcp), http (the HTTP port), peer (the peer port: the authenticated link,
+// forged and replayed HELLOs, old SGL1 links, gRPC bytes that must be refused), and
 // slow-loris on all three ports.
 //
-// The baseline RSS is taken after a warm-up share of the inputs (each target's code paths loaded
-// and compiled once), so the memory check measures what the storm leaves behind, not first use.
+// The baseline RSS is taken after a warm-up of well-formed traffic only (checks.ts
+// wellFormedWarmup: the read-only methods, concurrent execs with stdin, a create/exec/delete,
+// through every replica; `--warmup-rounds`): "where it started" is a replica in service, with its
+// steady-state buffers, pools and compiled code, before any hostile input. Every one of the
+// `--count` inputs comes after the baseline.
 // The replicas run with a loopback inspector: the baseline, and the end state if VmRSS alone has
 // not come back by the end of the settle period, are read after one full GC (fuzz/heap.ts says
 // why; the report shows VmRSS without it too; `--no-inspector` judges VmRSS alone).
 import { parseArgs } from 'node:util';
-import { TokenStore } from '@sandgate/store';
+import { resolvePeerSecret } from '@sandgate/store';
 import type { ServiceError } from '@grpc/grpc-js';
 import { Cluster } from '../test/harness/cluster.ts';
-import { registerGateway } from '../test/harness/credentials.ts';
 import { openShellClient, unaryCall } from '../test/harness/grpc-client.ts';
 import { startRedis, type TestRedis } from '../test/harness/redis.ts';
 import { createSandbox, pidsMatching } from '../test/harness/sandbox.ts';
 import { sleep } from '../test/harness/wait.ts';
 import { killLeftoverCompute } from './env.ts';
-import { aliveCheck, execEcho, mallocHeapBytes, mib, rssAll, settleRss, wellFormedChecks, type Check } from './fuzz/checks.ts';
+import { aliveCheck, execEcho, mallocHeapBytes, mib, rssAll, settleRss, wellFormedChecks, wellFormedWarmup, type Check } from './fuzz/checks.ts';
 import { fullGc, inspectorUrl } from './fuzz/heap.ts';
 import { forwardTcpTarget } from './fuzz/forward-tcp.ts';
 import { grpcTarget, PUBLIC_METHODS } from './fuzz/grpc-methods.ts';
@@ -60,11 +63,14 @@ const { values } = parseArgs({
     'replica-env': { type: 'string', multiple: true, default: [] },
     'memory-curve': { type: 'boolean', default: false },
     'rss-tolerance': { type: 'string', default: '10' },
+    'allow-no-auth': { type: 'boolean', default: false },
+    'warmup-rounds': { type: 'string', default: '3' },
+    'malloc-trim-diagnosis': { type: 'boolean', default: false },
     help: { type: 'boolean', default: false },
   },
 });
 if (values.help) {
-  console.log('npm run fuzz -- [--count N (100000)] [--seed S (1)] [--short (5000 inputs, shorter slow-loris and settle)] [--concurrency 48] [--replicas 2] [--timeout-ms 4000] [--slowloris-per-port N] [--slowloris-seconds S] [--settle-seconds S] [--creates 3] [--targets grpc,h2-frames,supervisor,forward-tcp,http,peer] [--no-inspector (judge VmRSS without the one full GC; see fuzz/heap.ts)] [--replica-env K=V ... (extra environment for the replicas, for diagnosis)] [--memory-curve (a full GC and VmRSS after each fifth of the inputs)] [--rss-tolerance PERCENT (10)]');
+  console.log('npm run fuzz -- [--count N (100000)] [--seed S (1)] [--short (5000 inputs, shorter slow-loris and settle)] [--concurrency 48] [--replicas 2] [--timeout-ms 4000] [--slowloris-per-port N] [--slowloris-seconds S] [--settle-seconds S] [--creates 3] [--targets grpc,h2-frames,supervisor,forward-tcp,http,peer] [--no-inspector (judge VmRSS without the one full GC; see fuzz/heap.ts)] [--replica-env K=V ... (extra environment for the replicas, for diagnosis)] [--memory-curve (a full GC and VmRSS after each fifth of the inputs)] [--rss-tolerance PERCENT (10)] [--warmup-rounds N (3; well-formed traffic before the RSS baseline, see checks.ts wellFormedWarmup)] [--allow-no-auth (replicas that let anonymous calls in are not a failure; by default they are, and every call without a valid token is judged as if authentication were on)] [--malloc-trim-diagnosis (after the end reading, glibc malloc_trim(0) in each replica through gdb, and VmRSS again: how much of what is left is free memory the allocator keeps; diagnosis only, no check uses it)]');
   process.exit(0);
 }
 const short = values.short;
@@ -77,8 +83,9 @@ const slowPerPort = Number(values['slowloris-per-port'] ?? (short ? 10 : 40));
 const slowSeconds = Number(values['slowloris-seconds'] ?? (short ? 8 : 75));
 const settleSeconds = Number(values['settle-seconds'] ?? (short ? 15 : 60));
 const createBudget = Number(values.creates);
+const warmupRounds = Number(values['warmup-rounds']);
 const RSS_TOLERANCE_PERCENT = Number(values['rss-tolerance']);
-for (const [name, v, min] of [['count', count, 1], ['seed', seed, -Infinity], ['concurrency', concurrency, 1], ['replicas', replicaCount, 1], ['timeout-ms', timeoutMs, 100], ['slowloris-per-port', slowPerPort, 0], ['slowloris-seconds', slowSeconds, 1], ['settle-seconds', settleSeconds, 0], ['creates', createBudget, 0], ['rss-tolerance', RSS_TOLERANCE_PERCENT, 0]] as const) {
+for (const [name, v, min] of [['count', count, 1], ['seed', seed, -Infinity], ['concurrency', concurrency, 1], ['replicas', replicaCount, 1], ['timeout-ms', timeoutMs, 100], ['slowloris-per-port', slowPerPort, 0], ['slowloris-seconds', slowSeconds, 1], ['settle-seconds', settleSeconds, 0], ['creates', createBudget, 0], ['warmup-rounds', warmupRounds, 0], ['rss-tolerance', RSS_TOLERANCE_PERCENT, 0]] as const) {
   if (!Number.isFinite(v) || v < min) {
     console.error(`fuzz: --${name} must be a number${min > -Infinity ? ` ≥ ${min}` : ''}`);
     process.exit(2);
@@ -88,8 +95,8 @@ for (const [name, v, min] of [['count', count, 1], ['seed', seed, -Infinity], ['
 /** Share of the inputs per target (percent). */
 const WEIGHTS: Record<string, number> = { grpc: 42, 'h2-frames': 8, supervisor: 12, 'forward-tcp': 8, http: 15, peer: 15 };
 const RSS_TOLERANCE = Number(values['rss-tolerance']) / 100;
-/** Inputs before the RSS baseline: enough for every target's paths to have run. */
-const warmup = Math.min(Math.max(200, Math.floor(count * 0.02)), Math.floor(count / 2));
+/** Hostile inputs before the RSS baseline: none (the warm-up is well-formed traffic only). */
+const warmup = 0;
 
 const started = Date.now();
 const log = (msg: string) => console.log(`[fuzz +${((Date.now() - started) / 1000).toFixed(1)}s] ${msg}`);
@@ -131,7 +138,7 @@ async function cleanup(): Promise<void> {
 }
 
 async function main(): Promise<number> {
-  log(`seed ${seed}, ${count} inputs, concurrency ${concurrency}, ${replicaCount} replicas, warm-up ${warmup}`);
+  log(`seed ${seed}, ${count} inputs, concurrency ${concurrency}, ${replicaCount} replicas, ${warmupRounds} rounds of well-formed warm-up`);
   redis = await startRedis();
   cluster = await Cluster.start({
     redisUrl: redis.url,
@@ -144,18 +151,21 @@ async function main(): Promise<number> {
   });
   const pids = cluster.replicas.map((r) => r.proc!.pid!);
   if (!values['no-inspector']) for (const r of cluster.replicas) if (!inspectorUrl(r)) throw new Error(`replica ${r.id} printed no inspector URL`);
-  const adminRedis = redis.client();
-  const { token } = await new TokenStore(adminRedis).create({ workspace: 'default', role: 'admin', name: 'fuzz' });
-  for (const r of cluster.replicas) registerGateway(r.grpcAddress, { token });
+  // The cluster's admin token (the harness registered it for every replica: openShellClient sends it).
+  const token = cluster.token;
+  const peerSecret = resolvePeerSecret('', redis.url);
 
   // Does this build authenticate? (Before issue 13's auth lands every call is let in.)
   const anon = openShellClient(cluster.replicas[0]!.grpcAddress, {});
-  const authEnforced = await unaryCall(anon, 'ListSandboxes', {}).then(
+  const authProbe = await unaryCall(anon, 'ListSandboxes', {}).then(
     () => false,
     (err: ServiceError) => err.code === 16,
   );
   anon.close();
-  log(`replicas ${cluster.replicas.map((r) => `${r.id} pid ${r.proc!.pid}`).join(', ')}; authentication ${authEnforced ? 'enforced' : 'NOT enforced (anonymous calls act as admin)'}`);
+  // Authentication is on by default: unless told otherwise the calls without a valid token are
+  // judged as holes even if the probe got in (so the check also fails on a replica run --no-auth).
+  const authEnforced = authProbe || !values['allow-no-auth'];
+  log(`replicas ${cluster.replicas.map((r) => `${r.id} pid ${r.proc!.pid}`).join(', ')}; authentication ${authProbe ? 'enforced' : 'NOT enforced (anonymous calls act as admin)'}`);
 
   const sandbox = await createSandbox(cluster.replicas[0]!.grpcAddress, 'fuzz-target');
   for (const r of cluster.replicas) await execEcho(r.grpcAddress, sandbox.name);
@@ -163,7 +173,7 @@ async function main(): Promise<number> {
   const rssReady = await rssAll(pids);
 
   const replicas: ReplicaAddresses[] = cluster.replicas.map((r) => ({ id: r.id, host: cluster!.host, grpcPort: r.grpcPort, httpPort: r.httpPort, peerPort: r.peerPort }));
-  const ctx: FuzzContext = { replicas, adminToken: token, authEnforced, sandbox, timeoutMs, createBudget: { left: createBudget, used: 0, guarded: 0 }, sessions };
+  const ctx: FuzzContext = { replicas, adminToken: token, peerSecret, authEnforced, sandbox, timeoutMs, createBudget: { left: createBudget, used: 0, guarded: 0 }, sessions };
 
   const tallies = new Map<string, Tally>();
   const tally = (name: string) => tallies.get(name) ?? (tallies.set(name, new Tally(name)), tallies.get(name)!);
@@ -237,8 +247,8 @@ async function main(): Promise<number> {
     for (const r of cluster!.replicas) if (r.logs.length > 200) r.logs.splice(0, r.logs.length - 200);
   }, 10_000);
 
-  // Warm-up, then the baseline.
-  await runRange(0, warmup);
+  // Well-formed warm-up, then the baseline.
+  log(await wellFormedWarmup(cluster, sandbox, { rounds: warmupRounds, concurrency, tag: String(seed) }));
   await sleep(3000);
   const useGc = !values['no-inspector'];
   const gcAll = () => Promise.all(cluster!.replicas.map((r) => fullGc(r)));
@@ -249,7 +259,7 @@ async function main(): Promise<number> {
   }
   const baseline = await rssAll(pids);
   const mallocBaseline = await Promise.all(pids.map(mallocHeapBytes));
-  log(`warm-up done (${warmup} inputs); RSS at ready ${rssReady.map(mib).join(', ')}; baseline ${baseline.map(mib).join(', ')}${useGc ? ` after one full GC (without: ${baselineWithoutGc.map(mib).join(', ')})` : ''}`);
+  log(`warm-up done; RSS at ready ${rssReady.map(mib).join(', ')}; baseline ${baseline.map(mib).join(', ')}${useGc ? ` after one full GC (without: ${baselineWithoutGc.map(mib).join(', ')})` : ''}`);
 
   const loris = slowLoris({ replicas, perPort: slowPerPort, durationMs: slowSeconds * 1000, byteIntervalMs: 3000 });
   // While the slow-loris connections hold on, well-formed calls must still be answered.
@@ -305,16 +315,27 @@ async function main(): Promise<number> {
     ...settle.checks,
   ];
   if (crashes.length === 0) checks.push(...(await wellFormedChecks(cluster, sandbox, String(seed))));
+  checks.push({ name: 'authentication enforced (anonymous ListSandboxes refused with UNAUTHENTICATED)', ok: authProbe || values['allow-no-auth'], detail: authProbe ? 'refused' : 'let in' });
   if (authEnforced) {
     const holes = [...tally('grpc').notes].filter(([k]) => k.startsWith('unauthenticated-ok:'));
     checks.push({ name: 'no OpenShell call without a valid token succeeded', ok: holes.length === 0, detail: holes.map(([k, n]) => `${k.slice('unauthenticated-ok:'.length)} ${n}`).join(', ') || 'none' });
+  }
+  if (targets.some((t) => t.name === 'peer')) {
+    const notes = tally('peer').notes;
+    const holes = [...notes].filter(([k]) => k.startsWith('peer-hole:'));
+    checks.push({ name: 'peer port: no forged, replayed or foreign HELLO accepted, no gRPC spoken', ok: holes.length === 0, detail: holes.map(([k, n]) => `${k.slice('peer-hole:'.length)} ${n}`).join(', ') || 'none' });
+    // Without this the refusals would prove nothing: a correct HELLO must be accepted.
+    const control = notes.get('replay-control:PROOF') ?? 0;
+    const controlFailed = notes.get('replay-control:NOT ACCEPTED') ?? 0;
+    const controlLate = notes.get('replay-control:no answer in time') ?? 0;
+    checks.push({ name: 'peer port: correct HELLOs (the replay controls) accepted', ok: control > 0 && controlFailed === 0, detail: `${control} accepted, ${controlFailed} refused, ${controlLate} not answered by the deadline (inconclusive)` });
   }
   checks.push({ name: 'fuzzer itself ran clean', ok: fuzzerErrors === 0, detail: `${fuzzerErrors} fuzzer errors` });
 
   // The report.
   const ordered = [...targets.map((t) => tally(t.name)), ...lorisResult.tallies];
   console.log('\n## Fuzz results\n');
-  console.log(`seed ${seed}; ${count} inputs (+ ${lorisResult.tallies.reduce((a, t) => a + t.sent, 0)} slow-loris connections); ${replicaCount} replicas; concurrency ${concurrency}; per-input timeout ${timeoutMs} ms; authentication ${authEnforced ? 'enforced' : 'not enforced'}`);
+  console.log(`seed ${seed}; ${count} inputs (+ ${lorisResult.tallies.reduce((a, t) => a + t.sent, 0)} slow-loris connections); ${replicaCount} replicas; concurrency ${concurrency}; per-input timeout ${timeoutMs} ms; authentication ${authProbe ? 'enforced' : 'not enforced'}`);
   console.log(`inputs after warm-up took ${(fuzzMs / 1000).toFixed(1)} s (${Math.round(((count - warmup) / fuzzMs) * 1000)}/s); whole run ${((Date.now() - started) / 1000).toFixed(1)} s so far`);
   console.log(`CreateSandbox budget: ${ctx.createBudget.used} authorised decodable creates let through, ${ctx.createBudget.guarded} made undecodable\n`);
   console.log(renderTallies(ordered));
@@ -330,13 +351,25 @@ async function main(): Promise<number> {
   if (curve.length) console.log(`retained memory along the run (one full GC at each point):\n${curve.map((l) => `  ${l}`).join('\n')}`);
   console.log(`malloc's main arena ([heap] in smaps, native memory outside V8): baseline ${mallocBaseline.map(mib).join(', ')}; end ${mallocEnd.map(mib).join(', ')}`);
   const errorLines = cluster.replicas.map((r) => r.logs.join('').split('\n').filter((l) => /"level":"(error|fatal)"|Uncaught|unhandled/i.test(l)).length);
+  if (values['malloc-trim-diagnosis']) {
+    const { execFileSync } = await import('node:child_process');
+    for (const pid of pids) {
+      try {
+        execFileSync('gdb', ['-p', String(pid), '-batch', '-ex', 'call (int) malloc_trim(0)'], { stdio: 'ignore', timeout: 60_000 });
+      } catch (err) {
+        console.log(`malloc_trim in ${pid} failed: ${String(err).slice(0, 200)}`);
+      }
+    }
+    await sleep(1000);
+    const [rss, heap] = await Promise.all([rssAll(pids), Promise.all(pids.map(mallocHeapBytes))]);
+    console.log(`after malloc_trim(0) (diagnosis): RSS ${rss.map(mib).join(', ')} (${rss.map((v, i) => `${((v / baseline[i]! - 1) * 100).toFixed(1)} %`).join(', ')} against the baseline); malloc arena ${heap.map(mib).join(', ')}`);
+  }
   console.log(`replica log lines at level error: ${errorLines.join(', ')}`);
   console.log('\n## Checks\n');
   for (const c of checks) console.log(`${c.ok ? 'PASS' : 'FAIL'} ${c.name}: ${c.detail}`);
   const failed = checks.filter((c) => !c.ok);
   console.log(`\n${failed.length === 0 ? 'all checks passed' : `${failed.length} check(s) FAILED`} (total ${((Date.now() - started) / 1000).toFixed(1)} s)`);
   if (failed.length) console.log(cluster.logs().slice(-6000));
-  adminRedis.disconnect();
   stopping = true;
   return failed.length ? 1 : 0;
 }

@@ -135,3 +135,56 @@ export async function execEcho(gateway: string, name: string): Promise<string> {
   }, 60_000, 500);
   return `ok in ${Date.now() - started} ms`;
 }
+
+/**
+ * Well-formed traffic only, before the RSS baseline: what a replica in service has done before
+ * any hostile input arrives, so that the baseline holds its steady-state buffers, pools and
+ * compiled code ("where it started" = in service, not freshly booted). Through every replica,
+ * with the admin token: `rounds` of the read-only unary methods, then `concurrency` concurrent
+ * execs into the target sandbox (64 KiB of stdin each, echoed back; through the replica that
+ * does not own it they ride a peer link), then a sandbox created, exec'd into and deleted.
+ * Returns a line for the log; throws if any of it fails (a warm-up that fails is no baseline).
+ */
+export async function wellFormedWarmup(cluster: Cluster, target: { id: string; name: string }, opts: { rounds: number; concurrency: number; tag: string }): Promise<string> {
+  const started = Date.now();
+  let unary = 0;
+  let execs = 0;
+  const stdin = Buffer.alloc(64 * 1024, 'w');
+  for (const r of cluster.replicas) {
+    const client = openShellClient(r.grpcAddress);
+    try {
+      for (let round = 0; round < opts.rounds; round++) {
+        for (const [method, req] of [
+          ['Health', {}],
+          ['GetGatewayInfo', {}],
+          ['GetCurrentUser', {}],
+          ['ListSandboxes', {}],
+          ['ListWorkspaces', {}],
+          ['GetSandbox', { name: target.name }],
+        ] as const) {
+          await unaryCall(client, method, req);
+          unary++;
+        }
+        await Promise.all(
+          Array.from({ length: opts.concurrency }, () => new Promise<void>((resolve, reject) => {
+            let out = 0;
+            const call = client.ExecSandbox({ sandbox_id: target.id, command: ['cat'], environment: {}, stdin, timeout_seconds: 30 });
+            call.on('data', (ev: { stdout?: { data?: Buffer } }) => (out += ev.stdout?.data?.length ?? 0));
+            call.on('error', reject);
+            call.on('end', () => (out === stdin.length ? resolve() : reject(new Error(`warm-up exec via ${r.id}: ${out} of ${stdin.length} bytes back`))));
+          })),
+        );
+        execs += opts.concurrency;
+      }
+    } finally {
+      client.close();
+    }
+    const name = `fuzz-warmup-${opts.tag}-${r.id}`;
+    const created = await runCli(['sandbox', 'create', '--name', name, '--detach', '-o', 'json', '--', 'sleep', 'infinity'], { gateway: r.grpcAddress });
+    if (created.code !== 0) throw new Error(`warm-up create via ${r.id}: ${created.stderr}`);
+    await execEcho(r.grpcAddress, name);
+    const deleted = await runCli(['sandbox', 'delete', name], { gateway: r.grpcAddress });
+    if (deleted.code !== 0) throw new Error(`warm-up delete via ${r.id}: ${deleted.stderr}`);
+  }
+  return `well-formed warm-up: ${unary} unary calls, ${execs} execs (${opts.concurrency} at a time, 64 KiB stdin each), ${cluster.replicas.length} sandboxes created, exec'd into and deleted, in ${((Date.now() - started) / 1000).toFixed(1)} s`;
+}

@@ -261,7 +261,12 @@ function buildCall(rng: Rng, method: MethodInfo, mode: TokenMode, mutation: Muta
  * hole: counted (fuzz.ts fails the run on any).
  */
 function noteUnauthenticatedSuccess(method: MethodInfo, mode: TokenMode, outcome: string, ctx: FuzzContext, tally: Tally): void {
-  if (ctx.authEnforced && mode !== 'admin' && method.service === 'openshell.v1.OpenShell' && outcome === 'grpc OK') tally.note(`unauthenticated-ok:${method.name}`);
+  if (!ctx.authEnforced || mode === 'admin' || method.service !== 'openshell.v1.OpenShell') return;
+  // What calls without a valid token got (the report lists it): UNAUTHENTICATED, or an answer
+  // grpc-js gives before any handler runs (undecodable body, oversized message, bad HTTP/2).
+  tally.note(`unauth-outcome:${outcome}`);
+  // Statuses only a handler that ran past authentication can give.
+  if (/^grpc (OK|NOT_FOUND|ALREADY_EXISTS|FAILED_PRECONDITION|PERMISSION_DENIED|ABORTED|OUT_OF_RANGE)$/.test(outcome)) tally.note(`unauthenticated-ok:${method.name} (${outcome})`);
 }
 
 /** Many concurrent streams on one fresh session; about half are reset before they are answered. */

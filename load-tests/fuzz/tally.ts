@@ -21,7 +21,7 @@ export class Tally {
 
   /** Remembers which kind of input got no answer, so a report can say what hangs. */
   noteTimeout(outcome: string | string[], kind: string): void {
-    for (const o of Array.isArray(outcome) ? outcome : [outcome]) if (o.replace(/^burst: /, '').startsWith('timeout')) this.note(`timeout-on:${kind}`);
+    for (const o of Array.isArray(outcome) ? outcome : [outcome]) if (o.replace(/^((burst|gRPC bytes|replay control|replayed|control\+garbage|refused): )+/, '').startsWith('timeout')) this.note(`timeout-on:${kind}`);
   }
 
   note(key: string, n = 1): void {
@@ -36,11 +36,12 @@ export class Tally {
   summary(): { answered: number; closed: number; timeouts: number; byFuzzer: number; other: number } {
     const s = { answered: 0, closed: 0, timeouts: 0, byFuzzer: 0, other: 0 };
     for (const [label, n] of this.outcomes) {
-      const k = label.replace(/^burst: /, '');
+      // Labels may carry what the input was ("burst: ", the peer target's "gRPC bytes: ", "replayed: refused: "…).
+      const k = label.replace(/^((burst|gRPC bytes|replay control|replayed|control\+garbage|refused): )+/, '');
       if (k.startsWith('timeout')) s.timeouts += n;
       else if (k.startsWith('closed')) s.closed += n;
       else if (k.startsWith('still open')) s.timeouts += n;
-      else if (k.startsWith('grpc ') || k.startsWith('http ') || k.startsWith('rst ') || k.startsWith('answered')) s.answered += n;
+      else if (k.startsWith('grpc ') || k.startsWith('http ') || k.startsWith('rst ') || k.startsWith('answered') || k.startsWith('PROOF')) s.answered += n;
       else if (k.startsWith('reset by fuzzer') || k.startsWith('held open')) s.byFuzzer += n;
       else s.other += n;
     }

@@ -16,6 +16,11 @@ export interface FuzzContext {
   replicas: ReplicaAddresses[];
   /** A valid admin API token (TokenStore) on the cluster's Redis. */
   adminToken: string;
+  /**
+   * The peer secret the replicas use (derived from the Redis password, as they derive it): the
+   * peer target signs HELLOs that are right in all but one respect, and a control that must pass.
+   */
+  peerSecret: string;
   /** Whether the replicas refuse anonymous calls (probed at start; false before issue 13's auth lands). */
   authEnforced: boolean;
   /** A live sandbox the supervisor-protocol and ForwardTcp inputs aim at (never with its real credential). */
