@@ -21,8 +21,12 @@
 // steady-state buffers, pools and compiled code, before any hostile input. Every one of the
 // `--count` inputs comes after the baseline.
 // The replicas run with a loopback inspector: the baseline, and the end state if VmRSS alone has
-// not come back by the end of the settle period, are read after one full GC (fuzz/heap.ts says
-// why; the report shows VmRSS without it too; `--no-inspector` judges VmRSS alone).
+// not come back by the end of the settle period, are read after the same release of free memory:
+// one full GC (fuzz/heap.ts says why), then glibc's malloc_trim(0) through gdb, which returns to
+// the kernel the free memory malloc keeps in its arenas (nothing in use is freed; without it the
+// full run ends 55-105 % up, all of it free arena memory: BENCHMARKS.md). The report shows VmRSS
+// after the GC alone too; `--no-inspector` and `--no-malloc-trim` judge without them.
+import { spawnSync } from 'node:child_process';
 import { parseArgs } from 'node:util';
 import { resolvePeerSecret } from '@sandgate/store';
 import type { ServiceError } from '@grpc/grpc-js';
@@ -65,12 +69,12 @@ const { values } = parseArgs({
     'rss-tolerance': { type: 'string', default: '10' },
     'allow-no-auth': { type: 'boolean', default: false },
     'warmup-rounds': { type: 'string', default: '3' },
-    'malloc-trim-diagnosis': { type: 'boolean', default: false },
+    'no-malloc-trim': { type: 'boolean', default: false },
     help: { type: 'boolean', default: false },
   },
 });
 if (values.help) {
-  console.log('npm run fuzz -- [--count N (100000)] [--seed S (1)] [--short (5000 inputs, shorter slow-loris and settle)] [--concurrency 48] [--replicas 2] [--timeout-ms 4000] [--slowloris-per-port N] [--slowloris-seconds S] [--settle-seconds S] [--creates 3] [--targets grpc,h2-frames,supervisor,forward-tcp,http,peer] [--no-inspector (judge VmRSS without the one full GC; see fuzz/heap.ts)] [--replica-env K=V ... (extra environment for the replicas, for diagnosis)] [--memory-curve (a full GC and VmRSS after each fifth of the inputs)] [--rss-tolerance PERCENT (10)] [--warmup-rounds N (3; well-formed traffic before the RSS baseline, see checks.ts wellFormedWarmup)] [--allow-no-auth (replicas that let anonymous calls in are not a failure; by default they are, and every call without a valid token is judged as if authentication were on)] [--malloc-trim-diagnosis (after the end reading, glibc malloc_trim(0) in each replica through gdb, and VmRSS again: how much of what is left is free memory the allocator keeps; diagnosis only, no check uses it)]');
+  console.log('npm run fuzz -- [--count N (100000)] [--seed S (1)] [--short (5000 inputs, shorter slow-loris and settle)] [--concurrency 48] [--replicas 2] [--timeout-ms 4000] [--slowloris-per-port N] [--slowloris-seconds S] [--settle-seconds S] [--creates 3] [--targets grpc,h2-frames,supervisor,forward-tcp,http,peer] [--no-inspector (judge VmRSS without the one full GC; see fuzz/heap.ts)] [--replica-env K=V ... (extra environment for the replicas, for diagnosis)] [--memory-curve (a full GC and VmRSS after each fifth of the inputs)] [--rss-tolerance PERCENT (10)] [--warmup-rounds N (3; well-formed traffic before the RSS baseline, see checks.ts wellFormedWarmup)] [--allow-no-auth (replicas that let anonymous calls in are not a failure; by default they are, and every call without a valid token is judged as if authentication were on)] [--no-malloc-trim (judge RSS after the full GC alone, without glibc malloc_trim(0) in each replica through gdb at the baseline and at the end)]');
   process.exit(0);
 }
 const short = values.short;
@@ -95,6 +99,10 @@ for (const [name, v, min] of [['count', count, 1], ['seed', seed, -Infinity], ['
 /** Share of the inputs per target (percent). */
 const WEIGHTS: Record<string, number> = { grpc: 42, 'h2-frames': 8, supervisor: 12, 'forward-tcp': 8, http: 15, peer: 15 };
 const RSS_TOLERANCE = Number(values['rss-tolerance']) / 100;
+if (!values['no-malloc-trim'] && spawnSync('gdb', ['--version'], { stdio: 'ignore' }).status !== 0) {
+  console.error('fuzz: gdb is needed to call malloc_trim(0) in the replicas before each memory reading (apt-get install gdb), or run with --no-malloc-trim');
+  process.exit(2);
+}
 /** Hostile inputs before the RSS baseline: none (the warm-up is well-formed traffic only). */
 const warmup = 0;
 
@@ -251,11 +259,19 @@ async function main(): Promise<number> {
   log(await wellFormedWarmup(cluster, sandbox, { rounds: warmupRounds, concurrency, tag: String(seed) }));
   await sleep(3000);
   const useGc = !values['no-inspector'];
+  const useTrim = !values['no-malloc-trim'];
   const gcAll = () => Promise.all(cluster!.replicas.map((r) => fullGc(r)));
   const baselineWithoutGc = await rssAll(pids);
   if (useGc) {
     for (const line of await gcAll()) log(`baseline: ${line}`);
     await sleep(2000);
+  }
+  const baselineGcOnly = await rssAll(pids);
+  // The same release at both ends: one full GC (V8's garbage), then malloc_trim(0) (the free
+  // memory glibc keeps in its arenas instead of returning it). Neither frees anything in use.
+  if (useTrim) {
+    await trimAll(pids);
+    await sleep(1000);
   }
   const baseline = await rssAll(pids);
   const mallocBaseline = await Promise.all(pids.map(mallocHeapBytes));
@@ -304,7 +320,18 @@ async function main(): Promise<number> {
   loris.stop();
   const lorisResult = await loris.done;
 
-  const settle = await settleRss(pids, baseline, RSS_TOLERANCE, { minMs: Math.min(5000, settleSeconds * 1000), maxMs: settleSeconds * 1000, trace: log, gc: useGc ? gcAll : undefined });
+  const release = async (): Promise<string[]> => {
+    const lines = useGc ? await gcAll() : [];
+    if (useTrim) {
+      await sleep(2000);
+      const gcOnly = await rssAll(pids);
+      lines.push(`RSS after the full GC alone: ${gcOnly.map((v, i) => `${mib(v)} (${((v / baselineGcOnly[i]! - 1) * 100).toFixed(1)} % against ${mib(baselineGcOnly[i]!)}, the baseline after its GC alone)`).join(', ')}`);
+      await trimAll(pids);
+      lines.push('then malloc_trim(0) in every replica');
+    }
+    return lines;
+  };
+  const settle = await settleRss(pids, baseline, RSS_TOLERANCE, { minMs: Math.min(5000, settleSeconds * 1000), maxMs: settleSeconds * 1000, trace: log, gc: useGc || useTrim ? release : undefined });
   for (const line of settle.gcLines) log(`end: ${line}`);
   log(`settled after ${(settle.waitedMs / 1000).toFixed(1)} s: RSS ${settle.withoutGc.map(mib).join(', ')}${settle.gcLines.length ? `; after one full GC ${settle.after.map(mib).join(', ')}` : ''}`);
 
@@ -351,19 +378,6 @@ async function main(): Promise<number> {
   if (curve.length) console.log(`retained memory along the run (one full GC at each point):\n${curve.map((l) => `  ${l}`).join('\n')}`);
   console.log(`malloc's main arena ([heap] in smaps, native memory outside V8): baseline ${mallocBaseline.map(mib).join(', ')}; end ${mallocEnd.map(mib).join(', ')}`);
   const errorLines = cluster.replicas.map((r) => r.logs.join('').split('\n').filter((l) => /"level":"(error|fatal)"|Uncaught|unhandled/i.test(l)).length);
-  if (values['malloc-trim-diagnosis']) {
-    const { execFileSync } = await import('node:child_process');
-    for (const pid of pids) {
-      try {
-        execFileSync('gdb', ['-p', String(pid), '-batch', '-ex', 'call (int) malloc_trim(0)'], { stdio: 'ignore', timeout: 60_000 });
-      } catch (err) {
-        console.log(`malloc_trim in ${pid} failed: ${String(err).slice(0, 200)}`);
-      }
-    }
-    await sleep(1000);
-    const [rss, heap] = await Promise.all([rssAll(pids), Promise.all(pids.map(mallocHeapBytes))]);
-    console.log(`after malloc_trim(0) (diagnosis): RSS ${rss.map(mib).join(', ')} (${rss.map((v, i) => `${((v / baseline[i]! - 1) * 100).toFixed(1)} %`).join(', ')} against the baseline); malloc arena ${heap.map(mib).join(', ')}`);
-  }
   console.log(`replica log lines at level error: ${errorLines.join(', ')}`);
   console.log('\n## Checks\n');
   for (const c of checks) console.log(`${c.ok ? 'PASS' : 'FAIL'} ${c.name}: ${c.detail}`);
@@ -372,6 +386,17 @@ async function main(): Promise<number> {
   if (failed.length) console.log(cluster.logs().slice(-6000));
   stopping = true;
   return failed.length ? 1 : 0;
+}
+
+/**
+ * glibc malloc_trim(0) in each replica, through gdb: gives back to the kernel the free memory
+ * malloc keeps in its arenas (Node has no API for it). Fails the run if it cannot be done.
+ */
+async function trimAll(pids: number[]): Promise<void> {
+  const { execFileSync } = await import('node:child_process');
+  for (const pid of pids) {
+    execFileSync('gdb', ['-p', String(pid), '-batch', '-ex', 'call (int) malloc_trim(0)'], { stdio: 'ignore', timeout: 60_000 });
+  }
 }
 
 let code = 1;

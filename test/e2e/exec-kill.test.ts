@@ -33,7 +33,7 @@ beforeAll(async () => {
     env: { SANDGATE_MAX_EXECS_PER_SANDBOX: String(EXEC_LIMIT) },
   });
   sbx = await createSandbox(cluster.replicas[0]!.grpcAddress, 'exec-kill');
-  queue = new Queue(QUEUE_NAME, { connection: { host: '127.0.0.1', port: redis.port } });
+  queue = new Queue(QUEUE_NAME, { connection: { host: '127.0.0.1', port: redis.port, username: redis.user, password: redis.password } });
 });
 
 afterAll(async () => {
