@@ -331,7 +331,7 @@ async function main(): Promise<number> {
     }
     return lines;
   };
-  const settle = await settleRss(pids, baseline, RSS_TOLERANCE, { minMs: Math.min(5000, settleSeconds * 1000), maxMs: settleSeconds * 1000, trace: log, gc: useGc || useTrim ? release : undefined });
+  const settle = await settleRss(pids, baseline, RSS_TOLERANCE, { minMs: Math.min(5000, settleSeconds * 1000), maxMs: settleSeconds * 1000, trace: log, gc: useGc || useTrim ? release : undefined, releaseName: [useGc && 'one full GC', useTrim && 'malloc_trim(0)'].filter(Boolean).join(' and ') });
   for (const line of settle.gcLines) log(`end: ${line}`);
   log(`settled after ${(settle.waitedMs / 1000).toFixed(1)} s: RSS ${settle.withoutGc.map(mib).join(', ')}${settle.gcLines.length ? `; after one full GC ${settle.after.map(mib).join(', ')}` : ''}`);
 
@@ -372,7 +372,7 @@ async function main(): Promise<number> {
     const ms = lorisResult.closeMs[port].sort((a, b) => a - b);
     if (ms.length) console.log(`slow-loris ${port}: server closed ${ms.length} connections, median after ${(ms[Math.floor(ms.length / 2)]! / 1000).toFixed(1)} s`);
   }
-  console.log(`\nRSS per replica: ready ${rssReady.map(mib).join(', ')} | after warm-up ${baselineWithoutGc.map(mib).join(', ')}${useGc ? `, after one full GC (the baseline) ${baseline.map(mib).join(', ')}` : ''} | at end of inputs ${peak.map(mib).join(', ')} | after ${Math.round(settle.waitedMs / 1000)} s settle ${settle.withoutGc.map(mib).join(', ')}${settle.gcLines.length ? `, after one full GC ${settle.after.map(mib).join(', ')}` : ' (no GC needed)'}`);
+  console.log(`\nRSS per replica: ready ${rssReady.map(mib).join(', ')} | after warm-up ${baselineWithoutGc.map(mib).join(', ')}${useGc ? `, after one full GC${useTrim ? ' and malloc_trim(0)' : ''} (the baseline) ${baseline.map(mib).join(', ')}` : ''} | at end of inputs ${peak.map(mib).join(', ')} | after ${Math.round(settle.waitedMs / 1000)} s settle ${settle.withoutGc.map(mib).join(', ')}${settle.gcLines.length ? `, after one full GC${useTrim ? ' and malloc_trim(0)' : ''} ${settle.after.map(mib).join(', ')}` : ' (no GC needed)'}`);
   for (const line of settle.gcLines) console.log(`  ${line}`);
   const mallocEnd = await Promise.all(pids.map(mallocHeapBytes));
   if (curve.length) console.log(`retained memory along the run (one full GC at each point):\n${curve.map((l) => `  ${l}`).join('\n')}`);

@@ -48,7 +48,7 @@ export async function settleRss(
   pids: number[],
   baseline: number[],
   tolerance: number,
-  opts: { minMs: number; maxMs: number; trace: (line: string) => void; gc?: () => Promise<string[]> },
+  opts: { minMs: number; maxMs: number; trace: (line: string) => void; gc?: () => Promise<string[]>; releaseName?: string },
 ): Promise<{ checks: Check[]; withoutGc: number[]; after: number[]; gcLines: string[]; waitedMs: number }> {
   const started = Date.now();
   await sleep(opts.minMs);
@@ -73,7 +73,7 @@ export async function settleRss(
   }
   const checks = pids.map((_, i) => {
     const ratio = after[i]! / baseline[i]!;
-    const how = after === withoutGc ? 'without a GC' : `after one full GC (without: ${mib(withoutGc[i]!)}, ${((withoutGc[i]! / baseline[i]! - 1) * 100).toFixed(1)} %)`;
+    const how = after === withoutGc ? 'without a GC' : `after ${opts.releaseName ?? 'one full GC'} (without: ${mib(withoutGc[i]!)}, ${((withoutGc[i]! / baseline[i]! - 1) * 100).toFixed(1)} %)`;
     return {
       name: `replica r${i} RSS within ${Math.round(tolerance * 100)} % of baseline`,
       ok: ratio <= 1 + tolerance,
