@@ -12,10 +12,11 @@ import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { status as grpcStatus, type ServiceError } from '@grpc/grpc-js';
 import { exportJWK, exportSPKI, generateKeyPair, SignJWT, type CryptoKey, type JWK, type JWTPayload } from 'jose';
-import { parseReplicaConfig, startReplica, type RunningReplica } from '@sandgate/gateway';
+import { startReplica, type RunningReplica } from '@sandgate/gateway';
 import { openShellClient, unaryCall } from '@sandgate/test-harness/grpc-client';
 import { redisForFile } from '@sandgate/test-harness/redis-per-file';
 import { waitFor } from '@sandgate/test-harness/wait';
+import { inProcessReplicaConfig } from './in-process-replica.ts';
 import { OidcVerifier } from '../src/auth/oidc.ts';
 
 const AUDIENCE = 'sandgate-test';
@@ -60,25 +61,12 @@ beforeAll(async () => {
   await new Promise<void>((resolve) => http.listen(0, '127.0.0.1', resolve));
   issuer = `http://127.0.0.1:${(http.address() as AddressInfo).port}`;
   stateDir = mkdtempSync(path.join(os.tmpdir(), 'sg-oidc-'));
-  replica = await startReplica({
-    ...parseReplicaConfig({}, {}, { hostname: 'test', pid: process.pid, homedir: stateDir, randomHex: () => '0000' }),
-    host: '127.0.0.1',
-    grpcPort: 0,
-    httpPort: 0,
-    peerPort: 0,
-    redisUrl,
-    replicaId: 'oidc-r1',
-    driver: 'local',
-    stateDir,
-    supervisorEndpoint: '',
-    advertiseHost: '127.0.0.1',
-    workers: false,
-    auth: true,
-    oidcIssuer: issuer,
-    oidcAudience: AUDIENCE,
-    oidcRoleClaim: 'realm_access.roles',
-    oidcWorkspaceClaim: 'org.workspace',
-  });
+  replica = await startReplica(
+    inProcessReplicaConfig(
+      { replicaId: 'oidc-r1', redisUrl, stateDir },
+      { workers: false, auth: true, oidcIssuer: issuer, oidcAudience: AUDIENCE, oidcRoleClaim: 'realm_access.roles', oidcWorkspaceClaim: 'org.workspace' },
+    ),
+  );
 });
 afterAll(async () => {
   await replica?.close();

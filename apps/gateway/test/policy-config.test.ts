@@ -10,13 +10,14 @@ import path from 'node:path';
 import { randomUUID } from 'node:crypto';
 import { credentials, makeGenericClientConstructor, Metadata, type ClientDuplexStream, type ServiceError } from '@grpc/grpc-js';
 import type { Redis } from 'ioredis';
-import { parseReplicaConfig, startReplica, type ReplicaConfig, type RunningReplica } from '@sandgate/gateway';
+import { startReplica, type ReplicaConfig, type RunningReplica } from '@sandgate/gateway';
 import { encodeMessage, encodeStruct, messageType, serviceDefinition, type GatewayMessage, type Sandbox, type SupervisorMessage } from '@sandgate/protocols';
 import { Code, decodePolicy, encodePolicy, policyHash, type SandboxPolicy } from '@sandgate/core';
 import { SandboxStore } from '@sandgate/store';
 import { openShellClient, unaryCall, type AnyClient } from '@sandgate/test-harness/grpc-client';
 import { redisForFile } from '@sandgate/test-harness/redis-per-file';
 import { waitFor } from '@sandgate/test-harness/wait';
+import { inProcessReplicaConfig } from './in-process-replica.ts';
 import { hashCredential } from '../src/sessions/credentials.ts';
 
 let redis: Redis;
@@ -33,23 +34,15 @@ let c1: AnyClient;
 let c2: AnyClient;
 
 function config(replicaId: string): ReplicaConfig {
-  return {
-    ...parseReplicaConfig({}, {}, { hostname: 'test', pid: process.pid, homedir: stateDir, randomHex: () => '0000' }),
-    host: '127.0.0.1',
-    grpcPort: 0,
-    httpPort: 0,
-    peerPort: 0,
-    redisUrl,
-    replicaId,
-    driver: 'local',
-    stateDir,
-    supervisorEndpoint: '',
-    advertiseHost: '127.0.0.1',
-    // No reconcile sweep: these records have no compute on purpose.
-    workers: false,
-    // Policy, not authentication, is under test here (test/e2e/auth.test.ts covers the door).
-    auth: false,
-  };
+  return inProcessReplicaConfig(
+    { replicaId, redisUrl, stateDir },
+    {
+      // No reconcile sweep: these records have no compute on purpose.
+      workers: false,
+      // Policy, not authentication, is under test here (test/e2e/auth.test.ts covers the door).
+      auth: false,
+    },
+  );
 }
 
 beforeAll(async () => {

@@ -7,9 +7,10 @@ import os from 'node:os';
 import path from 'node:path';
 import type { Redis } from 'ioredis';
 import { createCertificateAuthority } from '@sandgate/pki';
-import { parseReplicaConfig, startReplica, type ReplicaConfig } from '@sandgate/gateway';
+import { startReplica, type ReplicaConfig } from '@sandgate/gateway';
 import { startRedis, type TestRedis } from '@sandgate/test-harness/redis';
 import { waitFor } from '@sandgate/test-harness/wait';
+import { inProcessReplicaConfig } from './in-process-replica.ts';
 
 let redis: TestRedis;
 let client: Redis;
@@ -31,20 +32,7 @@ afterAll(async () => {
 });
 
 function config(replicaId: string, redisCa: string): ReplicaConfig {
-  return {
-    ...parseReplicaConfig({}, {}, { hostname: 'test', pid: process.pid, homedir: stateDir, randomHex: () => '0000' }),
-    grpcPort: 0,
-    httpPort: 0,
-    peerPort: 0,
-    redisUrl: redis.url,
-    redisCa,
-    replicaId,
-    driver: 'local',
-    stateDir,
-    supervisorEndpoint: '',
-    advertiseHost: '127.0.0.1',
-    workers: true,
-  };
+  return inProcessReplicaConfig({ replicaId, redisUrl: redis.url, stateDir }, { redisCa, workers: true });
 }
 
 describe('rediss:// with --redis-ca', () => {

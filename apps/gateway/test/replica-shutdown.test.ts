@@ -5,9 +5,10 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import type { Redis } from 'ioredis';
-import { parseReplicaConfig, startReplica, type ReplicaConfig } from '@sandgate/gateway';
+import { startReplica, type ReplicaConfig } from '@sandgate/gateway';
 import { startRedis, type TestRedis } from '@sandgate/test-harness/redis';
 import { waitFor } from '@sandgate/test-harness/wait';
+import { inProcessReplicaConfig } from './in-process-replica.ts';
 
 let redis: TestRedis;
 let client: Redis;
@@ -36,21 +37,8 @@ async function otherConnections(): Promise<string[]> {
 }
 
 function config(replicaId: string): ReplicaConfig {
-  return {
-    ...parseReplicaConfig({}, {}, { hostname: 'test', pid: process.pid, homedir: stateDir, randomHex: () => '0000' }),
-    grpcPort: 0,
-    httpPort: 0,
-    peerPort: 0,
-    redisUrl: redis.url,
-    replicaId,
-    driver: 'local',
-    stateDir,
-    supervisorEndpoint: '',
-    advertiseHost: '127.0.0.1',
-    workers: true,
-    // Shutdown, not authentication, is under test here.
-    auth: false,
-  };
+  // Shutdown, not authentication, is under test here.
+  return inProcessReplicaConfig({ replicaId, redisUrl: redis.url, stateDir }, { workers: true, auth: false });
 }
 
 describe('replica shutdown', () => {

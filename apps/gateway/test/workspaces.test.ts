@@ -17,13 +17,14 @@ import path from 'node:path';
 import { randomUUID } from 'node:crypto';
 import type { Metadata, ServiceError } from '@grpc/grpc-js';
 import type { Redis } from 'ioredis';
-import { parseReplicaConfig, startReplica, type ReplicaConfig, type RunningReplica } from '@sandgate/gateway';
+import { startReplica, type ReplicaConfig, type RunningReplica } from '@sandgate/gateway';
 import type { Sandbox } from '@sandgate/protocols';
 import { Code, GatewayError, Phase, type Principal } from '@sandgate/core';
 import { SandboxStore, SshSessionStore, TokenStore, WorkspaceExecSlots, WorkspaceStore } from '@sandgate/store';
 import { openShellClient, unaryCall, type AnyClient } from '@sandgate/test-harness/grpc-client';
 import { redisForFile } from '@sandgate/test-harness/redis-per-file';
 import { waitFor } from '@sandgate/test-harness/wait';
+import { inProcessReplicaConfig } from './in-process-replica.ts';
 import type { Authenticator } from '../src/auth/authenticator.ts';
 
 let redis: Redis;
@@ -63,22 +64,7 @@ const MAX_SANDBOXES = 2;
 const MAX_EXECS = 1;
 
 function config(replicaId: string): ReplicaConfig {
-  return {
-    ...parseReplicaConfig({}, {}, { hostname: 'test', pid: process.pid, homedir: stateDir, randomHex: () => '0000' }),
-    host: '127.0.0.1',
-    grpcPort: 0,
-    httpPort: 0,
-    peerPort: 0,
-    redisUrl,
-    replicaId,
-    driver: 'local',
-    stateDir,
-    supervisorEndpoint: '',
-    advertiseHost: '127.0.0.1',
-    workers: false,
-    maxSandboxesPerWorkspace: MAX_SANDBOXES,
-    maxExecsPerWorkspace: MAX_EXECS,
-  };
+  return inProcessReplicaConfig({ replicaId, redisUrl, stateDir }, { workers: false, maxSandboxesPerWorkspace: MAX_SANDBOXES, maxExecsPerWorkspace: MAX_EXECS });
 }
 
 beforeAll(async () => {
