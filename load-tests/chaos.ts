@@ -328,8 +328,11 @@ async function main(): Promise<void> {
         const got = await store.get(lost.id);
         return got?.sandbox.status?.phase === SandboxPhase.READY ? got : undefined;
       }, 30_000);
+      // Look for the compute *before* removing the record: once the record is gone the reconcile
+      // sweep may stop the compute at any moment, which is the behaviour under test, not a miss.
+      const running = await waitFor('lost-record compute seen', async () => (await liveSupervisors(lb.address)).has(lost.id) || undefined, 10_000)
+        .then(() => true, () => false);
       const removed = await store.remove(lost.id, rec.sandbox.metadata!.workspace!, lost.name);
-      const running = (await liveSupervisors(lb.address)).has(lost.id);
       scenario('record lost under live compute', removed && running, removed && running ? undefined : `removed=${removed} compute running=${running}`);
       console.log(`[${secs(t0)}] record of ${lost.id} removed behind its running compute`);
     }
