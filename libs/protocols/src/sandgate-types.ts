@@ -14,6 +14,8 @@ export interface ExecStart {
   stdin?: Buffer;
   stdin_eof?: boolean;
   attach_main?: boolean;
+  /** W3C trace context (`traceparent`, `tracestate`) of the call this exec serves. */
+  trace_context?: StringMap;
 }
 
 export interface ExecExit {
@@ -58,10 +60,12 @@ export interface SupervisorMessage {
   terminal_final?: { instance_id?: string };
   tcp_open_failed?: { channel_id?: string; message?: string };
   policy_applied?: { revision?: number; error?: string };
+  /** Finished spans: an OTLP ExportTraceServiceRequest, JSON-encoded. */
+  spans?: { otlp_json?: Buffer };
 }
 
 export interface GatewayMessage {
-  hello_ack?: { session_id?: string; heartbeat_interval_ms?: number; replica_id?: string; fence?: number };
+  hello_ack?: { session_id?: string; heartbeat_interval_ms?: number; replica_id?: string; fence?: number; tracing?: boolean };
   heartbeat?: { sent_at_ms?: number };
   open_exec?: ExecStart;
   kill_exec?: { exec_id?: string; request_id?: string };
@@ -78,6 +82,8 @@ export interface TcpOpen {
   ssh?: Record<string, never>;
   tcp?: { host?: string; port?: number };
   service_id?: string;
+  /** W3C trace context of the call this channel serves. */
+  trace_context?: StringMap;
 }
 
 /** One frame of a TCP channel, on the supervisor channel and on the peer relay alike. */
