@@ -203,6 +203,32 @@ describe('workspaces across three replicas', () => {
     expect((await rejection(unaryCall(admin[2]!, 'GetWorkspace', { name: 'cli-ws' }))).code).toBe(Code.NOT_FOUND);
   });
 
+  it('the CLI: --workspace lets an admin create, exec, read logs and policy, and ssh-config in another workspace; a member of team-a cannot', async () => {
+    const run = (token: string, ...args: string[]) => runCli(args, { gateway: cluster.replicas[2]!.grpcAddress, env: { SANDGATE_TOKEN: token } });
+    const name = sandbox!.metadata!.name!;
+    const ok = async (...args: string[]) => {
+      const res = await run(adminToken, ...args);
+      expect(res.code, `sandgate ${args.join(' ')}: ${res.stderr}`).toBe(0);
+      return res.stdout.toString();
+    };
+    expect(await ok('sandbox', 'exec', name, '--workspace', 'team-b', '--', 'echo', 'from-team-b')).toBe('from-team-b\n');
+    await ok('logs', name, '--workspace', 'team-b', '-n', '5');
+    expect(JSON.parse(await ok('sandbox', 'policy', name, '--workspace', 'team-b', '-o', 'json'))).toEqual(expect.objectContaining({ version: expect.any(Number) }));
+    expect(await ok('sandbox', 'ssh-config', name, '--workspace', 'team-b')).toMatch(/ssh-proxy --name \S+ --workspace team-b/);
+    // Without --workspace the name is looked up in the admin's own workspace, where it is not.
+    expect((await run(adminToken, 'sandbox', 'exec', name, '--', 'true')).code).not.toBe(0);
+    // The flag names a workspace; it grants nothing: a member of team-a still cannot reach team-b.
+    const member = (await new TokenStore(createRedisConnection(cluster.redisUrl, 'commands')).create({ workspace: 'team-a', role: 'member', name: 'e2e-cli-member' })).token;
+    const refused = await run(member, 'sandbox', 'exec', name, '--workspace', 'team-b', '--', 'echo', 'leak');
+    expect(refused.code).not.toBe(0);
+    expect(refused.stdout.toString()).not.toContain('leak');
+    // create --workspace: the sandbox is made in that workspace (its quota of one is free in a new one).
+    await ok('workspace', 'create', 'cli-create');
+    const created = JSON.parse(await ok('sandbox', 'create', '--workspace', 'cli-create', '--name', 'made-elsewhere', '-o', 'json', '--', 'sleep', 'infinity')) as { metadata: { workspace: string } };
+    expect(created.metadata.workspace).toBe('cli-create');
+    await ok('sandbox', 'delete', 'made-elsewhere', '--workspace', 'cli-create');
+  });
+
   it('a workspace holding a sandbox is not deleted; after the sandbox is gone it is', async () => {
     const err = await rejection(unaryCall(admin[0]!, 'DeleteWorkspace', { name: 'team-b' }));
     expect([err.code, err.details]).toEqual([Code.FAILED_PRECONDITION, "workspace 'team-b' still contains resources: sandbox"]);

@@ -75,6 +75,8 @@ export interface ExecResult {
 export interface WaitForReadyOptions {
   timeoutMs?: number;
   intervalMs?: number;
+  /** The workspace the sandbox is in; undefined: the caller's own. */
+  workspace?: string;
   /** Called with every polled state (for progress output). */
   onPoll?: (sandbox: Sandbox) => void;
 }
@@ -241,7 +243,7 @@ export function createClient(endpoint: string, options: ClientOptions = {}): San
       for (;;) {
         try {
           const callDeadline = Math.max(Date.now() + 1000, Math.min(deadline, Date.now() + 10_000));
-          last = (await unary<{ sandbox?: Sandbox }>('GetSandbox', { name }, { deadline: callDeadline })).sandbox;
+          last = (await unary<{ sandbox?: Sandbox }>('GetSandbox', { name, workspace: waitOptions.workspace }, { deadline: callDeadline })).sandbox;
         } catch (err) {
           // A replica going away mid-wait is not the sandbox's fault: keep polling until the deadline.
           if (!isServiceError(err) || (err.code !== Status.UNAVAILABLE && err.code !== Status.DEADLINE_EXCEEDED)) throw err;

@@ -10,6 +10,7 @@ import { GATEWAY_OPTION, withClient, write } from './common.ts';
 /** The flags it accepts (the usage test checks each is documented). */
 export const OPTIONS = {
   ...GATEWAY_OPTION,
+  workspace: { type: 'string' },
   follow: { type: 'boolean', short: 'f' },
   lines: { type: 'string', short: 'n' },
   source: { type: 'string', multiple: true },
@@ -29,7 +30,7 @@ export async function run(argv: string[], ctx: CommandContext): Promise<number> 
   return withClient(ctx, values, async (client) => {
     let id: string;
     try {
-      id = (await client.getSandbox(name)).metadata!.id!;
+      id = (await client.getSandbox(name, values.workspace)).metadata!.id!;
     } catch (err) {
       if (isServiceError(err) && err.code === Status.NOT_FOUND) {
         process.stderr.write(`error: sandbox ${name} not found\n`);

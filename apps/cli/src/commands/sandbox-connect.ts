@@ -12,7 +12,7 @@ import { GATEWAY_OPTION, withClient } from './common.ts';
 export const MAIN_ATTACH_COMMAND = 'openshell-main';
 
 /** The flags it accepts (the usage test checks each is documented). */
-export const OPTIONS = { ...GATEWAY_OPTION } as const;
+export const OPTIONS = { ...GATEWAY_OPTION, workspace: { type: 'string' } } as const;
 
 export function attachToMain(client: SandgateClient, sandboxId: string, tty: boolean): Promise<number> {
   const interactive = tty && Boolean(process.stdin.isTTY);
@@ -35,7 +35,7 @@ export async function run(argv: string[], ctx: CommandContext): Promise<number> 
   if (name === undefined || positionals.length > 1) throw new UsageError('give exactly one sandbox NAME', 'sandbox connect');
   return withClient(ctx, values, async (client) => {
     try {
-      const sandbox = await client.getSandbox(name);
+      const sandbox = await client.getSandbox(name, values.workspace);
       return attachToMain(client, sandbox.metadata!.id!, Boolean(sandbox.spec?.tty));
     } catch (err) {
       if (isServiceError(err) && err.code === Status.NOT_FOUND) {

@@ -1,4 +1,4 @@
-// sandgate sandbox create [--name N] [--detach] [--env K=V]... [--label k=v]... [--image I] [--tty] [--policy FILE] [--cpu C] [--memory M] [--disk D] [-o json] [-- CMD...]
+// sandgate sandbox create [--name N] [--workspace W] [--detach] [--env K=V]... [--label k=v]... [--image I] [--tty] [--policy FILE] [--cpu C] [--memory M] [--disk D] [-o json] [-- CMD...]
 import { UsageError, parseCommand, parseInteger, parseKeyValues, parseOutput, type Env } from '../args.ts';
 import { SandboxPhase, encodeStruct, type Sandbox } from '@sandgate/protocols';
 import { GatewayError, MIN_DISK_BYTES, parseCpuMillis, parseMemoryBytes } from '@sandgate/core';
@@ -17,6 +17,7 @@ import { attachToMain } from './sandbox-connect.ts';
 export const OPTIONS = {
   ...GATEWAY_OPTION,
   name: { type: 'string' },
+  workspace: { type: 'string' },
   detach: { type: 'boolean' },
   env: { type: 'string', multiple: true },
   label: { type: 'string', multiple: true },
@@ -96,6 +97,7 @@ export function parseCreateArgs(argv: string[]): CreateArgs {
       : {};
   const request: CreateSandboxInput = {
     name: values.name,
+    ...(values.workspace !== undefined ? { workspace: values.workspace } : {}),
     labels: parseKeyValues(values.label, '--label'),
     ...(noKeep && detach ? { annotations: { [RETENTION_ANNOTATION]: 'ephemeral' } } : {}),
     spec: {
@@ -123,7 +125,7 @@ export async function run(argv: string[], ctx: CommandContext): Promise<number> 
     const ephemeral = args.request.annotations?.[RETENTION_ANNOTATION] === 'ephemeral';
     let sandbox: Sandbox;
     try {
-      sandbox = await client.waitForReady(name, { timeoutMs, intervalMs: 200 });
+      sandbox = await client.waitForReady(name, { timeoutMs, intervalMs: 200, workspace: args.request.workspace });
     } catch (err) {
       // A detached ephemeral sandbox may finish and be cleaned up before we look: that is success.
       const gone = (isServiceError(err) && err.code === Status.NOT_FOUND) || (err instanceof SandboxNotReadyError && err.sandbox?.status?.phase === SandboxPhase.DELETING);
@@ -136,7 +138,7 @@ export async function run(argv: string[], ctx: CommandContext): Promise<number> 
     if (!args.detach) {
       // Attached: the main process's output (replayed from its start), then its exit code.
       const code = await attachToMain(client, id, Boolean(sandbox.spec?.tty));
-      if (args.deleteAfterAttach) await client.deleteSandbox(name).catch(() => undefined);
+      if (args.deleteAfterAttach) await client.deleteSandbox(name, args.request.workspace).catch(() => undefined);
       return code;
     }
     if (args.json) write(formatJson(sandboxJson(sandbox)));

@@ -1,4 +1,4 @@
-// sandgate sandbox exec NAME [--timeout SECS] [--tty] [--workdir D] [--env K=V]... -- CMD...
+// sandgate sandbox exec NAME [--workspace W] [--timeout SECS] [--tty] [--workdir D] [--env K=V]... -- CMD...
 import { status as Status } from '@grpc/grpc-js';
 import type { ExecSandboxRequest } from '@sandgate/protocols';
 import { UsageError, parseCommand, parseInteger, parseKeyValues } from '../args.ts';
@@ -11,6 +11,7 @@ import { connectionFlags, GATEWAY_OPTION, withClient } from './common.ts';
 /** The flags it accepts (the usage test checks each is documented). */
 export const OPTIONS = {
   ...GATEWAY_OPTION,
+  workspace: { type: 'string' },
   timeout: { type: 'string' },
   tty: { type: 'boolean' },
   workdir: { type: 'string' },
@@ -19,6 +20,8 @@ export const OPTIONS = {
 
 export interface ExecArgs {
   name: string;
+  /** The workspace NAME is looked up in; undefined: the caller's own. */
+  workspace: string | undefined;
   command: string[];
   tty: boolean;
   workdir: string | undefined;
@@ -41,6 +44,7 @@ export function parseExecArgs(argv: string[]): ExecArgs {
   if (command.length === 0) throw new UsageError("a command is required: sandgate sandbox exec NAME -- CMD...", 'sandbox exec');
   return {
     name,
+    workspace: values.workspace,
     command,
     tty: Boolean(values.tty),
     workdir: values.workdir,
@@ -57,7 +61,7 @@ export async function run(argv: string[], ctx: CommandContext): Promise<number> 
     // Exec RPCs take the sandbox id. No phase check here: the gateway decides who may exec.
     let id: string | undefined;
     try {
-      id = (await client.getSandbox(args.name)).metadata?.id;
+      id = (await client.getSandbox(args.name, args.workspace)).metadata?.id;
     } catch (err) {
       if (isServiceError(err) && err.code === Status.NOT_FOUND) {
         process.stderr.write(`error: sandbox ${args.name} not found\n`);

@@ -11,7 +11,7 @@ import { readPolicyFile } from '../policy-file.ts';
 import { GATEWAY_OPTION, withClient, write } from './common.ts';
 
 /** The flags it accepts (the usage test checks each is documented). */
-export const OPTIONS = { ...GATEWAY_OPTION, policy: { type: 'string' }, output: { type: 'string', short: 'o' } } as const;
+export const OPTIONS = { ...GATEWAY_OPTION, workspace: { type: 'string' }, policy: { type: 'string' }, output: { type: 'string', short: 'o' } } as const;
 
 interface ConfigView {
   policy?: Buffer;
@@ -27,12 +27,12 @@ export async function run(argv: string[], ctx: CommandContext): Promise<number> 
   const replacement = values.policy !== undefined ? readPolicyFile(values.policy, undefined, 'sandbox policy') : undefined;
   return withClient(ctx, values, async (client) => {
     if (replacement) {
-      const res = await client.unary<{ version?: number; policy_hash?: string }>('UpdateConfig', { name, policy: replacement });
+      const res = await client.unary<{ version?: number; policy_hash?: string }>('UpdateConfig', { name, policy: replacement, workspace: values.workspace });
       if (json) write(formatJson({ version: res.version ?? 0, policyHash: res.policy_hash ?? '' }));
       else write(`policy revision ${res.version ?? 0} in force (hash ${(res.policy_hash ?? '').slice(0, 12)})\n`);
       return 0;
     }
-    const sandbox = await client.getSandbox(name);
+    const sandbox = await client.getSandbox(name, values.workspace);
     const config = await client.unary<ConfigView>('GetSandboxConfig', { sandbox_id: sandbox.metadata?.id ?? '' });
     const policy = config.policy ? toProto3Json('openshell.sandbox.v1.SandboxPolicy', decodePolicy(config.policy)) : null;
     if (json) {

@@ -10,7 +10,7 @@ import type { CommandContext } from '../context.ts';
 import { GATEWAY_OPTION, withClient, write } from './common.ts';
 
 /** The flags it accepts (the usage test checks each is documented). */
-export const OPTIONS = { ...GATEWAY_OPTION } as const;
+export const OPTIONS = { ...GATEWAY_OPTION, workspace: { type: 'string' } } as const;
 
 /** The CLI's entry script (what the ProxyCommand runs with this node). */
 export const CLI_ENTRY = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../bin/sandgate.js');
@@ -31,7 +31,7 @@ export function hostAlias(name: string): string {
  * bearer token never is (it would be printed): ssh-proxy reads it from SANDGATE_TOKEN or the client
  * config file, like any client command.
  */
-export function sshConfigBlock(name: string, connection: string | Pick<Connection, 'url' | 'tls'>, nodePath = process.execPath, entry = CLI_ENTRY): string {
+export function sshConfigBlock(name: string, connection: string | Pick<Connection, 'url' | 'tls'>, nodePath = process.execPath, entry = CLI_ENTRY, workspace?: string): string {
   const c = typeof connection === 'string' ? { url: connection, tls: null } : connection;
   const tlsFlags = c.tls
     ? [
@@ -41,7 +41,7 @@ export function sshConfigBlock(name: string, connection: string | Pick<Connectio
         ...(c.tls.servername ? ['--tls-server-name', c.tls.servername] : []),
       ]
     : [];
-  const proxy = [nodePath, entry, '--gateway', c.url, ...tlsFlags, 'ssh-proxy', '--name', name].map(proxyWord).join(' ');
+  const proxy = [nodePath, entry, '--gateway', c.url, ...tlsFlags, 'ssh-proxy', '--name', name, ...(workspace !== undefined ? ['--workspace', workspace] : [])].map(proxyWord).join(' ');
   return [
     `Host ${hostAlias(name)}`,
     `  User sandbox`,
@@ -64,8 +64,8 @@ export async function run(argv: string[], ctx: CommandContext): Promise<number> 
   const name = positionals[0]!;
   return withClient(ctx, values, async (client, connection) => {
     // Only for a sandbox that exists: a typo should fail here, not at the first ssh.
-    await client.getSandbox(name);
-    write(sshConfigBlock(name, connection));
+    await client.getSandbox(name, values.workspace);
+    write(sshConfigBlock(name, connection, process.execPath, CLI_ENTRY, values.workspace));
     return 0;
   });
 }

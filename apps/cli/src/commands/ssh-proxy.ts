@@ -16,6 +16,7 @@ export const OPTIONS = {
   'sandbox-id': { type: 'string' },
   token: { type: 'string' },
   name: { type: 'string' },
+  workspace: { type: 'string' },
 } as const;
 
 /**
@@ -101,6 +102,7 @@ export async function run(argv: string[], ctx: CommandContext): Promise<number> 
   if (byName && (values['sandbox-id'] !== undefined || values.token !== undefined)) {
     throw new UsageError('give either --name, or --sandbox-id with --token', 'ssh-proxy');
   }
+  if (!byName && values.workspace !== undefined) throw new UsageError('--workspace goes with --name', 'ssh-proxy');
   if (!byName && (!values['sandbox-id'] || !values.token)) {
     throw new UsageError('--sandbox-id and --token are required (or --name to mint a session)', 'ssh-proxy');
   }
@@ -110,7 +112,7 @@ export async function run(argv: string[], ctx: CommandContext): Promise<number> 
     let token = values.token ?? '';
     if (byName) {
       try {
-        const sandbox = await client.getSandbox(values.name!);
+        const sandbox = await client.getSandbox(values.name!, values.workspace);
         sandboxId = sandbox.metadata?.id ?? '';
         token = (await client.createSshSession(sandboxId)).token;
       } catch (err) {
