@@ -11,7 +11,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import net from 'node:net';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import type { Logger } from '../log.ts';
+import type { Logger } from '@sandgate/telemetry/log';
 
 const AGENT_SCRIPT = path.join(path.dirname(fileURLToPath(import.meta.url)), 'netns-agent.ts');
 // Generous: the agent is a second Node process, and on a loaded host (the chaos suite, 20
