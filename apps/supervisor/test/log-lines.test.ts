@@ -1,7 +1,9 @@
 // What a real supervisor writes on stderr (the sandbox log): every line one JSON object of the
 // shared logger's shape, every line naming its sandbox, errors through the one serialiser (a
 // lost control stream's gRPC status by code and name), no trace ids outside a span.
+import { createLogger } from '@sandgate/telemetry/log';
 import { afterEach, describe, expect, it } from 'vitest';
+import { NetnsAgent } from '../src/workload/netns.ts';
 import { FakeGateway, startSupervisor, waitFor } from './helpers.ts';
 
 const LEVELS = ['debug', 'info', 'warn', 'error'];
@@ -49,4 +51,16 @@ describe('supervisor log lines', () => {
       err: { type: 'Error', message: expect.any(String), grpc_code: expect.any(Number), grpc_status: expect.any(String), stack: expect.any(String) },
     });
   }, 40_000);
+
+  it('carries what the netns agent writes on stderr as log lines of the sandbox', async () => {
+    const lines: string[] = [];
+    const log = createLogger({ sandbox_id: 'sb-netns' }, 'info', { destination: { write: (l: string) => lines.push(l) } });
+    // Port 0 is refused by the agent itself: it says why on stderr and exits 1.
+    await expect(NetnsAgent.start({ proxyPort: 0, log, onDeath: () => {} })).rejects.toThrow(/netns agent exited \(code 1/);
+    const recs = await waitFor('the agent line', () => {
+      const r = lines.map((l) => JSON.parse(l) as Record<string, unknown>).filter((x) => x.msg === 'netns agent stderr');
+      return r.length > 0 ? r : undefined;
+    }, 5_000);
+    expect(recs[0]).toMatchObject({ level: 'error', sandbox_id: 'sb-netns', line: 'sandgate netns agent: bad proxy port 0', agent_pid: expect.any(Number) });
+  });
 });
