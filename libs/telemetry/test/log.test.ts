@@ -4,6 +4,9 @@
 import { context, ROOT_CONTEXT, trace } from '@opentelemetry/api';
 import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
 import { InMemorySpanExporter, SimpleSpanProcessor, TracerProvider } from '@opentelemetry/sdk-trace';
+import { spawnSync } from 'node:child_process';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLogger, parseLogLevel, serialiseError, type LogLevel } from '../src/log.ts';
 
@@ -144,5 +147,39 @@ describe('trace correlation', () => {
       expect(byMsg[m]).not.toHaveProperty('span_id');
     }
     expect(trace.getActiveSpan()).toBeUndefined();
+  });
+});
+
+describe('a process logging on its real stderr', () => {
+  it('writes the ids of the span a line is written in, and only those lines carry them', () => {
+    // A separate Node process with the default destination (process.stderr) and the tracing
+    // setup's pieces registered globally, as a replica or supervisor with tracing on has them.
+    const logTs = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../src/log.ts');
+    const script = `
+      import { context, trace } from '@opentelemetry/api';
+      import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
+      import { TracerProvider } from '@opentelemetry/sdk-trace';
+      import { createLogger } from ${JSON.stringify(logTs)};
+      context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable());
+      trace.setGlobalTracerProvider(new TracerProvider());
+      const log = createLogger({ component: 'probe' }, 'info');
+      log.info('outside');
+      await trace.getTracer('probe').startActiveSpan('call', async (span) => {
+        await new Promise((r) => setTimeout(r, 1));
+        log.warn('inside', { err: new Error('boom') });
+        process.stdout.write(JSON.stringify(span.spanContext()));
+        span.end();
+      });
+    `;
+    const r = spawnSync(process.execPath, ['--input-type=module', '-e', script], { cwd: path.dirname(logTs), encoding: 'utf8', timeout: 20_000 });
+    expect(r.status, r.stderr).toBe(0);
+    const span = JSON.parse(r.stdout) as { traceId: string; spanId: string };
+    const lines = r.stderr.trim().split('\n');
+    expect(lines).toHaveLength(2);
+    const [outside, inside] = lines.map((l) => JSON.parse(l) as Record<string, unknown>);
+    expect(outside).toEqual({ level: 'info', ts: expect.any(String), component: 'probe', msg: 'outside' });
+    expect(inside).toMatchObject({ level: 'warn', component: 'probe', trace_id: span.traceId, span_id: span.spanId, msg: 'inside', err: { type: 'Error', message: 'boom' } });
+    expect(span.traceId).toMatch(/^[0-9a-f]{32}$/);
+    expect(lines[1]).toMatch(/^\{"level":"warn","ts":"[^"]+","component":"probe","trace_id":"[0-9a-f]{32}","span_id":"[0-9a-f]{16}",/);
   });
 });
