@@ -1,6 +1,7 @@
 // What every command receives from main.
 import type { Env } from './args.ts';
 import type { ConnectionFlags } from './client-config.ts';
+import type { Logger } from './diagnostics.ts';
 
 export interface CommandContext {
   env: Env;
@@ -8,6 +9,8 @@ export interface CommandContext {
   gateway: string | undefined;
   /** `--token`, `--ca`, `--client-cert`, `--client-key`, `--tls-server-name` given before the command. */
   connection?: ConnectionFlags;
+  /** Diagnostics (diagnostics.ts): silent unless SANDGATE_LOG_LEVEL=debug; absent in unit tests. */
+  log?: Logger;
 }
 
 /** A command: parses its own argv (the words after the command name) and returns an exit status. */

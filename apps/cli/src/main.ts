@@ -3,6 +3,7 @@
 import { readFileSync } from 'node:fs';
 import { UsageError, type Env } from './args.ts';
 import type { CommandContext, CommandRun } from './context.ts';
+import { cliLogger } from './diagnostics.ts';
 import { EXIT_OK, EXIT_USAGE, reportError } from './errors.ts';
 import { USAGE } from './usage.ts';
 
@@ -121,6 +122,8 @@ export async function run(argv: string[], env: Env): Promise<number> {
     return EXIT_OK;
   }
   const command = await load();
+  ctx.log = await cliLogger(env, name);
+  ctx.log.debug('command', { node: process.version });
   try {
     return await command.run(rest, ctx);
   } catch (err) {

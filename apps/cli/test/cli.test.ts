@@ -9,7 +9,8 @@ const bin = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../bin/s
 
 function sandgate(args: string[], env: Record<string, string> = {}) {
   const r = spawnSync(process.execPath, [bin, ...args], {
-    env: { ...process.env, SANDGATE_GATEWAY: '', ...env },
+    // No diagnostics unless a test asks: SANDGATE_LOG_LEVEL=debug in the caller's environment adds lines to stderr.
+    env: { ...process.env, SANDGATE_GATEWAY: '', SANDGATE_LOG_LEVEL: '', ...env },
     input: '',
     encoding: 'utf8',
     timeout: 20_000,
@@ -80,5 +81,24 @@ describe('sandgate CLI', () => {
       expect(r.code, args.join(' ')).toBe(1);
       expect(r.stderr).toMatch(new RegExp(`^error: cannot reach the gateway at 127\\.0\\.0\\.1:${port}: .*ECONNREFUSED`));
     }
+  });
+
+  it('writes diagnostics as JSON log lines only with SANDGATE_LOG_LEVEL=debug, the error line unchanged', async () => {
+    const port = await closedPort();
+    for (const level of ['', 'info', 'warn']) {
+      const quiet = sandgate(['sandbox', 'list', '-o', 'json'], { SANDGATE_GATEWAY: `http://127.0.0.1:${port}`, SANDGATE_LOG_LEVEL: level });
+      expect(quiet.stderr, `level ${level}`).toMatch(/^error: cannot reach the gateway at [^\n]*\n$/);
+    }
+    const r = sandgate(['sandbox', 'list', '-o', 'json'], { SANDGATE_GATEWAY: `http://127.0.0.1:${port}`, SANDGATE_TOKEN: 'sgt_secret', SANDGATE_LOG_LEVEL: 'debug' });
+    expect(r.code).toBe(1);
+    expect(r.stdout).toBe('');
+    const lines = r.stderr.split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l) as Record<string, unknown>);
+    expect(r.stderr).toContain(`error: cannot reach the gateway at 127.0.0.1:${port}: `);
+    expect(r.stderr).not.toContain('sgt_secret');
+    for (const l of lines) expect(l).toMatchObject({ level: 'debug', component: 'cli', command: 'sandbox list', ts: expect.any(String) });
+    expect(lines.find((l) => l.msg === 'connection')).toMatchObject({ endpoint: `127.0.0.1:${port}`, tls: false, token: true });
+    expect(lines.find((l) => l.msg === 'command failed')).toMatchObject({
+      err: { grpc_code: 14, grpc_status: 'UNAVAILABLE', details: expect.stringContaining('ECONNREFUSED'), stack: expect.any(String) },
+    });
   });
 });

@@ -6,7 +6,7 @@ import type * as grpc from '@grpc/grpc-js';
 import type { ExecStart, GatewayMessage, SupervisorMessage, TcpOpen } from '@sandgate/protocols';
 import { backoffDelay, DEFAULT_BACKOFF, type BackoffOptions } from './backoff.ts';
 import { callMetadata, createGatewayClient, type GatewayClient, type GatewayTls } from './gateway-client.ts';
-import type { Logger } from './log.ts';
+import type { Logger } from '@sandgate/telemetry/log';
 
 /** `policy_update` (sandgate.proto GatewayMessage field 8). */
 export type PolicyUpdate = NonNullable<GatewayMessage['policy_update']>;
@@ -308,7 +308,8 @@ export class ControlSession {
     for (const t of attempt.timers) clearTimeout(t);
     const wasUp = attempt.conn !== undefined;
     const fields: Record<string, unknown> = { endpoint: attempt.endpoint, reason };
-    if (err) fields.err = (err as Error).message;
+    // The whole error (gRPC status and code included), through the logger's one serialiser.
+    if (err) fields.err = err;
     if (wasUp) this.log.warn('control session lost', fields);
     else if (!this.stopped) {
       // While the gateway is down this repeats every couple of seconds: keep the log readable.

@@ -4,7 +4,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import * as pty from 'node-pty';
 import { killExecTree, readProcStat, type KillTreeOptions } from './kill-tree.ts';
-import type { Logger } from './log.ts';
+import type { Logger } from '@sandgate/telemetry/log';
 import { signalNumber } from './signals.ts';
 import type { WorkloadLauncher } from './workload/launcher.ts';
 

@@ -10,7 +10,7 @@ import type { GatewayConnection } from './control-session.ts';
 import { ProcessTree, spawnPiped, spawnPty, termSize, type ExecProcess, type ExecProcessHandlers } from './exec-process.ts';
 import type { KillTreeOptions } from './kill-tree.ts';
 import type { DebugBreak } from '@sandgate/core';
-import type { Logger } from './log.ts';
+import type { Logger } from '@sandgate/telemetry/log';
 import { exitCodeForSpawnError, preflight, reasonOf } from './preflight.ts';
 import { isValidSignal } from './signals.ts';
 import { OOM_MESSAGE, oomKilled, type WorkloadLauncher } from './workload/launcher.ts';
@@ -276,7 +276,7 @@ export class ExecRunner {
     this.state = 'broken';
     this.cleanup();
     const fields: Record<string, unknown> = { reason };
-    if (err) fields.err = (err as Error).message;
+    if (err) fields.err = err;
     this.log.warn('exec path broken: killing its process tree', fields);
     try {
       this.call?.cancel();

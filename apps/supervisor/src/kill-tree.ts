@@ -8,7 +8,7 @@
 import fs from 'node:fs';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { EXEC_ID_ENV } from './config.ts';
-import type { Logger } from './log.ts';
+import type { Logger } from '@sandgate/telemetry/log';
 
 export interface KillTreeOptions {
   /** The exec runs on a PTY: also SIGHUP the group, as a terminal hangup would. */

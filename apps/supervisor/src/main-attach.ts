@@ -5,7 +5,7 @@ import type * as grpc from '@grpc/grpc-js';
 import type { ExecFrame, ExecStart } from '@sandgate/protocols';
 import type { GatewayConnection } from './control-session.ts';
 import { JournalFollower } from './journal-follower.ts';
-import type { Logger } from './log.ts';
+import type { Logger } from '@sandgate/telemetry/log';
 import type { MainExit, MainProcess } from './main-process.ts';
 
 export interface MainAttachOptions {

@@ -6,7 +6,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { setTimeout as sleep } from 'node:timers/promises';
 import * as pty from 'node-pty';
 import { normaliseExit } from '@sandgate/core';
-import type { Logger } from './log.ts';
+import type { Logger } from '@sandgate/telemetry/log';
 import { ignorePtyErrors, launchCommand } from './exec-process.ts';
 import { preflight } from './preflight.ts';
 import { RingBuffer } from './ring-buffer.ts';

@@ -3,7 +3,7 @@
 // configured through SANDGATE_* environment variables (see config.ts). The supervisor must be very
 // hard to kill: errors are logged and survived, only SIGTERM/SIGINT end it.
 import { ConfigError, loadProcessConfig } from './config.ts';
-import { createLogger } from './log.ts';
+import { createLogger } from '@sandgate/telemetry/log';
 import { Supervisor } from './supervisor.ts';
 
 const SHUTDOWN_DEADLINE_MS = 10_000;
@@ -18,12 +18,14 @@ function main(): void {
     config = loadProcessConfig();
   } catch (err) {
     if (err instanceof ConfigError) {
-      createLogger({ level: err.logLevel, base: { sandbox_id: err.sandboxId } }).error('invalid configuration', { err: err.message });
+      createLogger({ sandbox_id: err.sandboxId }, err.logLevel).error('invalid configuration', { err: err.message });
       process.exit(2);
     }
     throw err;
   }
-  const log = createLogger({ level: config.logLevel, base: { sandbox_id: config.sandboxId } });
+  // Every line names the sandbox: the driver sends our stderr to the sandbox log, and those logs are
+  // aggregated across sandboxes.
+  const log = createLogger({ sandbox_id: config.sandboxId }, config.logLevel);
 
   process.on('uncaughtException', (err) => log.error('uncaught exception (continuing)', { err }));
   process.on('unhandledRejection', (err) => log.error('unhandled rejection (continuing)', { err }));
@@ -57,7 +59,7 @@ function main(): void {
 
   supervisor.start().catch((err: unknown) => {
     // Without its confinement the workload must not run at all.
-    log.error('cannot confine the workload', { err: err instanceof Error ? err.message : String(err) });
+    log.error('cannot confine the workload', { err });
     process.exit(2);
   });
 }

@@ -12,7 +12,7 @@ import type { MainExit } from './main-process.ts';
 
 /** How long the exit waits for attached clients to receive it before cleanup may start anyway. */
 const TERMINAL_DRAIN_TIMEOUT_MS = 30_000;
-import type { Logger } from './log.ts';
+import type { Logger } from '@sandgate/telemetry/log';
 import { MainProcess } from './main-process.ts';
 import { SUPERVISOR_VERSION } from './version.ts';
 import { closeInheritedFds } from './workload/fds.ts';

@@ -4,7 +4,7 @@
 import net from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { encodeMessage, messageType } from '@sandgate/protocols';
-import { createLogger } from '../src/log.ts';
+import { createLogger } from '@sandgate/telemetry/log';
 import { decodePolicy, EgressProxy, parseProxyRequest } from '../src/workload/egress-proxy.ts';
 
 describe('parseProxyRequest', () => {
@@ -59,7 +59,7 @@ describe('EgressProxy refusals', () => {
     server = net.createServer();
     await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
     port = (server.address() as net.AddressInfo).port;
-    proxy = new EgressProxy(server, {}, createLogger({ level: 'error' }));
+    proxy = new EgressProxy(server, {}, createLogger({}, 'error'));
   });
 
   afterAll(() => {

@@ -1,32 +1,143 @@
-// Structured logging: one JSON object per line on stderr. Small on purpose; every component
-// (replica, worker, supervisor) logs the same shape so lines can be merged and filtered.
+// Structured logging, one implementation for every process (replica, worker, supervisor, CLI
+// diagnostics): pino writing one JSON object per line on stderr, so lines from every component
+// merge and filter alike. The shape operators and tests read:
+//   {"level":"info","ts":"<ISO 8601>",<bound fields>,["trace_id","span_id",]<fields>,"msg":"…"}
+// `level` is the level's name (not pino's number); `trace_id`/`span_id` appear on every line
+// written inside an active span (read through @opentelemetry/api only: whether spans are recorded
+// is the tracing setup's business, not the logger's); every Error in the fields, under any key,
+// goes through serialiseError().
+//
+// This file is published on its own (`@sandgate/telemetry/log`) so the supervisor, which runs in
+// every sandbox and must stay small, loads pino and the OTel API but none of the SDKs.
+import { isSpanContextValid, trace } from '@opentelemetry/api';
+import { pino, type Logger as PinoLogger } from 'pino';
+
 export const LOG_LEVELS = ['debug', 'info', 'warn', 'error'] as const;
 export type LogLevel = (typeof LOG_LEVELS)[number];
-const ORDER: Record<LogLevel, number> = { debug: 10, info: 20, warn: 30, error: 40 };
+export type LogFields = Record<string, unknown>;
 
 export interface Logger {
-  debug(msg: string, fields?: Record<string, unknown>): void;
-  info(msg: string, fields?: Record<string, unknown>): void;
-  warn(msg: string, fields?: Record<string, unknown>): void;
-  error(msg: string, fields?: Record<string, unknown>): void;
-  child(fields: Record<string, unknown>): Logger;
+  debug(msg: string, fields?: LogFields): void;
+  info(msg: string, fields?: LogFields): void;
+  warn(msg: string, fields?: LogFields): void;
+  error(msg: string, fields?: LogFields): void;
+  /** A logger that adds `fields` to every line (e.g. the exec id). */
+  child(fields: LogFields): Logger;
 }
 
-/** `level` is the least severe level written; it comes from the process's config (SANDGATE_LOG_LEVEL). */
-export function createLogger(base: Record<string, unknown>, level: LogLevel = 'info'): Logger {
-  const min = ORDER[level] ?? ORDER.info;
-  const write = (lvl: LogLevel, msg: string, fields?: Record<string, unknown>) => {
-    if (ORDER[lvl] < min) return;
-    const line = JSON.stringify({ ts: new Date().toISOString(), level: lvl, msg, ...base, ...fields }, (_k, v: unknown) =>
-      v instanceof Error ? v.message : v,
-    );
-    process.stderr.write(line + '\n');
+/** Where lines go: stderr unless a test hands its own sink. Each call gets one whole line ending in '\n'. */
+export interface LogDestination {
+  write(line: string): unknown;
+}
+
+export interface LoggerOptions {
+  destination?: LogDestination;
+}
+
+/** A level name as given (SANDGATE_LOG_LEVEL, any case); anything else is `info`. */
+export function parseLogLevel(value: string | undefined): LogLevel {
+  const v = (value ?? '').trim().toLowerCase();
+  return (LOG_LEVELS as readonly string[]).includes(v) ? (v as LogLevel) : 'info';
+}
+
+// The gRPC status names by code (the wire's numbers, fixed by the gRPC spec), so a logged status
+// error says UNAVAILABLE rather than 14 without this library depending on a gRPC package.
+const GRPC_STATUS = [
+  'OK', 'CANCELLED', 'UNKNOWN', 'INVALID_ARGUMENT', 'DEADLINE_EXCEEDED', 'NOT_FOUND', 'ALREADY_EXISTS',
+  'PERMISSION_DENIED', 'RESOURCE_EXHAUSTED', 'FAILED_PRECONDITION', 'ABORTED', 'OUT_OF_RANGE',
+  'UNIMPLEMENTED', 'INTERNAL', 'UNAVAILABLE', 'DATA_LOSS', 'UNAUTHENTICATED',
+] as const;
+
+/** Causes nested deeper than this are cut: a cause chain is rarely longer, and a cycle must end. */
+const MAX_CAUSE_DEPTH = 5;
+
+/**
+ * The one error serialiser: `type` (its name), `message`, `code` (a string code such as an errno
+ * name), `grpc_code`/`grpc_status` for a gRPC status (a numeric `code` 0–16: grpc-js ServiceError,
+ * GatewayError), `details` (a gRPC error's details), `stack`, `cause` (serialised alike) and, for
+ * an AggregateError, `errors`.
+ */
+export function serialiseError(err: Error, depth = 0): Record<string, unknown> {
+  const e = err as Error & { code?: unknown; details?: unknown; errors?: unknown };
+  const out: Record<string, unknown> = { type: err.name, message: err.message };
+  if (typeof e.code === 'number' && Number.isInteger(e.code) && e.code >= 0 && e.code < GRPC_STATUS.length) {
+    out.grpc_code = e.code;
+    out.grpc_status = GRPC_STATUS[e.code];
+    if (typeof e.details === 'string' && e.details) out.details = e.details;
+  } else if (e.code !== undefined && e.code !== null) {
+    out.code = e.code;
+  }
+  if (err.stack) out.stack = err.stack;
+  if (err.cause !== undefined) out.cause = serialiseValue(err.cause, depth + 1);
+  if (Array.isArray(e.errors) && e.errors.length > 0) out.errors = e.errors.map((x) => serialiseValue(x, depth + 1));
+  return out;
+}
+
+function serialiseValue(value: unknown, depth: number): unknown {
+  if (!(value instanceof Error)) return value;
+  return depth > MAX_CAUSE_DEPTH ? { type: value.name, message: value.message } : serialiseError(value, depth);
+}
+
+/** `fields` with every Error value serialised; the object itself when it holds none (the common case). */
+function serialiseFields(fields: LogFields): LogFields {
+  let out: LogFields | undefined;
+  for (const key in fields) {
+    const v = fields[key];
+    if (v instanceof Error) {
+      out ??= { ...fields };
+      out[key] = serialiseError(v);
+    }
+  }
+  return out ?? fields;
+}
+
+/** The active span's ids, or nothing outside a span (or inside a non-sampled placeholder with no ids). */
+function traceFields(): LogFields {
+  const span = trace.getActiveSpan();
+  if (!span) return {};
+  const ctx = span.spanContext();
+  return isSpanContextValid(ctx) ? { trace_id: ctx.traceId, span_id: ctx.spanId } : {};
+}
+
+/**
+ * A logger whose lines carry `base`. `level` is the least severe level written; it comes from the
+ * process's config (SANDGATE_LOG_LEVEL).
+ */
+export function createLogger(base: LogFields, level: LogLevel = 'info', opts: LoggerOptions = {}): Logger {
+  const p = pino(
+    {
+      level: LOG_LEVELS.includes(level) ? level : 'info',
+      // No pid/hostname: the component and its id (replica, worker, sandbox_id) name the writer.
+      base: serialiseFields(base),
+      messageKey: 'msg',
+      timestamp: () => `,"ts":"${new Date().toISOString()}"`,
+      formatters: {
+        level: (label) => ({ level: label }),
+        log: (fields) => serialiseFields(fields),
+      },
+      // Errors are serialised above, under every key; pino's own `err` serialiser would redo it.
+      serializers: { err: (v: unknown) => v },
+      mixin: traceFields,
+    },
+    opts.destination ?? process.stderr,
+  );
+  return wrap(p);
+}
+
+function wrap(p: PinoLogger): Logger {
+  const write = (lvl: LogLevel, msg: string, fields?: LogFields) => {
+    try {
+      p[lvl](fields ?? {}, msg);
+    } catch {
+      // A throwing getter in the fields or a dead stderr: logging must never take the caller down.
+    }
   };
   return {
-    debug: (m, f) => write('debug', m, f),
-    info: (m, f) => write('info', m, f),
-    warn: (m, f) => write('warn', m, f),
-    error: (m, f) => write('error', m, f),
-    child: (fields) => createLogger({ ...base, ...fields }, level),
+    debug: (msg, fields) => write('debug', msg, fields),
+    info: (msg, fields) => write('info', msg, fields),
+    warn: (msg, fields) => write('warn', msg, fields),
+    error: (msg, fields) => write('error', msg, fields),
+    // Bound fields are serialised once here: pino skips its formatters for a child's bindings.
+    child: (fields) => wrap(p.child(serialiseFields(fields))),
   };
 }

@@ -37,9 +37,20 @@ export async function withClient(
 ): Promise<number> {
   const connection = connectionFor(ctx, typeof flags === 'string' ? { gateway: flags } : (flags ?? {}));
   const client = createClient(connection.endpoint, { token: connection.token, tls: connection.tls });
+  ctx.log?.debug('connection', {
+    endpoint: connection.endpoint,
+    tls: connection.tls !== null,
+    ca_file: connection.tls?.caFile,
+    client_cert_file: connection.tls?.certFile,
+    tls_server_name: connection.tls?.servername,
+    // Whether a token is sent, never the token.
+    token: connection.token !== undefined,
+  });
   try {
     return await fn(client, connection);
   } catch (err) {
+    // The whole error (gRPC status, details, cause, stack) behind the one-line `error:` below.
+    ctx.log?.debug('command failed', { err });
     return reportError(err, connection.endpoint);
   } finally {
     client.close();

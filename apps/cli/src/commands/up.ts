@@ -4,6 +4,7 @@ import { execFileSync } from 'node:child_process';
 import type { RunningReplica } from '@sandgate/gateway';
 import { DEFAULT_GATEWAY } from '../args.ts';
 import type { CommandContext } from '../context.ts';
+import { cliLogger, type Logger } from '../diagnostics.ts';
 import { ExitError } from '../errors.ts';
 import { aptInstall, aptRunner, installNotice, planPrerequisites, thisHost } from '../prerequisites.ts';
 import { startPrivateRedis, type PrivateRedis } from '../redis-server.ts';
@@ -46,7 +47,9 @@ export function upBanner(replica: Pick<RunningReplica, 'grpcAddress' | 'httpUrl'
   );
 }
 
-function fail(message: string): never {
+function fail(message: string, log?: Logger, err?: unknown): never {
+  // The whole error (cause, stack) for SANDGATE_LOG_LEVEL=debug; the line below is what a person reads.
+  if (err !== undefined) log?.debug(message, { err });
   process.stderr.write(`error: ${message}\n`);
   throw new ExitError(1);
 }
@@ -80,6 +83,7 @@ export async function run(argv: string[], ctx: CommandContext): Promise<number> 
   }
   config.driver = plan.driver as typeof config.driver;
   const shutdown = waitForShutdownSignal();
+  const log = await cliLogger(ctx.env, 'up', config.logLevel);
 
   // TLS always: a CA and a server certificate of our own under <stateDir>/tls, made once and reused.
   let tls;
@@ -87,7 +91,7 @@ export async function run(argv: string[], ctx: CommandContext): Promise<number> 
     const names = upCertificateNames(os.hostname(), config.host);
     tls = await ensureUpTls(config.stateDir, names.dnsNames, names.ips);
   } catch (err) {
-    fail(`cannot prepare TLS under ${config.stateDir}/tls: ${(err as Error).message}`);
+    fail(`cannot prepare TLS under ${config.stateDir}/tls: ${(err as Error).message}`, log, err);
   }
   if (tls.made.ca) process.stderr.write(`made a CA for this gateway: ${tls.caFile}\n`);
   config.tlsCert = tls.certFile;
@@ -99,7 +103,7 @@ export async function run(argv: string[], ctx: CommandContext): Promise<number> 
     try {
       redis = await startPrivateRedis(config.stateDir, ctx.env);
     } catch (err) {
-      fail((err as Error).message);
+      fail((err as Error).message, log, err);
     }
     config.redisUrl = redis.url;
   }
@@ -111,7 +115,7 @@ export async function run(argv: string[], ctx: CommandContext): Promise<number> 
       token = (await ensureAdminToken(config.redisUrl, config.stateDir, config.redisCa)).token;
     } catch (err) {
       await redis?.stop();
-      fail(`cannot create the admin token in Redis: ${(err as Error).message}`);
+      fail(`cannot create the admin token in Redis: ${(err as Error).message}`, log, err);
     }
   }
 
@@ -121,7 +125,7 @@ export async function run(argv: string[], ctx: CommandContext): Promise<number> 
     replica = await startReplica(config);
   } catch (err) {
     await redis?.stop();
-    fail(err instanceof Error ? err.message : String(err));
+    fail(err instanceof Error ? err.message : String(err), log, err);
   }
 
   // The CLI finds this gateway, its CA and the token here; never printed.
@@ -136,9 +140,11 @@ export async function run(argv: string[], ctx: CommandContext): Promise<number> 
 
   // A private Redis dying under us is fatal: stop the replica and report it.
   const redisDied = redis ? redis.exited.then((why) => why) : new Promise<never>(() => undefined);
-  const outcome = await Promise.race([shutdown.then(() => 'signal' as const), redisDied]);
+  const outcome = await Promise.race([shutdown.then((signal) => ({ signal })), redisDied]);
+  if (typeof outcome === 'object') log.info('signal received: stopping', { signal: outcome.signal });
+  else log.error('the private redis-server exited unexpectedly: stopping', { exit: outcome });
   await replica.close();
-  if (outcome !== 'signal') fail(`the private redis-server exited unexpectedly (${outcome})`);
+  if (typeof outcome !== 'object') fail(`the private redis-server exited unexpectedly (${outcome})`);
   await redis?.stop();
   return 0;
 }

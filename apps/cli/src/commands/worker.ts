@@ -2,6 +2,7 @@
 // replicas started with --no-workers. It listens on nothing.
 import type { RunningStandaloneWorker } from '@sandgate/gateway';
 import type { CommandContext } from '../context.ts';
+import { cliLogger } from '../diagnostics.ts';
 import { ExitError } from '../errors.ts';
 import { resolveWorkerConfig } from '../replica-config.ts';
 import { waitForShutdownSignal } from '../signals.ts';
@@ -12,17 +13,19 @@ export async function run(argv: string[], ctx: CommandContext): Promise<number> 
   const config = resolveWorkerConfig(argv, ctx.env);
   // Listen for signals from the start: one arriving during startup stops the worker once it is up.
   const shutdown = waitForShutdownSignal();
+  const log = await cliLogger(ctx.env, 'worker', config.logLevel);
   let worker: RunningStandaloneWorker;
   try {
     const { startWorker } = await import('@sandgate/gateway');
     worker = await startWorker(config);
   } catch (err) {
+    log.debug('worker failed to start', { err });
     process.stderr.write(`error: ${err instanceof Error ? err.message : String(err)}\n`);
     throw new ExitError(1);
   }
   process.stdout.write(`sandgate worker ${worker.workerId} driver=${config.driver}\n`);
   const signal = await shutdown;
-  process.stderr.write(`received ${signal}: draining (running jobs finish first)\n`);
+  log.info('signal received: draining (running jobs finish first)', { signal, worker: worker.workerId });
   await worker.close();
   return 0;
 }

@@ -31,7 +31,7 @@ export function toStatus(err: unknown, log?: Logger): StatusLike {
   if (e && typeof e.code === 'number' && typeof e.details === 'string' && e.code !== status.OK) {
     return { code: e.code, details: e.details };
   }
-  log?.error('internal error', { err: err instanceof Error ? err.stack : String(err) });
+  log?.error('internal error', { err });
   return { code: Code.INTERNAL, details: `internal error: ${err instanceof Error ? err.message : String(err)}` };
 }
 

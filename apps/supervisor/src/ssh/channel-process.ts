@@ -7,7 +7,7 @@ import { normaliseExit } from '@sandgate/core';
 import type { ServerChannel } from 'ssh2';
 import { EXEC_ID_ENV } from '../config.ts';
 import { ProcessTree, spawnPiped, spawnPty, termSize, type ExecProcess, type ExecProcessHandlers } from '../exec-process.ts';
-import type { Logger } from '../log.ts';
+import type { Logger } from '@sandgate/telemetry/log';
 import { exitCodeForSpawnError, preflight, reasonOf } from '../preflight.ts';
 import { OOM_MESSAGE, oomKilled, type WorkloadLauncher } from '../workload/launcher.ts';
 

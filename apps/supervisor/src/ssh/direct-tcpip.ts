@@ -5,7 +5,7 @@
 // supervisor's loopback, where the gateway and other sandboxes' ports live.
 import type net from 'node:net';
 import type { AcceptConnection, RejectConnection, ServerChannel, TcpipRequestInfo } from 'ssh2';
-import type { Logger } from '../log.ts';
+import type { Logger } from '@sandgate/telemetry/log';
 import { directDial, type Dialer } from '../workload/dial.ts';
 import { loopbackHost, validPort } from './loopback.ts';
 import type { ChannelUnit } from './session-channel.ts';

@@ -5,7 +5,7 @@
 // read-only and told so. Ctrl-P Ctrl-Q detaches. Nothing an attachment does or suffers (detach,
 // channel close, connection drop) ever kills the main process.
 import type { ServerChannel } from 'ssh2';
-import type { Logger } from '../log.ts';
+import type { Logger } from '@sandgate/telemetry/log';
 import type { MainExit, MainProcess } from '../main-process.ts';
 import { DetachFilter } from './detach-filter.ts';
 import { JournalFollower } from '../journal-follower.ts';

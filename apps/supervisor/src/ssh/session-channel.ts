@@ -6,7 +6,7 @@ import os from 'node:os';
 import { randomUUID } from 'node:crypto';
 import type { PseudoTtyInfo, ServerChannel, Session } from 'ssh2';
 import { ENV_PREFIX } from '../config.ts';
-import type { Logger } from '../log.ts';
+import type { Logger } from '@sandgate/telemetry/log';
 import { ChannelProcess, type PtyRequest } from './channel-process.ts';
 import { MainChannel, type MainChannelDeps } from './main-channel.ts';
 import type { WorkloadLauncher } from '../workload/launcher.ts';

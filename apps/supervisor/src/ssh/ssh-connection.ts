@@ -6,7 +6,7 @@
 // does not emit a close for every channel.
 import { randomUUID } from 'node:crypto';
 import type { Connection } from 'ssh2';
-import type { Logger } from '../log.ts';
+import type { Logger } from '@sandgate/telemetry/log';
 import { handleDirectTcpip } from './direct-tcpip.ts';
 import { handleSession, type ChannelUnit, type SessionContext } from './session-channel.ts';
 import type { Dialer } from '../workload/dial.ts';

@@ -6,7 +6,7 @@
 import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import ssh2 from 'ssh2';
-import type { Logger } from '../log.ts';
+import type { Logger } from '@sandgate/telemetry/log';
 import { generateHostKey } from './host-key.ts';
 import type { MainChannel, MainChannelDeps } from './main-channel.ts';
 import { SshConnection } from './ssh-connection.ts';

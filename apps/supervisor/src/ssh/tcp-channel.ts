@@ -6,7 +6,7 @@
 import type * as grpc from '@grpc/grpc-js';
 import type { TcpFrame, TcpOpen } from '@sandgate/protocols';
 import type { GatewayConnection } from '../control-session.ts';
-import type { Logger } from '../log.ts';
+import type { Logger } from '@sandgate/telemetry/log';
 import { ChannelSocket, type TcpChannelCall } from './channel-socket.ts';
 import { loopbackHost, validPort } from './loopback.ts';
 import { directDial, type Dialer } from '../workload/dial.ts';

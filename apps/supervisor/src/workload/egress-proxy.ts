@@ -19,7 +19,7 @@ import net from 'node:net';
 import os from 'node:os';
 import { decideEgress, formatIp, parseIp, type EgressPolicy } from '@sandgate/core';
 import { decodeMessage, messageType } from '@sandgate/protocols';
-import type { Logger } from '../log.ts';
+import type { Logger } from '@sandgate/telemetry/log';
 
 const MAX_HEAD_BYTES = 16 * 1024;
 const HEAD_TIMEOUT_MS = 30_000;
@@ -152,7 +152,7 @@ export class EgressProxy {
     (server as net.Server & { allowHalfOpen: boolean }).allowHalfOpen = true;
     server.maxConnections = MAX_PROXY_CONNECTIONS;
     server.on('connection', (socket: net.Socket) => this.onConnection(socket));
-    server.on('error', (err) => this.log.warn('egress proxy socket error', { err: err.message }));
+    server.on('error', (err) => this.log.warn('egress proxy socket error', { err }));
   }
 
   /** New connections follow `policy` from now on. */

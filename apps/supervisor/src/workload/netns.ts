@@ -8,10 +8,11 @@
 // that namespace, so starting over in a new one would split the sandbox's loopback in two.
 // Exiting lets the driver see a dead sandbox instead of one that silently lost its network.
 import { spawn, type ChildProcess } from 'node:child_process';
+import { createInterface } from 'node:readline';
 import net from 'node:net';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import type { Logger } from '../log.ts';
+import type { Logger } from '@sandgate/telemetry/log';
 
 const AGENT_SCRIPT = path.join(path.dirname(fileURLToPath(import.meta.url)), 'netns-agent.ts');
 // Generous: the agent is a second Node process, and on a loaded host (the chaos suite, 20
@@ -77,9 +78,11 @@ export class NetnsAgent {
       };
       const child = spawn('unshare', ['--net', '--', process.execPath, AGENT_SCRIPT, String(opts.proxyPort)], {
         env: AGENT_ENV,
-        // Its stderr is ours: whatever it says on failure lands in the sandbox log.
-        stdio: ['ignore', 'ignore', 'inherit', 'ipc'],
+        // Whatever it says (a fatal reason, a crash's stack) goes through our logger into the
+        // sandbox log, as a JSON line naming the sandbox like every other line there.
+        stdio: ['ignore', 'ignore', 'pipe', 'ipc'],
       });
+      if (child.stderr) createInterface({ input: child.stderr }).on('line', (line) => log.error('netns agent stderr', { agent_pid: child.pid, line }));
       const timer = setTimeout(() => fail(`netns agent not ready after ${READY_TIMEOUT_MS} ms`), READY_TIMEOUT_MS);
       child.once('error', (err) => fail(`cannot start the netns agent (unshare): ${err.message}`));
       child.on('message', (msg: { op?: string; id?: number; code?: string; message?: string; port?: number }, handle?: net.Server | net.Socket) => {

@@ -5,7 +5,7 @@
 // Started before the main process: nothing of the workload may run before its namespace,
 // proxy and policy exist, or it would run with the supervisor's network.
 import type { WorkloadIsolation } from '@sandgate/protocols';
-import type { Logger } from '../log.ts';
+import type { Logger } from '@sandgate/telemetry/log';
 import { directDial, type Dialer } from './dial.ts';
 import { decodePolicy, EgressProxy } from './egress-proxy.ts';
 import { ConfinedLauncher, type WorkloadLauncher } from './launcher.ts';
