@@ -34,7 +34,7 @@ export interface RunningStandaloneWorker {
 export async function startWorker(config: WorkerConfig): Promise<RunningStandaloneWorker> {
   const log = createLogger({ component: 'worker', worker: config.workerId }, config.logLevel);
   const supervisorTls = loadSupervisorTls(config) ?? undefined;
-  const metrics = new Metrics();
+  const metrics = new Metrics({ serviceName: 'sandgate-worker', instanceId: config.workerId });
   const peerSecret = resolvePeerSecret(config.peerSecret, config.redisUrl);
   const redisTlsCa = loadRedisCa(config.redisCa);
   const redis = createRedisConnection(config.redisUrl, 'commands', { lazyConnect: true, connectionName: `sandgate:${config.workerId}`, tlsCa: redisTlsCa });

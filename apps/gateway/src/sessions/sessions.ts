@@ -103,6 +103,13 @@ export class SessionRegistry {
     return s && !s.closed ? s : undefined;
   }
 
+  /** Sandboxes whose live session this replica holds (the ones it reports usage for). */
+  ownedSandboxIds(): string[] {
+    const ids: string[] = [];
+    for (const [id, session] of this.sessions) if (!session.closed) ids.push(id);
+    return ids;
+  }
+
   get size(): number {
     return this.sessions.size;
   }
