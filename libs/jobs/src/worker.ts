@@ -51,6 +51,7 @@ export function startJobWorker(redisUrl: string, processors: JobProcessors, opts
     }
   };
   const metrics = opts.metrics;
+  for (const job of Object.values(JobName)) metrics?.inc('sandgate_job_failures_total', 0, { queue: QUEUE_NAME, job });
   const worker = new Worker(
     QUEUE_NAME,
     async (job: Job) => {

@@ -61,6 +61,9 @@ export class ExecService {
   constructor(deps: ExecServiceDeps) {
     this.deps = deps;
     this.access = { store: deps.store, sessionLive: (sandboxId) => deps.router.sessionLive(sandboxId) };
+    // Every series at zero from the start: a rate or an alert has something to read before the first event.
+    for (const path of ['local', 'relayed']) deps.metrics.inc('sandgate_execs_total', 0, { path });
+    for (const reason of ['timeout', 'cancel', 'disconnect', 'backstop']) deps.metrics.inc('sandgate_exec_kills_total', 0, { reason });
   }
 
   /** The status the client gets for a failed exec (see toClientError). */

@@ -84,6 +84,8 @@ export class SessionRegistry {
   constructor(deps: SessionDeps) {
     this.deps = deps;
     deps.metrics.gauge('sandgate_supervisor_sessions', () => this.sessions.size);
+    // Zero from the start, so rates and alerts have a series before the first event.
+    for (const name of ['sandgate_ownership_claims_total', 'sandgate_ownership_renewals_refused_total', 'sandgate_failovers_total']) deps.metrics.inc(name, 0);
     deps.metrics.gauge('sandgate_sandboxes_owned', () => {
       let owned = 0;
       for (const session of this.sessions.values()) if (!session.closed) owned++;
