@@ -105,30 +105,37 @@ describe('Metrics', () => {
     expect(() => otlpMetricsExportFromEnv({ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://x', OTEL_EXPORTER_OTLP_PROTOCOL: 'carrier-pigeon' })).toThrow(/not one of/);
   });
 
-  it('pushes the same instruments over OTLP/HTTP JSON to a real receiver', async () => {
-    const bodies: unknown[] = [];
+  it.each(['http/json', 'http/protobuf'] as const)('pushes the same instruments over OTLP (%s) to a real receiver', async (protocol) => {
+    const bodies: Array<{ type: string; body: Buffer }> = [];
     const server = createServer((req: IncomingMessage, res) => {
       const chunks: Buffer[] = [];
       req.on('data', (c: Buffer) => chunks.push(c));
       req.on('end', () => {
-        if (req.url === '/v1/metrics') bodies.push(JSON.parse(Buffer.concat(chunks).toString('utf8')));
-        res.writeHead(200, { 'content-type': 'application/json' }).end('{}');
+        if (req.url === '/v1/metrics') bodies.push({ type: String(req.headers['content-type']), body: Buffer.concat(chunks) });
+        if (protocol === 'http/json') res.writeHead(200, { 'content-type': 'application/json' }).end('{}');
+        else res.writeHead(200, { 'content-type': 'application/x-protobuf' }).end();
       });
     });
     await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
     const port = (server.address() as AddressInfo).port;
-    const m = new Metrics({ instanceId: 'r9', otlp: otlpMetricsExportFromEnv({ OTEL_EXPORTER_OTLP_ENDPOINT: `http://127.0.0.1:${port}`, OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json', OTEL_METRIC_EXPORT_INTERVAL: '100' }) });
+    const m = new Metrics({
+      instanceId: 'r9',
+      otlp: otlpMetricsExportFromEnv({ OTEL_EXPORTER_OTLP_ENDPOINT: `http://127.0.0.1:${port}`, OTEL_EXPORTER_OTLP_PROTOCOL: protocol, OTEL_METRIC_EXPORT_INTERVAL: '100' }),
+    });
     try {
       m.inc('sandgate_execs_total', 1, { path: 'local' });
       m.record('rpc.server.duration', 2, { 'rpc.method': 'Health' });
       await expect.poll(() => bodies.length, { timeout: 10_000 }).toBeGreaterThan(0);
-      const text = JSON.stringify(bodies);
-      expect(text).toContain('"sandgate_execs_total"');
-      expect(text).toContain('"rpc.server.duration"');
-      expect(text).toContain('"r9"');
+      expect(bodies[0]!.type).toContain(protocol === 'http/json' ? 'application/json' : 'application/x-protobuf');
+      // Names and the resource are plain strings in either encoding.
+      const text = bodies.map((b) => b.body.toString('latin1')).join('');
+      expect(text).toContain('sandgate_execs_total');
+      expect(text).toContain('rpc.server.duration');
+      expect(text).toContain('r9');
     } finally {
       await m.shutdown();
       server.close();
     }
   });
+
 });
