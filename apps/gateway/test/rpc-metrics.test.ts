@@ -1,7 +1,18 @@
 // rpc.server.duration from the server interceptor, on a real gRPC server and client: unary OK,
 // unary error, a server stream ended by the handler, and one cancelled by the client.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { credentials, makeGenericClientConstructor, Metadata, Server, ServerCredentials, status, type ServerWritableStream, type ServiceError } from '@grpc/grpc-js';
+import {
+  credentials,
+  makeGenericClientConstructor,
+  Metadata,
+  Server,
+  ServerCredentials,
+  status,
+  type sendUnaryData,
+  type ServerUnaryCall,
+  type ServerWritableStream,
+  type ServiceError,
+} from '@grpc/grpc-js';
 import { serviceDefinition } from '@sandgate/protocols';
 import { Metrics } from '@sandgate/telemetry';
 import { rpcMetricsInterceptor } from '../src/api/rpc-metrics.ts';
@@ -13,8 +24,8 @@ let client: Record<string, (...args: unknown[]) => any>;
 
 beforeAll(async () => {
   server.addService(definition, {
-    Health: (_call: unknown, cb: (err: unknown, res?: unknown) => void) => cb(null, { status: 1, version: 'x' }),
-    GetSandbox: (_call: unknown, cb: (err: unknown) => void) => cb({ code: status.NOT_FOUND, details: 'no such sandbox' }),
+    Health: (_call: ServerUnaryCall<object, object>, cb: sendUnaryData<object>) => cb(null, { status: 1, version: 'x' }),
+    GetSandbox: (_call: ServerUnaryCall<object, object>, cb: sendUnaryData<object>) => cb({ code: status.NOT_FOUND, details: 'no such sandbox' }),
     // Id 'once': one event, then the end. Anything else: events until the client goes away.
     WatchSandbox: (call: ServerWritableStream<{ id?: string }, unknown>) => {
       call.write({});
