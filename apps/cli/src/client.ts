@@ -30,7 +30,12 @@ import {
 } from '@sandgate/protocols';
 import { endpointWantsTls, normaliseEndpoint } from './args.ts';
 
-const OpenShellClient = makeGenericClientConstructor(serviceDefinition('openshell.v1.OpenShell'), 'OpenShell');
+// One client for OpenShell's calls and sandgate's own (sandgate.v1.Sandgate: GetSandboxUsage):
+// each method carries its full path, so both services share the channel.
+const OpenShellClient = makeGenericClientConstructor(
+  { ...serviceDefinition('openshell.v1.OpenShell'), ...serviceDefinition('sandgate.v1.Sandgate') },
+  'OpenShell',
+);
 
 type UnaryMethod = (req: object, md: Metadata, opts: CallOptions, cb: (err: ServiceError | null, res: unknown) => void) => unknown;
 

@@ -101,7 +101,39 @@ function egressText(bytes: Uint8Array | undefined): string {
  * `policy`: the policy in force and its revision (GetSandboxConfig), when the caller fetched it;
  * otherwise the create-time spec.policy is described.
  */
-export function formatSandboxDetail(sandbox: Sandbox, nowMs: number, policy?: { bytes?: Uint8Array; revision: number }): string {
+/** A sandbox's usage as GetSandboxUsage answers it (sandgate.v1.Sandgate). */
+export interface SandboxUsageView {
+  available?: boolean;
+  cpu_seconds?: number;
+  memory_bytes?: number;
+  sampled_at_ms?: number;
+  replica_id?: string;
+}
+
+/** `-o json`'s `usage` object (proto3 JSON names, like the rest), or undefined when there is none. */
+export function usageJson(usage: SandboxUsageView | undefined): unknown {
+  if (!usage?.available) return undefined;
+  return { cpuSeconds: usage.cpu_seconds ?? 0, memoryBytes: usage.memory_bytes ?? 0, sampledAtMs: usage.sampled_at_ms ?? 0, replicaId: usage.replica_id ?? '' };
+}
+
+/** 1536 → "1.5 KiB". */
+export function formatBytes(n: number): string {
+  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+  let v = n;
+  let i = 0;
+  while (v >= 1024 && i < units.length - 1) {
+    v /= 1024;
+    i++;
+  }
+  return i === 0 ? `${v} B` : `${v.toFixed(1)} ${units[i]}`;
+}
+
+export function formatSandboxDetail(
+  sandbox: Sandbox,
+  nowMs: number,
+  policy?: { bytes?: Uint8Array; revision: number },
+  usage?: SandboxUsageView,
+): string {
   const meta = sandbox.metadata;
   const created = meta?.created_at_ms ? `${new Date(meta.created_at_ms).toISOString()} (${formatAge(meta.created_at_ms, nowMs)} ago)` : '<unknown>';
   const rows: [string, string][] = [
@@ -120,6 +152,10 @@ export function formatSandboxDetail(sandbox: Sandbox, nowMs: number, policy?: { 
   if (limits) rows.push(['Limits', limits]);
   const egress = egressText(policy ? policy.bytes : sandbox.spec?.policy);
   rows.push(['Egress', policy && policy.revision > 0 ? `${egress} (policy revision ${policy.revision})` : egress]);
+  if (usage?.available) {
+    const age = usage.sampled_at_ms ? ` (read ${formatAge(usage.sampled_at_ms, nowMs)} ago)` : '';
+    rows.push(['Usage', `CPU ${(usage.cpu_seconds ?? 0).toFixed(2)} s, memory ${formatBytes(usage.memory_bytes ?? 0)}${age}`]);
+  }
   const width = Math.max(...rows.map(([k]) => k.length)) + 1;
   return rows.map(([k, v]) => `${`${k}:`.padEnd(width)}  ${v}`).join('\n') + '\n';
 }

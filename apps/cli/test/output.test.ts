@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { SandboxPhase, type Sandbox } from '@sandgate/protocols';
-import { formatAge, formatLabels, formatSandboxDetail, formatSandboxList, formatTable, sandboxJson } from '../src/output.ts';
+import { formatAge, formatBytes, formatLabels, formatSandboxDetail, formatSandboxList, formatTable, sandboxJson, usageJson } from '../src/output.ts';
 
 const NOW = Date.UTC(2025, 0, 1, 12, 0, 0);
 
@@ -44,5 +44,16 @@ describe('output', () => {
     const json = sandboxJson(sandbox) as Record<string, Record<string, unknown>>;
     expect(json.metadata).toMatchObject({ id: 'id-1', createdAtMs: String(NOW - 90_000), resourceVersion: '3', labels: { team: 'ml' } });
     expect(json.status).toMatchObject({ phase: 'SANDBOX_PHASE_READY' });
+  });
+
+  it('shows the usage GetSandboxUsage reports, and nothing when there is none', () => {
+    const usage = { available: true, cpu_seconds: 1.234, memory_bytes: 50 * 1024 * 1024 + 512 * 1024, sampled_at_ms: NOW - 5_000, replica_id: 'r1' };
+    expect(formatSandboxDetail(sandbox, NOW, undefined, usage)).toContain('Usage:    CPU 1.23 s, memory 50.5 MiB (read 5s ago)\n');
+    expect(formatSandboxDetail(sandbox, NOW, undefined, { available: false })).not.toContain('Usage');
+    expect(usageJson(usage)).toEqual({ cpuSeconds: 1.234, memoryBytes: 52953088, sampledAtMs: NOW - 5_000, replicaId: 'r1' });
+    expect(usageJson({ available: false })).toBeUndefined();
+    expect(usageJson(undefined)).toBeUndefined();
+    expect(formatBytes(512)).toBe('512 B');
+    expect(formatBytes(1536)).toBe('1.5 KiB');
   });
 });

@@ -74,8 +74,16 @@ describe('resolveReplicaConfig', () => {
       redisCa: '',
       logLevel: 'info',
       debugBreaks: new Set(),
+      // No OTEL_* variables: /metrics only, no OTLP push.
+      otlpMetrics: null,
       workers: true,
     });
+  });
+
+  it('takes the OTLP metrics export from the standard OTEL_* variables, off with OTEL_SDK_DISABLED', () => {
+    const env = { OTEL_EXPORTER_OTLP_ENDPOINT: 'http://127.0.0.1:4318', OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json', OTEL_METRIC_EXPORT_INTERVAL: '1000' };
+    expect(resolveReplicaConfig([], env, facts).otlpMetrics).toEqual({ url: 'http://127.0.0.1:4318/v1/metrics', protocol: 'http/json', intervalMs: 1000 });
+    expect(resolveReplicaConfig([], { ...env, OTEL_SDK_DISABLED: 'true' }, facts).otlpMetrics).toBeNull();
   });
 
   it('reads the tuning knobs from the environment only', () => {

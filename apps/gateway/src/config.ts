@@ -8,7 +8,7 @@
 // the gateway's Redis, gRPC and driver modules are loaded, and client commands share its helpers.
 import path from 'node:path';
 import { DEBUG_BREAKS, DEBUG_ENV, parseDebugBreaks, type DebugBreak } from '@sandgate/core';
-import { LOG_LEVELS, type LogLevel } from '@sandgate/telemetry';
+import { LOG_LEVELS, otlpMetricsExportFromEnv, type LogLevel, type OtlpMetricsExport } from '@sandgate/telemetry';
 
 export interface ReplicaConfig {
   host: string;
@@ -65,6 +65,8 @@ export interface ReplicaConfig {
   logLevel: LogLevel;
   /** Debug faults switched on (only ever non-empty with SANDGATE_DEBUG_UNSAFE=1). */
   debugBreaks: ReadonlySet<DebugBreak>;
+  /** OTLP metrics export from the standard OTEL_* variables; null: /metrics only. */
+  otlpMetrics: OtlpMetricsExport | null;
 }
 
 /** Host facts the computed defaults use, injected so parsing stays pure. */
@@ -167,7 +169,8 @@ export const WORKER_ID_OPTION: OptionSpec<string> = {
   },
 };
 
-type Specs = { [K in keyof ReplicaConfig]: OptionSpec<ReplicaConfig[K]> };
+// otlpMetrics comes from the standard OTEL_* variables (parseReplicaConfig), not a sandgate option.
+type Specs = { [K in Exclude<keyof ReplicaConfig, 'otlpMetrics'>]: OptionSpec<ReplicaConfig[K]> };
 
 /** Every replica option, in the order they are resolved (advertiseHost follows host). */
 export const REPLICA_OPTIONS: Specs = {
@@ -461,6 +464,7 @@ export function parseReplicaConfig(
     set[key] = resolveOption(spec, spec.flag === undefined ? undefined : flags[spec.flag], env, resolved, facts);
   }
   resolved.debugBreaks = parseDebugBreaks(env);
+  resolved.otlpMetrics = otlpMetricsExportFromEnv(env);
   return resolved as ReplicaConfig;
 }
 

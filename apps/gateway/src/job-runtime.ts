@@ -48,6 +48,7 @@ export async function runJobWorker(
     connectionName: jobConnectionNames(processId).worker,
     redisTlsCa: config.redisTlsCa,
     onError: (err) => deps.log.warn('job worker error', { err: err.message }),
+    metrics: deps.metrics,
   });
 }
 

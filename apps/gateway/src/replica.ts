@@ -19,7 +19,9 @@ import {
   SandboxFeed,
   SandboxLogStore,
   SandboxStore,
+  SandboxUsageStore,
   SshSessionStore,
+  timeRedisCommands,
   WorkspaceExecSlots,
   WorkspaceStore,
 } from '@sandgate/store';
@@ -32,7 +34,9 @@ import { ExecRouter } from './relay/exec-router.ts';
 import { servePeerPort } from './relay/peer-port.ts';
 import { ExecService } from './exec/exec-service.ts';
 import { SandboxService } from './sandboxes/sandbox-service.ts';
-import { openShellDefinition, openShellImplementation } from './api/openshell-service.ts';
+import { openShellDefinition, openShellImplementation, sandgateDefinition, sandgateImplementation } from './api/openshell-service.ts';
+import { rpcMetricsInterceptor } from './api/rpc-metrics.ts';
+import { SandboxMetrics } from './sandboxes/sandbox-metrics.ts';
 import type { Authenticator } from './auth/authenticator.ts';
 import { authenticatorFor } from './auth/chain.ts';
 import { WorkspaceService } from './workspaces/workspace-service.ts';
@@ -102,13 +106,16 @@ export async function startReplica(config: ReplicaConfig, opts: { authenticator?
   const tls = loadServerTls(config);
   warnIfPlaintext(config.host, tls, log);
   const grpcCredentials = grpcServerCredentials(tls);
-  const metrics = new Metrics();
+  const metrics = new Metrics({ serviceName: 'sandgate-gateway', instanceId: config.replicaId, otlp: config.otlpMetrics });
   const stopDebugReminder = announceDebugBreaks(config.debugBreaks, log, metrics);
   // Before anything connects: a replica without a peer secret must not start (and says how to fix it).
   const peerSecret = resolvePeerSecret(config.peerSecret, config.redisUrl);
   const redisTlsCa = loadRedisCa(config.redisCa);
   const redis = createRedisConnection(config.redisUrl, 'commands', { lazyConnect: true, tlsCa: redisTlsCa });
   redis.on('error', (err: Error) => log.warn('redis error', { err: err.message }));
+  timeRedisCommands(redis, (operation, seconds) =>
+    metrics.record('db.client.operation.duration', seconds, { 'db.system.name': 'redis', 'db.operation.name': operation }),
+  );
   await redis.connect();
   if (await deleteLeftoverPeerSecret(redis)) log.warn('deleted the peer secret an older version had left in Redis (sg:peer-secret)');
 
@@ -128,6 +135,7 @@ export async function startReplica(config: ReplicaConfig, opts: { authenticator?
     enabled: !config.debugBreaks.has('jobs'),
     redisTlsCa,
   });
+  scheduler.reportDepth(metrics);
   // Sessions report to the lifecycle, which asks the router about sessions: bound late.
   let lifecycle: LifecycleService | undefined;
   const sessions = new SessionRegistry({
@@ -162,7 +170,7 @@ export async function startReplica(config: ReplicaConfig, opts: { authenticator?
   // Before any listener: an unusable OIDC or client-CA setting stops the start. A test may hand
   // in its own authenticator instead.
   const authenticator = opts.authenticator ?? authenticatorFor(config, { redis, log });
-  const publicServer = new Server(GRPC_SERVER_OPTIONS);
+  const publicServer = new Server({ ...GRPC_SERVER_OPTIONS, interceptors: [rpcMetricsInterceptor(metrics)] });
   const grpcPort = await bindGrpc(publicServer, config.host, config.grpcPort, grpcCredentials);
   const grpcAddress = `${config.host}:${grpcPort}`;
   await listenForDockerSupervisors(publicServer, driver, config.host, grpcPort, grpcCredentials, log);
@@ -225,6 +233,18 @@ export async function startReplica(config: ReplicaConfig, opts: { authenticator?
     openShellDefinition,
     openShellImplementation(authenticator, sandboxes, exec, lifecycle, watch, log, { sessions: ssh, forward }, configService, door),
   );
+  const sandboxMetrics = new SandboxMetrics({
+    replicaId: config.replicaId,
+    store,
+    usage: new SandboxUsageStore(redis),
+    driver,
+    owned: () => sessions.ownedSandboxIds(),
+    workspaces,
+    metrics,
+    log,
+  });
+  sandboxMetrics.start();
+  publicServer.addService(sandgateDefinition, sandgateImplementation(authenticator, log, sandboxMetrics));
   publicServer.addService(serviceDefinition('sandgate.v1.SupervisorGateway'), {
     Control: (call: ControlCall) => sessions.handleControl(call),
     ExecChannel: (call: ExecChannelCall) => sessions.handleExecChannel(call),
@@ -287,6 +307,7 @@ export async function startReplica(config: ReplicaConfig, opts: { authenticator?
     closing ??= (async () => {
       clearInterval(heartbeatTimer);
       stopDebugReminder();
+      sandboxMetrics.close();
       ssh.close();
       execSlots.close();
       await worker?.close();
@@ -297,6 +318,7 @@ export async function startReplica(config: ReplicaConfig, opts: { authenticator?
       peerPort.close();
       await Promise.all([shutdownGrpc(publicServer), http.close()]);
       redis.disconnect();
+      await metrics.shutdown();
       log.info('replica stopped');
     })();
     return closing;

@@ -18,6 +18,8 @@ export interface WorkerConfig
     ReplicaConfig,
     'redisUrl' | 'driver' | 'stateDir' | 'dockerImage' | 'ownerTtlMs' | 'provisionTimeoutMs' | 'peerSecret' | 'redisCa' | 'logLevel' | 'debugBreaks' | 'tlsCert' | 'tlsCa'
   > {
+  /** OTLP metrics export (OTEL_*): a worker has no /metrics, so its job metrics go out only this way. */
+  otlpMetrics?: ReplicaConfig['otlpMetrics'];
   workerId: string;
   /** What restarted supervisors dial (the load balancer): a worker has no gRPC address of its own. */
   supervisorEndpoint: string;
@@ -34,7 +36,7 @@ export interface RunningStandaloneWorker {
 export async function startWorker(config: WorkerConfig): Promise<RunningStandaloneWorker> {
   const log = createLogger({ component: 'worker', worker: config.workerId }, config.logLevel);
   const supervisorTls = loadSupervisorTls(config) ?? undefined;
-  const metrics = new Metrics();
+  const metrics = new Metrics({ serviceName: 'sandgate-worker', instanceId: config.workerId, otlp: config.otlpMetrics });
   const peerSecret = resolvePeerSecret(config.peerSecret, config.redisUrl);
   const redisTlsCa = loadRedisCa(config.redisCa);
   const redis = createRedisConnection(config.redisUrl, 'commands', { lazyConnect: true, connectionName: `sandgate:${config.workerId}`, tlsCa: redisTlsCa });
@@ -75,6 +77,7 @@ export async function startWorker(config: WorkerConfig): Promise<RunningStandalo
       await scheduler.close();
       router.close();
       await redis.quit().catch(() => redis.disconnect());
+      await metrics.shutdown();
       log.info('worker stopped');
     })());
   return { workerId: config.workerId, close };

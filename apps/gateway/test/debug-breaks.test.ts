@@ -24,14 +24,14 @@ describe('announceDebugBreaks', () => {
     await new Promise((r) => setTimeout(r, 60));
     expect(lines.length).toBe(seen);
     expect(metrics.get('sandgate_debug_break', { name: 'jobs' })).toBe(1);
-    expect(metrics.render()).toContain('# TYPE sandgate_debug_break gauge\nsandgate_debug_break{name="fencing"} 1\nsandgate_debug_break{name="jobs"} 1\n');
+    expect(await metrics.render()).toContain('# TYPE sandgate_debug_break gauge\nsandgate_debug_break{name="fencing"} 1\nsandgate_debug_break{name="jobs"} 1\n');
   });
 
-  it('says nothing without faults', () => {
+  it('says nothing without faults', async () => {
     const lines: Array<{ level: string; msg: string }> = [];
     const metrics = new Metrics();
     announceDebugBreaks(new Set(), collectingLogger(lines), metrics, 20)();
     expect(lines).toEqual([]);
-    expect(metrics.render()).not.toContain('sandgate_debug_break');
+    expect(await metrics.render()).not.toContain('sandgate_debug_break');
   });
 });

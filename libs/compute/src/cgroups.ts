@@ -306,6 +306,36 @@ export class Cgroups {
     return existed;
   }
 
+  /**
+   * CPU time and memory of the whole sandbox (supervisor and workload: the sandbox's cgroup
+   * counts its children), from the kernel's accounting files; null when it has no cgroup.
+   * v2: cpu.stat usage_usec, memory.current minus inactive_file (reclaimable cache).
+   * v1: cpuacct.usage (ns), memory.usage_in_bytes minus total_inactive_file.
+   */
+  async usage(sandboxId: string): Promise<{ cpuSeconds: number; memoryBytes: number } | null> {
+    let cpuSeconds: number | null = null;
+    let memoryBytes: number | null = null;
+    for (const h of this.hierarchies) {
+      const dir = this.sandboxDir(h, sandboxId);
+      if (h.version === 2) {
+        const cpu = statField(await readOr(path.join(dir, 'cpu.stat')), 'usage_usec');
+        if (cpu !== null) cpuSeconds = cpu / 1e6;
+        const current = await readOr(path.join(dir, 'memory.current'));
+        if (current !== null) memoryBytes = Math.max(0, Number(current.trim()) - (statField(await readOr(path.join(dir, 'memory.stat')), 'inactive_file') ?? 0));
+      } else {
+        if (h.controllers.includes('cpuacct')) {
+          const ns = await readOr(path.join(dir, 'cpuacct.usage'));
+          if (ns !== null) cpuSeconds = Number(ns.trim()) / 1e9;
+        }
+        if (h.controllers.includes('memory')) {
+          const used = await readOr(path.join(dir, 'memory.usage_in_bytes'));
+          if (used !== null) memoryBytes = Math.max(0, Number(used.trim()) - (statField(await readOr(path.join(dir, 'memory.stat')), 'total_inactive_file') ?? 0));
+        }
+      }
+    }
+    return cpuSeconds === null && memoryBytes === null ? null : { cpuSeconds: cpuSeconds ?? 0, memoryBytes: memoryBytes ?? 0 };
+  }
+
   /** Sandbox ids that have a cgroup in any hierarchy (including leftovers of crashed replicas). */
   async list(): Promise<string[]> {
     const ids = new Set<string>();
@@ -408,4 +438,23 @@ function killQuietly(pid: number): void {
   } catch {
     // gone already
   }
+}
+
+/** A cgroup file's text, or null when it does not exist (no such cgroup). */
+async function readOr(file: string): Promise<string | null> {
+  try {
+    return await fsp.readFile(file, 'utf8');
+  } catch {
+    return null;
+  }
+}
+
+/** `key value` lines (cpu.stat, memory.stat): the value of `key`, or null. */
+function statField(text: string | null, key: string): number | null {
+  if (text === null) return null;
+  for (const line of text.split('\n')) {
+    const [k, v] = line.split(' ');
+    if (k === key && v !== undefined) return Number(v);
+  }
+  return null;
 }

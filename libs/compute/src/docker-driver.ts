@@ -29,7 +29,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import Docker from 'dockerode';
 import type Dockerode from 'dockerode';
 import { SANDBOX_GID, SANDBOX_UID, type WorkloadIsolation } from '@sandgate/protocols/contract';
-import type { ComputeDriver, ComputeHandle, ComputeState, LaunchSpec, ObservedCompute, ResourceLimits } from './driver.ts';
+import type { ComputeDriver, ComputeHandle, ComputeState, ComputeUsage, LaunchSpec, ObservedCompute, ResourceLimits } from './driver.ts';
 import { assertLaunchSpec, assertSandboxId } from './validate.ts';
 import {
   assertLimits,
@@ -322,6 +322,28 @@ export class DockerDriver implements ComputeDriver {
     assertSandboxId(sandboxId);
     const info = await this.findContainer(sandboxId, handle);
     return info ? stateOf(info.State.Status) : 'gone';
+  }
+
+  /**
+   * The container's stats, one shot (no two-sample wait): cpu_stats total_usage and memory usage
+   * minus inactive file cache, as `docker stats` counts it. By the handle's container id, so it
+   * is one Docker API call.
+   */
+  async usage(sandboxId: string, handle: ComputeHandle | null): Promise<ComputeUsage | null> {
+    assertSandboxId(sandboxId);
+    const id = parseDockerHandle(handle)?.containerId;
+    if (!id) return null;
+    let stats: Dockerode.ContainerStats;
+    try {
+      stats = await this.docker.getContainer(id).stats({ stream: false, 'one-shot': true } as { stream: false });
+    } catch {
+      return null; // gone meanwhile
+    }
+    const total = stats.cpu_stats?.cpu_usage?.total_usage;
+    const mem = stats.memory_stats;
+    if (total === undefined && mem?.usage === undefined) return null;
+    const cache = (mem?.stats as Record<string, number> | undefined)?.inactive_file ?? (mem?.stats as Record<string, number> | undefined)?.total_inactive_file ?? 0;
+    return { cpuSeconds: (total ?? 0) / 1e9, memoryBytes: Math.max(0, (mem?.usage ?? 0) - cache) };
   }
 
   async delete(sandboxId: string, handle: ComputeHandle | null): Promise<boolean> {

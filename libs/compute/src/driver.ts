@@ -82,6 +82,14 @@ export function supervisorEnvironmentFor(spec: LaunchSpec, workload?: WorkloadIs
 
 export type ComputeState = 'running' | 'stopped' | 'gone';
 
+/** What a sandbox's compute uses right now, as its driver measures it. */
+export interface ComputeUsage {
+  /** CPU time used since the compute started (supervisor and workload together). */
+  cpuSeconds: number;
+  /** Memory in use now, page cache the kernel can drop excluded where the driver can tell. */
+  memoryBytes: number;
+}
+
 export interface ObservedCompute {
   sandboxId: string;
   handle: ComputeHandle;
@@ -115,6 +123,11 @@ export interface ComputeDriver {
   failureReason?(sandboxId: string, handle: ComputeHandle | null): Promise<string | null>;
   /** All compute this driver manages on this host/cluster (for reconciliation). */
   list(): Promise<ObservedCompute[]>;
+  /**
+   * CPU and memory of one sandbox's running compute; null when it is not running (or the driver
+   * cannot tell). Cheap enough to call for every owned sandbox every few seconds.
+   */
+  usage?(sandboxId: string, handle: ComputeHandle | null): Promise<ComputeUsage | null>;
 }
 
 /**

@@ -23,7 +23,7 @@ import fsp from 'node:fs/promises';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { SANDBOX_GID, SANDBOX_UID, type WorkloadIsolation } from '@sandgate/protocols/contract';
-import type { ComputeDriver, ComputeHandle, ComputeState, LaunchSpec, ObservedCompute } from './driver.ts';
+import type { ComputeDriver, ComputeHandle, ComputeState, ComputeUsage, LaunchSpec, ObservedCompute } from './driver.ts';
 import { DEFAULT_DISK_BYTES, mountDisk, unmountDisk } from './disk.ts';
 import { buildBwrapArgs, buildSandboxEnv, identityFilesFor, SANDBOX_MOUNT, sandboxCgroupDir, type RootEntry } from './bwrap-launch.ts';
 import { assertLimits, Cgroups, type SandboxCgroups } from './cgroups.ts';
@@ -377,6 +377,12 @@ export class LocalDriver implements ComputeDriver {
   }
 
   /** The host's cgroup hierarchies, found once; throws (create fails) if limits cannot be enforced. */
+  /** From the sandbox's cgroups (the kernel's own accounting): no process walk. */
+  async usage(sandboxId: string, _handle: ComputeHandle | null): Promise<ComputeUsage | null> {
+    assertSandboxId(sandboxId);
+    return (await this.cgroups()).usage(sandboxId);
+  }
+
   private async cgroups(): Promise<Cgroups> {
     this.cgroupsCache ??= Cgroups.detect({ parent: this.cgroupParent });
     return this.cgroupsCache;

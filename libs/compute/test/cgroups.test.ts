@@ -230,6 +230,25 @@ describe('cgroup v1 limits on real processes', () => {
     expect(share).toBeLessThan(0.45);
   }, 30_000);
 
+  it('reports the sandbox\'s CPU time and memory from the accounting files (usage)', async () => {
+    expect(await cg.usage(`${id}-none`)).toBeNull();
+    const before = (await cg.usage(id))!;
+    // ~16 MB held by a shell in the workload (under its 64 MiB limit), and CPU spent making it.
+    const holder = spawnIn(workloadProcs, ['sh', '-c', "x=$(head -c 16000000 /dev/zero | tr '\\0' a); sleep 60"]);
+    await waitFor('the holder in the cgroup', () => read(workloadProcs[0]).split('\n').includes(String(holder.pid)));
+    let after = (await cg.usage(id))!;
+    for (let i = 0; i < 100 && after.memoryBytes <= 8 * 1024 * 1024; i++) {
+      await sleep(100);
+      after = (await cg.usage(id))!;
+    }
+    expect(after.memoryBytes).toBeGreaterThan(8 * 1024 * 1024);
+    holder.kill('SIGKILL');
+    await exitOf(holder);
+    expect(after.cpuSeconds).toBeGreaterThan(before.cpuSeconds);
+    // The sandbox's cgroup counts its workload child (hierarchical accounting), within its limit.
+    expect(after.memoryBytes).toBeLessThanOrEqual(64 * 1024 * 1024);
+  }, 30_000);
+
   it('removes every directory, killing what is still inside', async () => {
     const straggler = spawnIn(workloadProcs, ['sleep', '60']);
     await waitFor('the straggler in the cgroup', () => read(workloadProcs[0]).split('\n').includes(String(straggler.pid)));

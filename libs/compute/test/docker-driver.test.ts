@@ -411,7 +411,13 @@ describe('docker driver (real dockerd)', () => {
     expect(info.HostConfig.PidsLimit).toBe(128);
     expect(info.HostConfig.CgroupParent ?? '').toBe('');
     expect((await report(handle.container)).env.SANDGATE_WORKLOAD_CGROUPS).toBe('');
+    // Usage from the engine's one-shot stats: the running supervisor has used CPU and memory.
+    const usage = await whole.usage(s.sandboxId, handle as any);
+    expect(usage!.cpuSeconds).toBeGreaterThan(0);
+    expect(usage!.memoryBytes).toBeGreaterThan(0);
+    expect(usage!.memoryBytes).toBeLessThanOrEqual(256 * 1024 * 1024);
     expect(await whole.delete(s.sandboxId, handle as any)).toBe(true);
+    expect(await whole.usage(s.sandboxId, handle as any)).toBeNull();
   });
 
   it('stop keeps the files, start finds them with a new credential, delete removes container and volume', async () => {

@@ -65,6 +65,8 @@ export function jobProcessors(deps: JobDeps): JobProcessors {
       const killed = await deps.execs.killExec(data.sandboxId, data.execId);
       if (killed > 0) {
         deps.metrics.inc('sandgate_exec_backstop_kills_total', killed);
+        // One exec killed (whatever the number of its processes), on the replica that ran the job.
+        deps.metrics.inc('sandgate_exec_kills_total', 1, { reason: 'backstop' });
         await deps.incrementCounter(ClusterCounter.execBackstopKills, killed);
         deps.log.warn('exec backstop killed processes past the deadline', { ...data, killed });
       }

@@ -3,6 +3,7 @@
 import { Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
 import { createRedisConnection } from '@sandgate/store';
+import type { Metrics } from '@sandgate/telemetry';
 import {
   EXEC_DEADLINE_GRACE_MS,
   JobName,
@@ -24,6 +25,12 @@ export interface JobSchedulerOptions {
   /** PEM CA of a `rediss://` Redis (see createRedisConnection). */
   redisTlsCa?: string;
 }
+
+/** The queue states sandgate_queue_jobs reports. */
+export const QUEUE_STATES = ['waiting', 'active', 'delayed', 'failed'] as const;
+
+/** How often a replica reads the queue's depth for sandgate_queue_jobs (scrapes read the cache). */
+export const QUEUE_DEPTH_EVERY_MS = 5_000;
 
 export class JobScheduler {
   private readonly queue: Queue;
@@ -90,7 +97,28 @@ export class JobScheduler {
     await this.queue.upsertJobScheduler(RECONCILE_SCHEDULER_ID, { every: RECONCILE_EVERY_MS }, { name: JobName.Reconcile, data: {} });
   }
 
+  /**
+   * sandgate_queue_jobs{queue,state}: the queue's job counts, read every `everyMs` (one Redis
+   * round trip) and cached, so scrapes never reach Redis. Stops with close().
+   */
+  reportDepth(metrics: Metrics, everyMs = QUEUE_DEPTH_EVERY_MS): void {
+    let counts: Record<string, number> | null = null;
+    const read = () => {
+      this.queue.getJobCounts(...QUEUE_STATES).then(
+        (c) => (counts = c),
+        () => undefined, // Redis unreachable: keep the last counts (the Redis alert says why)
+      );
+    };
+    read();
+    this.depthTimer = setInterval(read, everyMs);
+    this.depthTimer.unref();
+    metrics.family('sandgate_queue_jobs', 'gauge', () => (counts ? QUEUE_STATES.map((state) => [{ queue: QUEUE_NAME, state }, counts![state] ?? 0] as const) : []));
+  }
+
+  private depthTimer: NodeJS.Timeout | undefined;
+
   async close(): Promise<void> {
+    clearInterval(this.depthTimer);
     await this.queue.close().catch(() => undefined);
     await closeConnection(this.connection);
   }

@@ -4,6 +4,7 @@
 import { Worker, type Job } from 'bullmq';
 import type { Redis } from 'ioredis';
 import { createRedisConnection } from '@sandgate/store';
+import type { Metrics } from '@sandgate/telemetry';
 import { JobName, QUEUE_NAME, type DeleteSandboxData, type ExecDeadlineData, type ProvisionDeadlineData, type RestartData } from './jobs.ts';
 import { closeConnection } from './scheduler.ts';
 
@@ -26,27 +27,46 @@ export interface JobWorkerOptions {
   onError: (err: Error) => void;
   /** PEM CA of a `rediss://` Redis (see createRedisConnection). */
   redisTlsCa?: string;
+  /** sandgate_job_latency / _duration / _failures_total of the jobs this worker runs. */
+  metrics?: Metrics;
 }
 
 export function startJobWorker(redisUrl: string, processors: JobProcessors, opts: JobWorkerOptions): RunningWorker {
   // Workers block on Redis and must retry forever (BullMQ requires maxRetriesPerRequest: null).
   const connection = createRedisConnection(redisUrl, 'jobs-worker', { connectionName: opts.connectionName, tlsCa: opts.redisTlsCa });
+  const run = async (job: Job): Promise<unknown> => {
+    switch (job.name) {
+      case JobName.ExecDeadline:
+        return processors.execDeadline(job.data as ExecDeadlineData);
+      case JobName.DeleteSandbox:
+        return processors.deleteSandbox(job.data as DeleteSandboxData);
+      case JobName.ProvisionDeadline:
+        return processors.provisionDeadline(job.data as ProvisionDeadlineData);
+      case JobName.Restart:
+        return processors.restart(job.data as RestartData);
+      case JobName.Reconcile:
+        return processors.reconcile();
+      default:
+        throw new Error(`unknown job type '${job.name}'`);
+    }
+  };
+  const metrics = opts.metrics;
+  for (const job of Object.values(JobName)) metrics?.inc('sandgate_job_failures_total', 0, { queue: QUEUE_NAME, job });
   const worker = new Worker(
     QUEUE_NAME,
     async (job: Job) => {
-      switch (job.name) {
-        case JobName.ExecDeadline:
-          return processors.execDeadline(job.data as ExecDeadlineData);
-        case JobName.DeleteSandbox:
-          return processors.deleteSandbox(job.data as DeleteSandboxData);
-        case JobName.ProvisionDeadline:
-          return processors.provisionDeadline(job.data as ProvisionDeadlineData);
-        case JobName.Restart:
-          return processors.restart(job.data as RestartData);
-        case JobName.Reconcile:
-          return processors.reconcile();
-        default:
-          throw new Error(`unknown job type '${job.name}'`);
+      if (!metrics) return run(job);
+      const labels = { queue: QUEUE_NAME, job: job.name };
+      const started = Date.now();
+      // Latency of the first attempt only: a retry's wait is its backoff, not the queue's.
+      if (job.attemptsMade === 0) metrics.record('sandgate_job_latency', Math.max(0, started - job.timestamp - (job.delay ?? 0)) / 1000, labels);
+      try {
+        return await run(job);
+      } catch (err) {
+        metrics.inc('sandgate_job_failures_total', 1, labels);
+        throw err;
+      } finally {
+        metrics.record('sandgate_job_duration', (Date.now() - started) / 1000, labels);
       }
     },
     // A short lock: a worker killed mid-job has its job taken over within seconds.

@@ -94,3 +94,16 @@ export interface TcpFrame {
   eof?: Record<string, never>;
   error?: PathError;
 }
+
+/** sandgate.v1.Sandgate/GetSandboxUsage. */
+export interface GetSandboxUsageRequest {
+  sandbox_id?: string;
+}
+
+export interface SandboxUsage {
+  available?: boolean;
+  cpu_seconds?: number;
+  memory_bytes?: number;
+  sampled_at_ms?: number;
+  replica_id?: string;
+}

@@ -1,6 +1,6 @@
 // Redis connections for the apps, so that connection policy lives with the rest of Redis.
 import { readFileSync } from 'node:fs';
-import { Redis } from 'ioredis';
+import { Redis, type Command } from 'ioredis';
 
 /**
  * - `commands`: request/response traffic; a command fails after two reconnect attempts, so
@@ -46,4 +46,23 @@ export function loadRedisCa(file: string): string {
   } catch (err) {
     throw new Error(`cannot read the Redis CA (--redis-ca / SANDGATE_REDIS_CA) ${file}: ${(err as Error).message}`);
   }
+}
+
+/**
+ * Times every command a connection sends, reply included (db.client.operation.duration): a
+ * wrapper on this one client's sendCommand, so it costs a clock read and a promise callback per
+ * command. Pipelined and MULTI commands pass through it one by one. Not for a blocking
+ * connection (a BullMQ worker's waits would read as slow commands).
+ */
+export function timeRedisCommands(redis: Redis, record: (operation: string, seconds: number) => void): void {
+  // Pipelines call it with a third argument (the node), hence the rest parameter.
+  type Send = (command: Command, ...rest: unknown[]) => unknown;
+  const send = redis.sendCommand.bind(redis) as Send;
+  (redis as unknown as { sendCommand: Send }).sendCommand = (command, ...rest) => {
+    const started = performance.now();
+    const done = () => record(command.name.toUpperCase(), (performance.now() - started) / 1000);
+    const sent = send(command, ...rest);
+    command.promise.then(done, done);
+    return sent;
+  };
 }

@@ -9,3 +9,4 @@ export * from './connection.ts';
 export * from './tokens.ts';
 export * from './peer-secret.ts';
 export * from './workspaces.ts';
+export * from './usage.ts';

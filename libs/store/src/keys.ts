@@ -32,6 +32,8 @@ export const keys = {
   events: (id: string) => `sg:events:${id}`,
   /** Stream: the sandbox's log lines (gateway and sandbox sources), trimmed to the tail. */
   logs: (id: string) => `sg:logs:${id}`,
+  /** Hash, expiring: the sandbox's CPU and memory as its owner replica last read them (`cpu`, `mem`, `at`, `replica`). */
+  usage: (id: string) => `sg:usage:${id}`,
   /** Counter: fencing tokens for `owner`; only ever grows while the sandbox exists. */
   fence: (id: string) => `sg:fence:${id}`,
   /** String, expiring: a live replica and its addresses (JSON). */

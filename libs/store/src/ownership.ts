@@ -92,6 +92,19 @@ export class OwnershipStore {
     await REVOKE.run(this.redis, [keys.owner(sandboxId), keys.fence(sandboxId)], []);
   }
 
+  /**
+   * The current lease's holder and the time left on it (one round trip, no script): what a
+   * claim is about to take over. Read for the failover metrics only, so a race with the claim
+   * that follows is harmless.
+   */
+  async lease(sandboxId: string): Promise<{ replica: string; remainingMs: number } | null> {
+    const [[, replica], [, pttl]] = (await this.redis.multi().hget(keys.owner(sandboxId), 'replica').pttl(keys.owner(sandboxId)).exec()) as [
+      [unknown, string | null],
+      [unknown, number],
+    ];
+    return replica && pttl > 0 ? { replica, remainingMs: pttl } : null;
+  }
+
   async get(sandboxId: string): Promise<OwnerRecord | null> {
     const h = await this.redis.hgetall(keys.owner(sandboxId));
     if (!h.replica) return null;

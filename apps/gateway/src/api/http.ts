@@ -16,6 +16,16 @@ export interface HttpDeps {
 export function buildHttp(deps: HttpDeps): FastifyInstance {
   // Typed as the plain-HTTP instance either way: the routes and listen() do not differ.
   const app = (deps.https ? Fastify({ logger: false, https: deps.https }) : Fastify({ logger: false })) as unknown as FastifyInstance;
+  // http.server.request.duration; the route is the matched pattern (absent for a 404: no
+  // unbounded label values from whatever paths a scanner tries).
+  app.addHook('onResponse', async (req, reply) => {
+    const route = req.routeOptions.url;
+    deps.metrics.record('http.server.request.duration', reply.elapsedTime / 1000, {
+      'http.request.method': req.method,
+      ...(route ? { 'http.route': route } : {}),
+      'http.response.status_code': String(reply.statusCode),
+    });
+  });
   app.get('/healthz', async () => ({ status: 'ok', replica: deps.replicaId }));
   app.get('/readyz', async (_req, reply) => {
     const r = await deps.ready().catch((err: unknown) => ({ ok: false, detail: err instanceof Error ? err.message : String(err) }));
@@ -25,7 +35,7 @@ export function buildHttp(deps: HttpDeps): FastifyInstance {
   });
   app.get('/metrics', async (_req, reply) => {
     reply.type('text/plain; version=0.0.4');
-    return deps.metrics.render();
+    return await deps.metrics.render();
   });
   return app;
 }

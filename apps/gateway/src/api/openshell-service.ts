@@ -17,6 +17,8 @@ import type { ConfigService } from '../sandboxes/config-service.ts';
 import { toServiceError } from './grpc-errors.ts';
 import type { WorkspaceService } from '../workspaces/workspace-service.ts';
 import { gatewayInfo } from './gateway-info.ts';
+import type { SandboxMetrics } from '../sandboxes/sandbox-metrics.ts';
+import type { GetSandboxUsageRequest } from '@sandgate/protocols';
 
 export const openShellDefinition = serviceDefinition('openshell.v1.OpenShell');
 
@@ -108,6 +110,15 @@ export function openShellImplementation(
     service[method] = gated(authenticator, log, !def.responseStream, handler as never) as never;
   }
   return service;
+}
+
+export const sandgateDefinition = serviceDefinition('sandgate.v1.Sandgate');
+
+/** sandgate.v1.Sandgate, sandgate's own public calls: behind the same gate as OpenShell's. */
+export function sandgateImplementation(authenticator: Authenticator, log: Logger, usage: SandboxMetrics): UntypedServiceImplementation {
+  return {
+    GetSandboxUsage: gated(authenticator, log, true, unary(log, (req: GetSandboxUsageRequest, caller) => usage.getUsage(req, caller)) as never) as never,
+  };
 }
 
 /** GetCurrentUserResponse: the identity the gate established (upstream's field sources). */

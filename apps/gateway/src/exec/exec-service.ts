@@ -61,6 +61,9 @@ export class ExecService {
   constructor(deps: ExecServiceDeps) {
     this.deps = deps;
     this.access = { store: deps.store, sessionLive: (sandboxId) => deps.router.sessionLive(sandboxId) };
+    // Every series at zero from the start: a rate or an alert has something to read before the first event.
+    for (const path of ['local', 'relayed']) deps.metrics.inc('sandgate_execs_total', 0, { path });
+    for (const reason of ['timeout', 'cancel', 'disconnect', 'backstop']) deps.metrics.inc('sandgate_exec_kills_total', 0, { reason });
   }
 
   /** The status the client gets for a failed exec (see toClientError). */
@@ -146,6 +149,7 @@ export class ExecService {
    * null when the client went away first (nobody would see this exec).
    */
   private async begin(req: ExecSandboxRequest, stdinEof: boolean, client: ClientCall, caller: Principal): Promise<ExecPath | null> {
+    const startedAt = performance.now();
     const { start, workspace } = await this.prepare(req, stdinEof, caller);
     if (client.cancelled) return null;
     const release = await this.takeSlot(workspace, start.exec_id!, client);
@@ -156,7 +160,10 @@ export class ExecService {
         release();
         return null;
       }
-      this.relayToClient(path, client, start);
+      // Counted here, on the entry replica: local = this replica holds the session.
+      const execPath = path.via === 'local' ? 'local' : 'relayed';
+      this.deps.metrics.inc('sandgate_execs_total', 1, { path: execPath });
+      this.relayToClient(path, client, start, () => this.deps.metrics.record('sandgate_exec_duration', (performance.now() - startedAt) / 1000, { path: execPath }));
       return path;
     } catch (err) {
       release();
@@ -197,14 +204,16 @@ export class ExecService {
   }
 
   /** Output of the path to the client, and every way the exec can end. */
-  private relayToClient(path: ExecPath, client: ClientCall, start: ExecStart): void {
+  private relayToClient(path: ExecPath, client: ClientCall, start: ExecStart, ended: () => void): void {
     const { log, metrics } = this.deps;
     let exitSeen = false;
     let finished = false;
     let backstop: NodeJS.Timeout | undefined;
+    const kill = (reason: 'timeout' | 'cancel' | 'disconnect') => metrics.inc('sandgate_exec_kills_total', 1, { reason });
     const finish = (err?: unknown) => {
       if (finished) return;
       finished = true;
+      ended();
       stop();
       clearTimeout(backstop);
       // The upstream hop is closed only once everything was handed to the client's stream: the
@@ -227,6 +236,7 @@ export class ExecService {
       if (frame.exit) {
         exitSeen = true;
         metrics.inc('sandgate_exec_finished_total');
+        if (frame.exit.timed_out) kill('timeout');
         if (frame.exit.oom_killed) {
           this.deps.note?.(start.sandbox_id!, `exec ${start.exec_id} (${start.argv?.[0] ?? '?'}) exited with code ${frame.exit.exit_code ?? 137}: ${OOM_NOTE}`, 'WARN');
         }
@@ -243,7 +253,12 @@ export class ExecService {
     path.stream.on('end', () =>
       finish(exitSeen ? undefined : new GatewayError(Code.UNAVAILABLE, 'exec relay closed before the command reported an exit status')),
     );
-    const broken = (err: unknown) => (exitSeen ? finish() : finish(relayFailure(err, 'exec relay failed')));
+    const broken = (err: unknown) => {
+      if (exitSeen) return finish();
+      // A hop between here and the supervisor broke: the supervisor kills the tree (or is gone).
+      if (!finished) kill('disconnect');
+      finish(relayFailure(err, 'exec relay failed'));
+    };
     path.stream.on('error', broken);
     path.stream.on('cancelled', () => broken(undefined));
     // The path may have failed while this exec was being set up (before these listeners).
@@ -252,6 +267,10 @@ export class ExecService {
     client.on('cancelled', () => {
       metrics.inc('sandgate_exec_cancelled_total');
       path.abort('client cancelled the exec');
+      if (!finished) {
+        if (!exitSeen) kill('cancel');
+        ended();
+      }
       finished = true;
       stop();
       clearTimeout(backstop);
@@ -261,6 +280,7 @@ export class ExecService {
       backstop = setTimeout(() => {
         if (exitSeen || finished) return;
         metrics.inc('sandgate_exec_timeout_backstop_total');
+        kill('timeout');
         path.abort('exec deadline passed');
         client.write({ exit: { exit_code: EXIT_TIMEOUT } });
         exitSeen = true;

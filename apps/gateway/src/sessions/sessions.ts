@@ -84,6 +84,13 @@ export class SessionRegistry {
   constructor(deps: SessionDeps) {
     this.deps = deps;
     deps.metrics.gauge('sandgate_supervisor_sessions', () => this.sessions.size);
+    // Zero from the start, so rates and alerts have a series before the first event.
+    for (const name of ['sandgate_ownership_claims_total', 'sandgate_ownership_renewals_refused_total', 'sandgate_failovers_total']) deps.metrics.inc(name, 0);
+    deps.metrics.gauge('sandgate_sandboxes_owned', () => {
+      let owned = 0;
+      for (const session of this.sessions.values()) if (!session.closed) owned++;
+      return owned;
+    });
     // Execs asked of a supervisor whose ExecChannel has not arrived yet (the open in progress).
     deps.metrics.gauge('sandgate_exec_opening', () => {
       let opening = 0;
@@ -96,6 +103,13 @@ export class SessionRegistry {
   get(sandboxId: string): Session | undefined {
     const s = this.sessions.get(sandboxId);
     return s && !s.closed ? s : undefined;
+  }
+
+  /** Sandboxes whose live session this replica holds (the ones it reports usage for). */
+  ownedSandboxIds(): string[] {
+    const ids: string[] = [];
+    for (const [id, session] of this.sessions) if (!session.closed) ids.push(id);
+    return ids;
   }
 
   get size(): number {
@@ -185,7 +199,17 @@ export class SessionRegistry {
     const session = new Session(sandboxId, instanceId, call);
     const previous = this.sessions.get(sandboxId);
     if (previous) void this.close(previous, SUPERSEDED);
+    // A lease still held by another replica is a failover: its owner stopped renewing (died,
+    // stalled, lost its network) and the supervisor came here. The time since that owner's last
+    // renewal (TTL minus what is left) is how long the sandbox had no working owner, to within a
+    // renewal interval. (A session back after its lease lapsed is an ordinary claim.)
+    const lease = await ownership.lease(sandboxId).catch(() => null);
     session.fence = await ownership.claim(sandboxId, replicaId, session.sessionId, instanceId);
+    metrics.inc('sandgate_ownership_claims_total');
+    if (lease && lease.replica !== replicaId) {
+      metrics.inc('sandgate_failovers_total');
+      metrics.record('sandgate_failover_duration', Math.max(0, ownership.ttlMs - lease.remainingMs) / 1000);
+    }
 
     await store.mutate(sandboxId, (cur) => {
       // A newer session (a later claim, through any replica) got here first: its word stands.
@@ -463,7 +487,9 @@ export class SessionRegistry {
         live.map((s) => ({ sandboxId: s.sandboxId, fence: s.fence, holder: { replica: this.deps.replicaId, session: s.sessionId, instance: s.instanceId } })),
       );
       results.forEach((ok, i) => {
-        if (!ok) void this.close(live[i]!, 'ownership lost to a newer session');
+        if (ok) return;
+        this.deps.metrics.inc('sandgate_ownership_renewals_refused_total');
+        void this.close(live[i]!, 'ownership lost to a newer session');
       });
     } catch (err) {
       this.deps.log.warn('ownership renew failed', { sessions: live.length, err });
