@@ -1,0 +1,175 @@
+// A real Prometheus (Debian's package) scrapes three replicas (separate processes, serving HTTPS
+// with the cluster's CA, as `sandgate up` does): PromQL over its HTTP API gives back the number of
+// relayed execs the test made and their p99 duration; every query of the shipped Grafana
+// dashboard and every alert rule names only metrics the live replicas export, and Prometheus
+// evaluates them all without error.
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Redis } from 'ioredis';
+import { Cluster, repoRoot, runCli } from '../harness/cluster.ts';
+import { startRedis, type TestRedis } from '../harness/redis.ts';
+import { createSandbox, ownerOf, type CreatedSandbox } from '../harness/sandbox.ts';
+import { startPrometheus, type TestPrometheus } from '../harness/prometheus.ts';
+import { exportedNames, metricNames, withGrafanaVariables } from '../harness/promql.ts';
+import { waitFor } from '../harness/wait.ts';
+
+let redis: TestRedis;
+let r: Redis;
+let cluster: Cluster;
+let prom: TestPrometheus;
+let sbx: CreatedSandbox;
+let owner = 0;
+let relay = 1;
+
+const ALERTS_FILE = path.join(repoRoot, 'deploy/prometheus/alerts.yml');
+
+beforeAll(async () => {
+  redis = await startRedis();
+  r = redis.client();
+  cluster = await Cluster.start({ redisUrl: redis.url, replicas: 3, tls: true });
+  sbx = await createSandbox(cluster.replicas[0]!.grpcAddress, 'prom');
+  const ownerId = await ownerOf(r, sbx.id);
+  owner = cluster.replicas.findIndex((x) => x.id === ownerId);
+  relay = (owner + 1) % cluster.replicas.length;
+  // What deploy/prometheus/prometheus.yml does for the compose stack, for these replicas: one
+  // target per replica labelled with its id, over HTTPS trusting the replicas' CA.
+  prom = await startPrometheus({
+    ruleFiles: [ALERTS_FILE],
+    scrapeConfigs: [
+      {
+        job_name: 'sandgate',
+        metrics_path: '/metrics',
+        scheme: 'https',
+        tls_config: { ca_file: cluster.tls!.caFile, server_name: cluster.tls!.servername },
+        static_configs: cluster.replicas.map((x) => ({ targets: [`127.0.0.1:${x.httpPort}`], labels: { replica: x.id } })),
+      },
+    ],
+  });
+  await waitFor('prometheus scraping all three replicas', async () => {
+    const up = await prom.query('sum(up{job="sandgate"})');
+    return Number(up[0]?.value[1]) === 3;
+  }, 30_000);
+}, 180_000);
+
+afterAll(async () => {
+  if (sbx) await runCli(['sandbox', 'delete', sbx.name], { gateway: cluster.replicas[0]!.grpcAddress }).catch(() => undefined);
+  await prom?.stop();
+  await cluster?.stop();
+  cluster?.cleanup();
+  r?.disconnect();
+  await redis?.stop();
+});
+
+const gw = (i: number) => cluster.replicas[i]!.grpcAddress;
+const num = (samples: { value: [number, string] }[]) => (samples.length === 0 ? NaN : Number(samples[0]!.value[1]));
+
+/** An exec of `sleep SECONDS` through replica i; resolves with how long the client waited (s). */
+async function sleepExec(i: number, seconds: number): Promise<number> {
+  const t0 = performance.now();
+  const res = await runCli(['sandbox', 'exec', sbx.name, '--', 'sleep', String(seconds)], { gateway: gw(i) });
+  expect(res.stderr).toBe('');
+  expect(res.code).toBe(0);
+  return (performance.now() - t0) / 1000;
+}
+
+describe('Prometheus scraping three replicas', () => {
+  it('gives back the relayed exec count and the exec duration p99 from PromQL', async () => {
+    const SLEEP = 1.2;
+    const N = 4;
+    // The first exec makes the series exist; Prometheus must have a sample of it before the
+    // measured ones, or rate() over the window would not see them as an increase.
+    const waited = [await sleepExec(relay, SLEEP)];
+    await waitFor('the first relayed exec in prometheus', async () => num(await prom.query('sum(sandgate_execs_total{path="relayed"})')) === 1, 30_000);
+    for (let k = 0; k < N; k++) waited.push(await sleepExec(relay, SLEEP));
+
+    await waitFor(`${N + 1} relayed execs in prometheus`, async () => num(await prom.query('sum(sandgate_execs_total{path="relayed"})')) === N + 1, 30_000);
+    // Counted on the entry replica only, as relayed: the owner did not count them as local.
+    expect(num(await prom.query('sum(sandgate_execs_total{path="relayed"})'))).toBe(N + 1);
+    const byReplica = await prom.query('sum by (replica) (sandgate_execs_total{path="relayed"})');
+    expect(byReplica.map((s) => [s.metric.replica, Number(s.value[1])])).toEqual([[cluster.replicas[relay]!.id, N + 1]]);
+    expect(num(await prom.query('sum(sandgate_execs_total{path="local"}) or vector(0)'))).toBe(0);
+
+    // Where the durations fall: the histogram's own bucket bounds, as Prometheus has them.
+    const bounds = (await prom.query('sandgate_exec_duration_bucket{path="relayed"}'))
+      .map((s) => Number(s.metric.le === '+Inf' ? Infinity : s.metric.le))
+      .filter((v, i, all) => all.indexOf(v) === i)
+      .sort((a, b) => a - b);
+    expect(bounds.length).toBeGreaterThan(3);
+    // Every exec lasted at least SLEEP (the replica's timing) and at most what the client waited.
+    const lower = Math.max(0, ...bounds.filter((b) => b < SLEEP));
+    const upper = Math.min(...bounds.filter((b) => b >= Math.max(...waited)));
+    let p99 = NaN;
+    await waitFor('the exec duration p99', async () => {
+      p99 = num(await prom.query('histogram_quantile(0.99, sum by (le) (rate(sandgate_exec_duration_bucket[1m])))'));
+      return Number.isFinite(p99) && p99 > lower;
+    }, 20_000).catch((err: unknown) => {
+      throw new Error(`${String(err)}: p99=${p99}, bucket bounds ${bounds.join(' ')}, client waits ${waited.join(' ')}`);
+    });
+    expect(p99, `bounds ${bounds.join(' ')}; client waits ${waited.join(' ')}`).toBeGreaterThan(lower);
+    expect(p99, `bounds ${bounds.join(' ')}; client waits ${waited.join(' ')}`).toBeLessThanOrEqual(upper);
+    // The histogram's count agrees with the counter.
+    expect(num(await prom.query('sum(sandgate_exec_duration_count{path="relayed"})'))).toBe(N + 1);
+  });
+
+  it('every dashboard query and alert rule names a metric the replicas export, and Prometheus evaluates them', async () => {
+    // Some of everything: local and relayed execs, one killed by its timeout, HTTP requests.
+    await sleepExec(owner, 0);
+    await sleepExec(relay, 0);
+    const timedOut = await runCli(['sandbox', 'exec', sbx.name, '--timeout', '1', '--', 'sleep', '30'], { gateway: gw(relay) });
+    expect(timedOut.code).toBe(124);
+    for (const x of cluster.replicas) expect((await cluster.httpGet(`${x.httpUrl}/readyz`)).status).toBe(200);
+    await runCli(['sandbox', 'get', sbx.name], { gateway: gw(relay) });
+
+    const expositions = await Promise.all(cluster.replicas.map(async (x) => {
+      const res = await cluster.httpGet(`${x.httpUrl}/metrics`);
+      expect(res.status).toBe(200);
+      return exportedNames(res.body);
+    }));
+    const samples = new Set(expositions.flatMap((e) => [...e.samples]));
+    const declared = new Set(expositions.flatMap((e) => [...e.declared]));
+
+    const dashboard = JSON.parse(readFileSync(path.join(repoRoot, 'deploy/grafana/sandgate.json'), 'utf8')) as {
+      panels: { type: string; title: string; targets?: { expr: string }[] }[];
+    };
+    const queries = dashboard.panels.filter((p) => p.type !== 'row').flatMap((p) => p.targets!.map((t) => ({ where: `panel "${p.title}"`, expr: t.expr })));
+    const alerts = [...readFileSync(ALERTS_FILE, 'utf8').matchAll(/^\s*- alert:\s*(\S+)\n(?:\s*#.*\n)*\s*expr:\s*(.+)$/gm)].map((m) => ({ where: `alert ${m[1]}`, expr: m[2]! }));
+    expect(alerts.length).toBeGreaterThanOrEqual(5);
+
+    const missing: string[] = [];
+    for (const { where, expr } of [...queries, ...alerts]) {
+      for (const name of metricNames(expr)) {
+        // `up` is Prometheus' own series for every target; it is checked below.
+        if (name === 'up') continue;
+        if (!samples.has(name) && !declared.has(name)) missing.push(`${where}: ${name}`);
+      }
+    }
+    expect(missing, `names no replica exports on /metrics:\n${missing.join('\n')}`).toEqual([]);
+    expect(num(await prom.query('count(up{job="sandgate"} == 1)'))).toBe(3);
+
+    // The core panels have data after this activity (a dashboard of empty panels would pass the
+    // name check if the names were declared but never recorded).
+    for (const name of ['sandgate_execs_total', 'sandgate_exec_duration_bucket', 'rpc_server_duration_bucket', 'http_server_request_duration_bucket', 'sandgate_supervisor_sessions', 'sandgate_sandboxes_owned', 'db_client_operation_duration_bucket', 'sandgate_sandboxes', 'sandgate_exec_kills_total']) {
+      expect(samples.has(name), `${name} has no sample on any replica`).toBe(true);
+    }
+    await waitFor('a timeout kill in prometheus', async () => num(await prom.query('sum(sandgate_exec_kills_total{reason="timeout"})')) >= 1, 20_000);
+
+    // Prometheus evaluates every query (bad PromQL or a type error is an error answer).
+    for (const { where, expr } of queries) {
+      await prom.query(withGrafanaVariables(expr, { replica: '.*' })).catch((err: unknown) => {
+        throw new Error(`${where}: ${String(err)}`);
+      });
+    }
+    // …and the shipped alert rules, loaded and evaluated without error.
+    const rules = await waitFor('alert rules evaluated', async () => {
+      const data = await prom.api<{ groups: { rules: { name: string; health: string; lastError?: string; lastEvaluation: string }[] }[] }>('/api/v1/rules');
+      const all = data.groups.flatMap((g) => g.rules);
+      return all.length > 0 && all.every((x) => !x.lastEvaluation.startsWith('0001')) ? all : undefined;
+    }, 20_000);
+    expect(rules.map((x) => x.name)).toEqual(alerts.map((a) => a.where.replace('alert ', '')));
+    for (const rule of rules) expect(rule.health, `${rule.name}: ${rule.lastError ?? ''}`).toBe('ok');
+    // Nothing is wrong with this fleet: no alert fires.
+    const firing = await prom.api<{ alerts: { labels: Record<string, string>; state: string }[] }>('/api/v1/alerts');
+    expect(firing.alerts.filter((a) => a.state === 'firing').map((a) => a.labels.alertname)).toEqual([]);
+  });
+});
