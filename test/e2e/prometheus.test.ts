@@ -7,6 +7,7 @@ import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Redis } from 'ioredis';
+import { keys, OwnershipStore } from '@sandgate/store';
 import { Cluster, repoRoot, runCli } from '../harness/cluster.ts';
 import { startRedis, type TestRedis } from '../harness/redis.ts';
 import { createSandbox, ownerOf, type CreatedSandbox } from '../harness/sandbox.ts';
@@ -114,7 +115,26 @@ describe('Prometheus scraping three replicas', () => {
   });
 
   it('every dashboard query and alert rule names a metric the replicas export, and Prometheus evaluates them', async () => {
-    // Some of everything: local and relayed execs, one killed by its timeout, HTTP requests.
+    // A takeover, as when the owner stalls past its lease and the supervisor is claimed elsewhere:
+    // a newer claim in Redis (by a holder that is none of the replicas) makes the owner's next
+    // renewal refused; it closes the session, and the supervisor's reconnect claims the sandbox
+    // while that holder's lease is still live, which is a failover.
+    const ownerBefore = cluster.replicas[owner]!.id;
+    const newerClaim = await new OwnershipStore(r, 6000).claim(sbx.id, 'elsewhere', 'prometheus-test', 'prometheus-test');
+    await waitFor('the sandbox claimed again by a replica', async () => {
+      const rec = await r.hgetall(keys.owner(sbx.id));
+      return rec.replica && rec.replica !== 'elsewhere' && Number(rec.fence) > newerClaim ? rec.replica : undefined;
+    }, 30_000);
+    const ownerNow = await ownerOf(r, sbx.id);
+    owner = cluster.replicas.findIndex((x) => x.id === ownerNow);
+    relay = (owner + 1) % cluster.replicas.length;
+    await waitFor('the refused renewal and the failover in prometheus', async () => {
+      const refused = await prom.query(`sum(sandgate_ownership_renewals_refused_total{replica="${ownerBefore}"})`);
+      const failovers = await prom.query('sum(sandgate_failovers_total)');
+      return num(refused) >= 1 && num(failovers) >= 1;
+    }, 30_000);
+
+    // Some of everything else: local and relayed execs, one killed by its timeout, HTTP requests.
     await sleepExec(owner, 0);
     await sleepExec(relay, 0);
     const timedOut = await runCli(['sandbox', 'exec', sbx.name, '--timeout', '1', '--', 'sleep', '30'], { gateway: gw(relay) });
