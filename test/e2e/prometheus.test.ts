@@ -12,7 +12,7 @@ import { keys, OwnershipStore } from '@sandgate/store';
 import { Cluster, repoRoot, runCli } from '../harness/cluster.ts';
 import { startRedis, type TestRedis } from '../harness/redis.ts';
 import { createSandbox, ownerOf, type CreatedSandbox } from '../harness/sandbox.ts';
-import { startPrometheus, type TestPrometheus } from '../harness/prometheus.ts';
+import { startPrometheus, type PromSample, type TestPrometheus } from '../harness/prometheus.ts';
 import { exportedNames, metricNames, withGrafanaVariables } from '../harness/promql.ts';
 import { waitFor } from '../harness/wait.ts';
 
@@ -176,12 +176,30 @@ describe('Prometheus scraping three replicas', () => {
     }
     await waitFor('a timeout kill in prometheus', async () => num(await prom.query('sum(sandgate_exec_kills_total{reason="timeout"})')) >= 1, 20_000);
 
-    // Prometheus evaluates every query (bad PromQL or a type error is an error answer).
+    // Prometheus evaluates every query (bad PromQL or a type error is an error answer), and every
+    // panel has series to draw after this activity.
+    const results = new Map<string, PromSample[]>();
+    const empty: string[] = [];
     for (const { where, expr } of queries) {
-      await prom.query(withGrafanaVariables(expr, { replica: '.*' })).catch((err: unknown) => {
+      const res = await prom.query(withGrafanaVariables(expr, { replica: '.*' })).catch((err: unknown) => {
         throw new Error(`${where}: ${String(err)}`);
       });
+      if (res.length === 0) empty.push(`${where}: ${expr}`);
+      results.set(where, [...(results.get(where) ?? []), ...res]);
     }
+    expect(empty, `panels without a series:\n${empty.join('\n')}`).toEqual([]);
+    // What the fleet looks like right now: three replicas, one Ready sandbox with one session on
+    // its owner, its memory on the top-sandboxes table, relayed execs timed.
+    const value = (title: string, where: (m: Record<string, string>) => boolean = () => true) =>
+      (results.get(`panel "${title}"`) ?? []).filter((x) => where(x.metric)).map((x) => Number(x.value[1]));
+    expect(value('Replicas up')).toEqual([3]);
+    expect(value('Ready sandboxes')).toEqual([1]);
+    expect(value('Owned sandboxes')).toEqual([1]);
+    expect(value('Supervisor sessions')).toEqual([1]);
+    expect(value('Owned sandboxes by replica', (m) => m.replica === cluster.replicas[owner]!.id)).toEqual([1]);
+    expect(value('Top sandboxes by memory', (m) => m.sandbox_id === sbx.id && m.sandbox_name === sbx.name)[0]).toBeGreaterThan(0);
+    expect(value('Exec latency p50 / p99: local vs relayed', (m) => m.path === 'relayed').every((v) => Number.isFinite(v) && v > 0)).toBe(true);
+    expect(value('Redis reachable')).toEqual([1, 1, 1]);
     // …and the shipped alert rules, loaded and evaluated without error.
     const rules = await waitFor('alert rules evaluated', async () => {
       const data = await prom.api<{ groups: { rules: { name: string; health: string; lastError?: string; lastEvaluation: string }[] }[] }>('/api/v1/rules');
