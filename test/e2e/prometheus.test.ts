@@ -115,7 +115,7 @@ describe('Prometheus scraping three replicas', () => {
     expect(p99, `bounds ${bounds.join(' ')}; client waits ${waited.join(' ')}`).toBeLessThanOrEqual(upper);
   });
 
-  it('every dashboard query and alert rule names a metric the replicas export, and Prometheus evaluates them', async () => {
+  it('every dashboard query and alert rule names a metric the replicas export, and Prometheus evaluates them', { timeout: 180_000 }, async () => {
     // A takeover, as when the owner stalls past its lease and the supervisor is claimed elsewhere:
     // a newer claim in Redis (by a holder that is none of the replicas) makes the owner's next
     // renewal refused; it closes the session, and the supervisor's reconnect claims the sandbox
@@ -142,6 +142,15 @@ describe('Prometheus scraping three replicas', () => {
     expect(timedOut.code).toBe(124);
     for (const x of cluster.replicas) expect((await cluster.httpGet(`${x.httpUrl}/readyz`)).status).toBe(200);
     await runCli(['sandbox', 'get', sbx.name], { gateway: gw(relay) });
+
+    // The periodic figures: the fleet's phase count (every 30 s on each replica) and the new
+    // owner's usage samples of the sandbox (every 15 s), each in Prometheus for a few scrapes.
+    await waitFor('the Ready count and the sandbox usage from its owner in prometheus', async () => {
+      const ready = num(await prom.query('max(sandgate_sandboxes{job="sandgate", phase="Ready"})'));
+      const ownerId = cluster.replicas[owner]!.id;
+      const usage = num(await prom.query(`count(count_over_time(sandgate_sandbox_memory_bytes{replica="${ownerId}", sandbox_id="${sbx.id}"}[1m]) > 2) + count(count_over_time(sandgate_sandbox_cpu_seconds_total{replica="${ownerId}", sandbox_id="${sbx.id}"}[1m]) > 2)`));
+      return ready === 1 && usage === 2;
+    }, 60_000, 500);
 
     const expositions = await Promise.all(cluster.replicas.map(async (x) => {
       const res = await cluster.httpGet(`${x.httpUrl}/metrics`);
