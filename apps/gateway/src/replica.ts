@@ -283,6 +283,9 @@ export async function startReplica(config: ReplicaConfig, opts: { authenticator?
     }
   };
   await heartbeat();
+  // Redis reachability as a metric (what /readyz also checks): Prometheus cannot read /readyz,
+  // and the alert SandgateRedisUnreachable (deploy/prometheus/alerts.yml) fires on 0.
+  metrics.gauge('sandgate_redis_up', () => (registered ? 1 : 0));
   const heartbeatTimer = setInterval(() => void heartbeat(), Math.max(200, Math.floor(config.ownerTtlMs / 3)));
 
   const http = buildHttp({
