@@ -153,8 +153,8 @@ describe('/metrics on live replicas', () => {
     const names = new Set(texts.flatMap((t) => [...families(t)]));
     expect(CATALOGUE.filter((n) => !names.has(n))).toEqual([]);
     const both = texts.join('\n');
-    expect(both).toMatch(/^sandgate_job_duration_count\{queue="sandgate",job="delete-sandbox"\} [1-9]/m);
-    expect(both).toMatch(/^sandgate_job_latency_count\{queue="sandgate",job="delete-sandbox"\} [1-9]/m);
+    expect(both).toMatch(/^sandgate_job_duration_count\{queue="sandgate",job_name="delete-sandbox"\} [1-9]/m);
+    expect(both).toMatch(/^sandgate_job_latency_count\{queue="sandgate",job_name="delete-sandbox"\} [1-9]/m);
     // On every replica from its start, whether anything happened there or not.
     for (const t of texts) {
       for (const n of ['sandgate_ownership_renewals_refused_total', 'sandgate_failovers_total', 'sandgate_exec_kills_total', 'sandgate_job_failures_total', 'sandgate_queue_jobs', 'sandgate_sandboxes']) {

@@ -51,12 +51,13 @@ export function startJobWorker(redisUrl: string, processors: JobProcessors, opts
     }
   };
   const metrics = opts.metrics;
-  for (const job of Object.values(JobName)) metrics?.inc('sandgate_job_failures_total', 0, { queue: QUEUE_NAME, job });
+  for (const job of Object.values(JobName)) metrics?.inc('sandgate_job_failures_total', 0, { queue: QUEUE_NAME, job_name: job });
   const worker = new Worker(
     QUEUE_NAME,
     async (job: Job) => {
       if (!metrics) return run(job);
-      const labels = { queue: QUEUE_NAME, job: job.name };
+      // `job_name`, not `job`: Prometheus keeps `job` for the scrape job and would rename ours `exported_job`.
+      const labels = { queue: QUEUE_NAME, job_name: job.name };
       const started = Date.now();
       // Latency of the first attempt only: a retry's wait is its backoff, not the queue's.
       if (job.attemptsMade === 0) metrics.record('sandgate_job_latency', Math.max(0, started - job.timestamp - (job.delay ?? 0)) / 1000, labels);
