@@ -6,6 +6,7 @@ import type { Redis } from 'ioredis';
 import { createRedisConnection } from '@sandgate/store';
 import { JobName, QUEUE_NAME, type DeleteSandboxData, type ExecDeadlineData, type ProvisionDeadlineData, type RestartData } from './jobs.ts';
 import { closeConnection } from './scheduler.ts';
+import { extractContext, inSpan, linksFromCarrier, SpanKind, TraceAttr, tracingEnabled, type TraceCarrier } from '@sandgate/telemetry';
 
 export interface JobProcessors {
   execDeadline(data: ExecDeadlineData): Promise<unknown>;
@@ -33,7 +34,11 @@ export function startJobWorker(redisUrl: string, processors: JobProcessors, opts
   const connection = createRedisConnection(redisUrl, 'jobs-worker', { connectionName: opts.connectionName, tlsCa: opts.redisTlsCa });
   const worker = new Worker(
     QUEUE_NAME,
-    async (job: Job) => {
+    async (job: Job) => (tracingEnabled() ? traced(job, () => run(job)) : run(job)),
+    // A short lock: a worker killed mid-job has its job taken over within seconds.
+    { connection, concurrency: 16, lockDuration: 10_000, stalledInterval: 5_000, maxStalledCount: 100 },
+  );
+  function run(job: Job): Promise<unknown> {
       switch (job.name) {
         case JobName.ExecDeadline:
           return processors.execDeadline(job.data as ExecDeadlineData);
@@ -48,10 +53,7 @@ export function startJobWorker(redisUrl: string, processors: JobProcessors, opts
         default:
           throw new Error(`unknown job type '${job.name}'`);
       }
-    },
-    // A short lock: a worker killed mid-job has its job taken over within seconds.
-    { connection, concurrency: 16, lockDuration: 10_000, stalledInterval: 5_000, maxStalledCount: 100 },
-  );
+  }
   worker.on('error', opts.onError);
   let closing: Promise<void> | undefined;
   return {
@@ -62,4 +64,28 @@ export function startJobWorker(redisUrl: string, processors: JobProcessors, opts
         await closeConnection(connection);
       })()),
   };
+}
+
+/**
+ * A job's processing span: a new trace (a job outlives the call that enqueued it, and may run
+ * on another process, much later) with a span LINK to the enqueue span named in `data.trace`.
+ */
+function traced(job: Job, run: () => Promise<unknown>): Promise<unknown> {
+  const data = (job.data ?? {}) as { trace?: TraceCarrier; sandboxId?: string; execId?: string };
+  const attributes: Record<string, string | number> = {
+    [TraceAttr.jobName]: job.name,
+    [TraceAttr.jobId]: job.id ?? '',
+    [TraceAttr.queue]: QUEUE_NAME,
+    'messaging.operation.type': 'process',
+    'sandgate.job.attempt': job.attemptsMade + 1,
+  };
+  if (data.sandboxId) attributes[TraceAttr.sandboxId] = data.sandboxId;
+  if (data.execId) attributes[TraceAttr.execId] = data.execId;
+  if (job.name === JobName.ExecDeadline) attributes[TraceAttr.killReason] = 'backstop';
+  return inSpan(`sandgate.job ${job.name}`, { kind: SpanKind.CONSUMER, parent: extractContext(null), links: linksFromCarrier(data.trace), attributes }, async (span) => {
+    const result = await run();
+    const killed = (result as { killed?: unknown } | null)?.killed;
+    if (typeof killed === 'number') span.setAttribute(TraceAttr.killed, killed);
+    return result;
+  });
 }

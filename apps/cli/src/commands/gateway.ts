@@ -4,13 +4,17 @@ import type { CommandContext } from '../context.ts';
 import { ExitError } from '../errors.ts';
 import { resolveReplicaConfig } from '../replica-config.ts';
 import { waitForShutdownSignal } from '../signals.ts';
+import { startProcessTracing } from '../tracing.ts';
 
 export async function run(argv: string[], ctx: CommandContext): Promise<number> {
   const config = resolveReplicaConfig(argv, ctx.env);
   // Listen for signals from the start: one arriving during startup stops the replica once it is up.
   const shutdown = waitForShutdownSignal();
   let replica: RunningReplica;
+  let tracing: Awaited<ReturnType<typeof startProcessTracing>> = null;
   try {
+    // Before the gateway (and ioredis with it) is imported: see libs/telemetry/src/otel.ts.
+    tracing = await startProcessTracing('sandgate-gateway', config.replicaId);
     const { startReplica } = await import('@sandgate/gateway');
     replica = await startReplica(config);
   } catch (err) {
@@ -20,5 +24,6 @@ export async function run(argv: string[], ctx: CommandContext): Promise<number> 
   process.stdout.write(`sandgate replica ${replica.replicaId} grpc=${replica.grpcAddress} http=${replica.httpUrl} peer=${replica.peerAddress}\n`);
   await shutdown;
   await replica.close();
+  await tracing?.shutdown();
   return 0;
 }

@@ -5,6 +5,7 @@ import type { CommandContext } from '../context.ts';
 import { ExitError } from '../errors.ts';
 import { resolveWorkerConfig } from '../replica-config.ts';
 import { waitForShutdownSignal } from '../signals.ts';
+import { startProcessTracing } from '../tracing.ts';
 
 export { resolveWorkerConfig } from '../replica-config.ts';
 
@@ -13,7 +14,10 @@ export async function run(argv: string[], ctx: CommandContext): Promise<number> 
   // Listen for signals from the start: one arriving during startup stops the worker once it is up.
   const shutdown = waitForShutdownSignal();
   let worker: RunningStandaloneWorker;
+  let tracing: Awaited<ReturnType<typeof startProcessTracing>> = null;
   try {
+    // Before the gateway (and ioredis with it) is imported: see libs/telemetry/src/otel.ts.
+    tracing = await startProcessTracing('sandgate-worker', config.workerId);
     const { startWorker } = await import('@sandgate/gateway');
     worker = await startWorker(config);
   } catch (err) {
@@ -24,5 +28,6 @@ export async function run(argv: string[], ctx: CommandContext): Promise<number> 
   const signal = await shutdown;
   process.stderr.write(`received ${signal}: draining (running jobs finish first)\n`);
   await worker.close();
+  await tracing?.shutdown();
   return 0;
 }

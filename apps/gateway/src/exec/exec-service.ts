@@ -9,7 +9,7 @@ import type { Writable } from 'node:stream';
 import type { ExecFrame, ExecSandboxEvent, ExecSandboxInput, ExecSandboxRequest, ExecStart } from '@sandgate/protocols';
 import { GatewayError, Code, validateExec, EXIT_TIMEOUT, type DebugBreak } from '@sandgate/core';
 import type { SandboxStore, WorkspaceExecSlots } from '@sandgate/store';
-import type { Logger, Metrics } from '@sandgate/telemetry';
+import { activeSpan, extractContext, failSpan, injectContext, otelContext, SpanKind, startSpan, TraceAttr, type Logger, type Metrics, type Span } from '@sandgate/telemetry';
 import { SessionNotHere, toPeerError, type ExecPath, type ExecRouter } from '../relay/exec-router.ts';
 import { endWithError, onceGone, takeFirstMessage } from '../api/calls.ts';
 import { pump, type LinkChannel } from '@sandgate/relay';
@@ -28,6 +28,8 @@ const TIMEOUT_BACKSTOP_GRACE_MS = 3_000;
 
 export interface ExecServiceDeps {
   store: SandboxStore;
+  /** This replica (named on its trace spans). */
+  replicaId?: string;
   router: ExecRouter;
   /** Durable deadline jobs for execs with a timeout; null when jobs are disabled. */
   scheduler: JobScheduler | null;
@@ -88,7 +90,13 @@ export class ExecService {
       stdin: req.stdin ?? Buffer.alloc(0),
       stdin_eof: stdinEof,
     };
-    return { start, workspace: record.sandbox.metadata?.workspace ?? '' };
+    const workspace = record.sandbox.metadata?.workspace ?? '';
+    // The call's SERVER span (call-tracing.ts) carries the exec; its context rides the first
+    // frame to the owner replica and on to the supervisor.
+    const trace = injectContext();
+    if (trace.traceparent) start.trace_context = trace;
+    activeSpan().setAttributes({ [TraceAttr.sandboxId]: sandboxId, [TraceAttr.workspace]: workspace, [TraceAttr.execId]: start.exec_id! });
+    return { start, workspace };
   }
 
   /**
@@ -156,7 +164,9 @@ export class ExecService {
         release();
         return null;
       }
-      this.relayToClient(path, client, start);
+      const span = activeSpan();
+      span.setAttribute(TraceAttr.execPath, path.via === 'local' ? 'local' : 'relayed');
+      this.relayToClient(path, client, start, span);
       return path;
     } catch (err) {
       release();
@@ -197,7 +207,7 @@ export class ExecService {
   }
 
   /** Output of the path to the client, and every way the exec can end. */
-  private relayToClient(path: ExecPath, client: ClientCall, start: ExecStart): void {
+  private relayToClient(path: ExecPath, client: ClientCall, start: ExecStart, span: Span): void {
     const { log, metrics } = this.deps;
     let exitSeen = false;
     let finished = false;
@@ -227,6 +237,8 @@ export class ExecService {
       if (frame.exit) {
         exitSeen = true;
         metrics.inc('sandgate_exec_finished_total');
+        span.setAttributes({ [TraceAttr.exitCode]: frame.exit.exit_code ?? 0, [TraceAttr.timedOut]: frame.exit.timed_out ?? false });
+        if (frame.exit.timed_out) span.setAttribute(TraceAttr.killReason, 'timeout');
         if (frame.exit.oom_killed) {
           this.deps.note?.(start.sandbox_id!, `exec ${start.exec_id} (${start.argv?.[0] ?? '?'}) exited with code ${frame.exit.exit_code ?? 137}: ${OOM_NOTE}`, 'WARN');
         }
@@ -251,6 +263,7 @@ export class ExecService {
     if (early) broken(early);
     client.on('cancelled', () => {
       metrics.inc('sandgate_exec_cancelled_total');
+      span.setAttribute(TraceAttr.killReason, 'cancel');
       path.abort('client cancelled the exec');
       finished = true;
       stop();
@@ -261,6 +274,7 @@ export class ExecService {
       backstop = setTimeout(() => {
         if (exitSeen || finished) return;
         metrics.inc('sandgate_exec_timeout_backstop_total');
+        span.setAttributes({ [TraceAttr.killReason]: 'timeout', [TraceAttr.timedOut]: true, [TraceAttr.exitCode]: EXIT_TIMEOUT });
         path.abort('exec deadline passed');
         client.write({ exit: { exit_code: EXIT_TIMEOUT } });
         exitSeen = true;
@@ -270,10 +284,24 @@ export class ExecService {
   }
 
   /** Peer.KillExec on the owner replica (a 'call' peer link, already authenticated): the deadline job's backstop. */
-  async handlePeerKill(request: { sandbox_id?: string; exec_id?: string }): Promise<{ killed: number }> {
+  async handlePeerKill(request: { sandbox_id?: string; exec_id?: string; trace_context?: Record<string, string> }): Promise<{ killed: number }> {
     const { sandbox_id: sandboxId, exec_id: execId } = request;
     if (!sandboxId || !execId) throw new GatewayError(Code.INVALID_ARGUMENT, 'sandbox_id and exec_id are required');
-    return { killed: await this.deps.router.killExecLocal(sandboxId, execId) };
+    const { span, ctx } = startSpan('sandgate.Peer/KillExec', {
+      kind: SpanKind.SERVER,
+      parent: extractContext(request.trace_context),
+      attributes: { [TraceAttr.sandboxId]: sandboxId, [TraceAttr.execId]: execId, [TraceAttr.killReason]: 'backstop', [TraceAttr.replicaId]: this.deps.replicaId ?? '' },
+    });
+    try {
+      const killed = await otelContext.with(ctx, () => this.deps.router.killExecLocal(sandboxId, execId));
+      span.setAttribute(TraceAttr.killed, killed);
+      return { killed };
+    } catch (err) {
+      failSpan(span, err);
+      throw err;
+    } finally {
+      span.end();
+    }
   }
 
   /**
@@ -296,6 +324,35 @@ export class ExecService {
       // included. Said before the supervisor is asked, so that the entry replica's wake-up does
       // not compete with the exec's process start for the CPU.
       call.sendMetadata();
+      // The owner's hop of a relayed exec: a child of the entry replica's call span, and the
+      // parent of the supervisor's spans.
+      const { span, ctx } = startSpan('sandgate.Peer/Exec', {
+        kind: SpanKind.SERVER,
+        parent: extractContext(start.trace_context),
+        attributes: {
+          [TraceAttr.sandboxId]: start.sandbox_id,
+          [TraceAttr.execId]: start.exec_id,
+          [TraceAttr.replicaId]: this.deps.replicaId ?? '',
+          [TraceAttr.execPath]: 'relayed',
+        },
+      });
+      if (span.isRecording()) {
+        start.trace_context = injectContext(ctx);
+        let ended = false;
+        const end = (err?: unknown) => {
+          if (ended) return;
+          ended = true;
+          if (err) failSpan(span, err);
+          span.end();
+        };
+        onceGone(call, () => end());
+        call.on('error', (err: unknown) => end(err));
+        const write = call.write.bind(call) as (f: ExecFrame, ...rest: unknown[]) => boolean;
+        (call as { write: unknown }).write = (f: ExecFrame, ...rest: unknown[]) => {
+          if (f.exit) span.setAttributes({ [TraceAttr.exitCode]: f.exit.exit_code ?? 0, [TraceAttr.timedOut]: f.exit.timed_out ?? false });
+          return write(f, ...rest);
+        };
+      }
       this.deps.router
         .openLocal(start.sandbox_id, start)
         .then((path) => {

@@ -5,7 +5,7 @@ import type { Duplex } from 'node:stream';
 import type { ExecFrame, ExecStart, TcpOpen } from '@sandgate/protocols';
 import { GatewayError, Code, type DebugBreak } from '@sandgate/core';
 import type { OwnershipStore, ReplicaRegistry } from '@sandgate/store';
-import type { Logger } from '@sandgate/telemetry';
+import { injectContext, type Logger } from '@sandgate/telemetry';
 import type { ExecChannelCall, Session, SessionRegistry, TcpChannelCall } from '../sessions/sessions.ts';
 import { endWithError } from '../api/calls.ts';
 import { relayFailure, toServiceError } from '../api/grpc-errors.ts';
@@ -210,7 +210,9 @@ export class ExecRouter {
   async killExec(sandboxId: string, execId: string): Promise<number> {
     if (this.deps.sessions.get(sandboxId)) return this.killExecLocal(sandboxId, execId);
     const owner = await this.ownerPeer(sandboxId);
-    const res = await this.peerCall(owner, 'KillExec', { sandbox_id: sandboxId, exec_id: execId }, 15_000);
+    const trace = injectContext();
+    const request = trace.traceparent ? { sandbox_id: sandboxId, exec_id: execId, trace_context: trace } : { sandbox_id: sandboxId, exec_id: execId };
+    const res = await this.peerCall(owner, 'KillExec', request, 15_000);
     return res.killed ?? 0;
   }
 

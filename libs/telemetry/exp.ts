@@ -1,0 +1,13 @@
+import { register } from 'node:module'; register('import-in-the-middle/hook.mjs', import.meta.url, { data: { include: ['ioredis'] } });
+import { startNodeSdk } from '@opentelemetry/sdk-node';
+import { InMemorySpanExporter, SimpleSpanProcessor } from '@opentelemetry/sdk-trace';
+import { IORedisInstrumentation } from '@opentelemetry/instrumentation-ioredis';
+import { trace } from '@opentelemetry/api';
+const mem = new InMemorySpanExporter();
+const sdk = startNodeSdk({ spanProcessors: [new SimpleSpanProcessor({ exporter: mem })], metricReaders: [], logRecordProcessors: [], instrumentations: [new IORedisInstrumentation({ requireParentSpan: false })] });
+const { Redis } = await import('ioredis');
+const r = new Redis(Number(process.argv[2]));
+await trace.getTracer('x').startActiveSpan('parent', async (s) => { await r.set('a', '1'); await r.get('a'); s.end(); });
+r.disconnect(); await new Promise((r) => setTimeout(r, 100));
+console.log(mem.getFinishedSpans().map((s) => s.name + ' ' + JSON.stringify(s.resource.attributes)));
+await sdk.shutdown();
