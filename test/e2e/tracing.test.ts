@@ -134,7 +134,9 @@ describe('tracing: one trace per call across entry replica, owner replica, super
           t.some(byName('sandgate.supervisor.exec')) &&
           t.some(byName('sandgate.supervisor.spawn')) &&
           job !== undefined &&
-          otlp.spans.some((s) => s.traceId === job.traceId && s.name === 'sandgate.Peer/KillExec');
+          otlp.spans.some((s) => s.traceId === job.traceId && s.name === 'sandgate.KillExec') &&
+          // A job run by another replica asks the owner (Peer.KillExec, with the job's trace context).
+          (job.resource['service.instance.id'] === ownerId || otlp.spans.some((s) => s.traceId === job.traceId && s.name === 'sandgate.Peer/KillExec'));
         return ready ? { t, enqueue: enqueue!, job: job! } : undefined;
       },
       30_000,
@@ -186,9 +188,18 @@ describe('tracing: one trace per call across entry replica, owner replica, super
     expect(cluster.replicas.map((x) => x.id)).toContain(job.resource['service.instance.id']);
     expect(job.attributes).toMatchObject({ 'sandgate.job.name': 'exec-deadline', 'sandgate.exec.id': execId, 'sandgate.exec.kill_reason': 'backstop', 'sandgate.exec.killed': expect.any(Number) });
     expect(job.attributes['sandgate.exec.killed']).toBeGreaterThanOrEqual(1);
-    const kill = otlp.spans.find((s) => s.traceId === job.traceId && s.name === 'sandgate.Peer/KillExec' && s.attributes['sandgate.exec.id'] === execId)!;
-    expect(kill.resource['service.instance.id']).toBe(ownerReplica.id);
+    const kill = otlp.spans.find((s) => s.traceId === job.traceId && s.name === 'sandgate.KillExec')!;
+    expect(kill.resource['service.instance.id']).toBe(job.resource['service.instance.id']);
     expect(kill.attributes['sandgate.exec.killed']).toBeGreaterThanOrEqual(1);
+    if (job.resource['service.instance.id'] === ownerId) {
+      expect(kill.attributes['sandgate.exec.path']).toBe('local');
+    } else {
+      expect(kill.attributes['sandgate.exec.path']).toBe('relayed');
+      const peerKill = otlp.spans.find((s) => s.traceId === job.traceId && s.name === 'sandgate.Peer/KillExec')!;
+      expect(peerKill.resource['service.instance.id']).toBe(ownerReplica.id);
+      expect(peerKill.parentSpanId).toBe(kill.spanId);
+      expect(peerKill.attributes).toMatchObject({ 'sandgate.exec.id': execId, 'sandgate.exec.kill_reason': 'backstop' });
+    }
 
     // Every replica span of the call, whichever process made it, shares the client's trace id;
     // three processes took part (entry, owner, supervisor).
