@@ -1,0 +1,163 @@
+// What tracing costs on the hot paths (issue 15: no hot path more than 5 % slower with tracing on
+// at 100 % sampling). Two relay pairs side by side in one run, each its own Redis and two
+// `sandgate gateway` processes: one with no OTEL_* at all (tracing off: no SDK loaded), one
+// exporting every span (OTEL_TRACES_SAMPLER=always_on, OTLP/HTTP to a receiver this process
+// runs, which reads and discards). Every exec goes through the non-owner replica (the relayed
+// path: the most hops and spans: entry call span, owner peer span, supervisor exec and spawn
+// spans relayed through the control session, Redis command spans), interleaved ABBA so machine
+// noise hits both alike. Reported as ratios on/off.
+//   node load-tests/tracing-overhead.ts [--iterations 200] [--warmup 20] [--mib 64] [--repetitions 4]
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { parseArgs } from 'node:util';
+import { summarise, ms } from './stats.ts';
+import { COMMON_OPTIONS, emitReport, fixed, now, onCleanup, runMain, type BenchReport } from './bench.ts';
+import { startRelayPair } from './env.ts';
+import { execOnce, execRun } from './exec-client.ts';
+import type { AnyClient } from '../test/harness/grpc-client.ts';
+
+export interface TracingOverheadOptions {
+  iterations: number;
+  warmup: number;
+  mib: number;
+  repetitions: number;
+}
+
+/** An OTLP/HTTP sink: takes any export, counts it, answers 200. */
+async function otlpSink(): Promise<{ url: string; requests: () => number; bytes: () => number; close(): Promise<void> }> {
+  let requests = 0;
+  let bytes = 0;
+  const server = http.createServer((req, res) => {
+    req.on('data', (c: Buffer) => (bytes += c.length));
+    req.on('end', () => {
+      requests++;
+      res.writeHead(200, { 'content-type': req.headers['content-type'] ?? 'application/json' }).end();
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as AddressInfo;
+  return {
+    url: `http://127.0.0.1:${port}`,
+    requests: () => requests,
+    bytes: () => bytes,
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.closeAllConnections();
+        server.close(() => resolve());
+      }),
+  };
+}
+
+const ratio = (on: number, off: number) => (off > 0 ? `${fixed(on / off, 3)}` : 'n/a');
+
+export async function run(opts: TracingOverheadOptions): Promise<BenchReport> {
+  const t0 = now();
+  const sink = await otlpSink();
+  onCleanup('otlp sink', () => sink.close());
+  const off = await startRelayPair('bench-trace-off');
+  const on = await startRelayPair('bench-trace-on', {
+    env: {
+      OTEL_EXPORTER_OTLP_ENDPOINT: sink.url,
+      OTEL_EXPORTER_OTLP_PROTOCOL: 'http/protobuf',
+      OTEL_TRACES_SAMPLER: 'always_on',
+    },
+  });
+  const offClient: AnyClient = off.relayed;
+  const onClient: AnyClient = on.relayed;
+
+  // Exec latency of `true`, relayed.
+  for (let i = 0; i < opts.warmup; i++) {
+    await execOnce(offClient, off.sandbox.id);
+    await execOnce(onClient, on.sandbox.id);
+  }
+  const lOff: number[] = [];
+  const lOn: number[] = [];
+  for (let i = 0; i < opts.iterations; i++) {
+    if (i % 2 === 0) {
+      lOff.push(await execOnce(offClient, off.sandbox.id));
+      lOn.push(await execOnce(onClient, on.sandbox.id));
+    } else {
+      lOn.push(await execOnce(onClient, on.sandbox.id));
+      lOff.push(await execOnce(offClient, off.sandbox.id));
+    }
+  }
+
+  // Stream throughput, relayed: `head -c N /dev/zero` to the client.
+  const bytes = opts.mib * 1024 * 1024;
+  const argv = ['head', '-c', String(bytes), '/dev/zero'];
+  const stream = async (client: AnyClient, sandboxId: string) => {
+    const r = await execRun(client, sandboxId, argv, { deadlineMs: 300_000 });
+    if (r.exitCode !== 0 || r.stdoutBytes !== bytes) throw new Error(`stream: exit ${r.exitCode}, ${r.stdoutBytes} of ${bytes} bytes`);
+    return bytes / 1e6 / (r.ms / 1000);
+  };
+  await stream(offClient, off.sandbox.id);
+  await stream(onClient, on.sandbox.id);
+  const tOff: number[] = [];
+  const tOn: number[] = [];
+  for (let i = 0; i < opts.repetitions; i++) {
+    if (i % 2 === 0) {
+      tOff.push(await stream(offClient, off.sandbox.id));
+      tOn.push(await stream(onClient, on.sandbox.id));
+    } else {
+      tOn.push(await stream(onClient, on.sandbox.id));
+      tOff.push(await stream(offClient, off.sandbox.id));
+    }
+  }
+  // Give the batch processors time to export, then make sure tracing really was on.
+  await new Promise((r) => setTimeout(r, 6000));
+  if (sink.requests() === 0) throw new Error('the tracing-on replicas exported nothing: tracing was not on');
+
+  const lo = summarise(lOff);
+  const ln = summarise(lOn);
+  const to = summarise(tOff);
+  const tn = summarise(tOn);
+  // Each traced exec against the untraced one of its ABBA pair: noise spanning a pair cancels.
+  const pairedRatio = summarise(lOn.map((v, i) => v / lOff[i]!));
+  return {
+    id: 'tracing-overhead',
+    title: 'Tracing overhead: off vs on at 100 % sampling',
+    command: `node load-tests/tracing-overhead.ts --iterations ${opts.iterations} --warmup ${opts.warmup} --mib ${opts.mib} --repetitions ${opts.repetitions}`,
+    tables: [
+      {
+        caption: `exec latency of \`true\` through the non-owner replica (relayed), ${opts.iterations} each after ${opts.warmup} warm-up pairs, interleaved ABBA; local driver`,
+        headers: ['tracing', 'p50', 'p90', 'p99', 'mean'],
+        rows: [
+          ['off', ms(lo.p50), ms(lo.p90), ms(lo.p99), ms(lo.mean)],
+          ['on (always_on, OTLP/HTTP)', ms(ln.p50), ms(ln.p90), ms(ln.p99), ms(ln.mean)],
+          ['ratio on/off', ratio(ln.p50, lo.p50), ratio(ln.p90, lo.p90), ratio(ln.p99, lo.p99), ratio(ln.mean, lo.mean)],
+          ['paired ratio (on/off of the same ABBA pair)', fixed(pairedRatio.p50, 3), fixed(pairedRatio.p90, 3), fixed(pairedRatio.p99, 3), fixed(pairedRatio.mean, 3)],
+        ],
+      },
+      {
+        caption: `stream throughput of ${opts.mib} MiB of stdout through the non-owner replica, ${opts.repetitions} each, interleaved ABBA (MB/s)`,
+        headers: ['tracing', 'p50', 'min', 'max', 'mean'],
+        rows: [
+          ['off', fixed(to.p50, 1), fixed(Math.min(...tOff), 1), fixed(Math.max(...tOff), 1), fixed(to.mean, 1)],
+          ['on', fixed(tn.p50, 1), fixed(Math.min(...tOn), 1), fixed(Math.max(...tOn), 1), fixed(tn.mean, 1)],
+          ['ratio on/off', ratio(tn.p50, to.p50), ratio(Math.min(...tOn), Math.min(...tOff)), ratio(Math.max(...tOn), Math.max(...tOff)), ratio(tn.mean, to.mean)],
+        ],
+      },
+    ],
+    notes: [
+      `target (issue 15): latency ratio ≤ 1.05 and throughput ratio ≥ 0.95`,
+      `exported while on: ${sink.requests()} OTLP requests, ${(sink.bytes() / 1024).toFixed(0)} KiB`,
+    ],
+    durationMs: now() - t0,
+  };
+}
+
+if (import.meta.main) {
+  const { values } = parseArgs({
+    options: {
+      iterations: { type: 'string', default: '200' },
+      warmup: { type: 'string', default: '20' },
+      mib: { type: 'string', default: '64' },
+      repetitions: { type: 'string', default: '4' },
+      ...COMMON_OPTIONS,
+    },
+  });
+  await runMain(async () => {
+    const report = await run({ iterations: Number(values.iterations), warmup: Number(values.warmup), mib: Number(values.mib), repetitions: Number(values.repetitions) });
+    emitReport(report, values['report-json']);
+  });
+}
