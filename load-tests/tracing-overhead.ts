@@ -12,7 +12,7 @@ import type { AddressInfo } from 'node:net';
 import { parseArgs } from 'node:util';
 import { summarise, ms } from './stats.ts';
 import { COMMON_OPTIONS, emitReport, fixed, now, onCleanup, runMain, type BenchReport } from './bench.ts';
-import { startRelayPair } from './env.ts';
+import { cpuMs, startRelayPair, supervisorPid } from './env.ts';
 import { execOnce, execRun } from './exec-client.ts';
 import type { AnyClient } from '../test/harness/grpc-client.ts';
 
@@ -64,6 +64,12 @@ export async function run(opts: TracingOverheadOptions): Promise<BenchReport> {
   });
   const offClient: AnyClient = off.relayed;
   const onClient: AnyClient = on.relayed;
+  // CPU time of each pair's processes (entry + owner replica + supervisor): what tracing adds
+  // shows here even when the neighbours' load drowns it in wall time.
+  const pids = async (pair: typeof off) => [pair.other.proc?.pid, pair.owner.proc?.pid, await supervisorPid(pair.sandbox.id)];
+  const offPids = await pids(off);
+  const onPids = await pids(on);
+  const cpu = async (list: (number | undefined)[]) => (await Promise.all(list.map((p) => cpuMs(p)))).reduce((a, b) => a + b, 0);
 
   // Exec latency of `true`, relayed.
   for (let i = 0; i < opts.warmup; i++) {
@@ -72,6 +78,7 @@ export async function run(opts: TracingOverheadOptions): Promise<BenchReport> {
   }
   const lOff: number[] = [];
   const lOn: number[] = [];
+  const cpuLatency0 = { off: await cpu(offPids), on: await cpu(onPids) };
   for (let i = 0; i < opts.iterations; i++) {
     if (i % 2 === 0) {
       lOff.push(await execOnce(offClient, off.sandbox.id));
@@ -81,6 +88,8 @@ export async function run(opts: TracingOverheadOptions): Promise<BenchReport> {
       lOff.push(await execOnce(offClient, off.sandbox.id));
     }
   }
+
+  const cpuPerExec = { off: ((await cpu(offPids)) - cpuLatency0.off) / opts.iterations, on: ((await cpu(onPids)) - cpuLatency0.on) / opts.iterations };
 
   // Stream throughput, relayed: `head -c N /dev/zero` to the client.
   const bytes = opts.mib * 1024 * 1024;
@@ -94,6 +103,7 @@ export async function run(opts: TracingOverheadOptions): Promise<BenchReport> {
   await stream(onClient, on.sandbox.id);
   const tOff: number[] = [];
   const tOn: number[] = [];
+  const cpuStream0 = { off: await cpu(offPids), on: await cpu(onPids) };
   for (let i = 0; i < opts.repetitions; i++) {
     if (i % 2 === 0) {
       tOff.push(await stream(offClient, off.sandbox.id));
@@ -103,6 +113,8 @@ export async function run(opts: TracingOverheadOptions): Promise<BenchReport> {
       tOff.push(await stream(offClient, off.sandbox.id));
     }
   }
+  const mbMoved = (bytes / 1e6) * opts.repetitions;
+  const cpuPerMb = { off: ((await cpu(offPids)) - cpuStream0.off) / mbMoved, on: ((await cpu(onPids)) - cpuStream0.on) / mbMoved };
   // Give the batch processors time to export, then make sure tracing really was on.
   await new Promise((r) => setTimeout(r, 6000));
   if (sink.requests() === 0) throw new Error('the tracing-on replicas exported nothing: tracing was not on');
@@ -135,6 +147,14 @@ export async function run(opts: TracingOverheadOptions): Promise<BenchReport> {
           ['off', fixed(to.p50, 1), fixed(Math.min(...tOff), 1), fixed(Math.max(...tOff), 1), fixed(to.mean, 1)],
           ['on', fixed(tn.p50, 1), fixed(Math.min(...tOn), 1), fixed(Math.max(...tOn), 1), fixed(tn.mean, 1)],
           ['ratio on/off', ratio(tn.p50, to.p50), ratio(Math.min(...tOn), Math.min(...tOff)), ratio(Math.max(...tOn), Math.max(...tOff)), ratio(tn.mean, to.mean)],
+        ],
+      },
+      {
+        caption: 'CPU time of the pair\'s processes (entry replica + owner replica + supervisor, from /proc), over the runs above',
+        headers: ['', 'off', 'on', 'ratio on/off'],
+        rows: [
+          ['per exec of `true`', ms(cpuPerExec.off), ms(cpuPerExec.on), ratio(cpuPerExec.on, cpuPerExec.off)],
+          ['per MB streamed', ms(cpuPerMb.off), ms(cpuPerMb.on), ratio(cpuPerMb.on, cpuPerMb.off)],
         ],
       },
     ],

@@ -105,7 +105,9 @@ export async function startTracing(opts: TracingOptions): Promise<RunningTracing
     logRecordProcessors: [],
     baseResource: defaultResource().merge(resourceFromAttributes({ 'service.name': opts.defaultServiceName })),
     resourceAttributes: { ...(opts.instanceId ? { 'service.instance.id': opts.instanceId } : {}), ...opts.attributes },
-    instrumentations: [new IORedisInstrumentation({ requireParentSpan: true })],
+    // Only commands made inside a span (a call, a job), and only their names: arguments carry
+    // credential hashes and sandbox secrets, and serialising them costs every command.
+    instrumentations: [new IORedisInstrumentation({ requireParentSpan: true, dbStatementSerializer: (command) => command })],
   });
   const relay = spanRelay(env, opts.warn ?? defaultWarn);
   setTracingEnabled(true, relay.post);
