@@ -61,11 +61,8 @@ export function traceCall(
     }) as sendUnaryData<unknown>;
   } else {
     // Streaming responses end with a status: an 'error' emitted by the handler, or OK at 'finish'.
-    const emit = call.emit.bind(call);
-    call.emit = (event: string, ...args: unknown[]) => {
-      if (event === 'error') end(codeOf(args[0]), args[0]);
-      return emit(event, ...args);
-    };
+    // (A listener, not a wrapper: nothing is added to the call's per-message path.)
+    call.on('error', (err: unknown) => end(codeOf(err), err));
     call.on('finish', () => end(0));
     call.on('close', () => end(0));
   }

@@ -345,13 +345,8 @@ export class ExecService {
           if (err) failSpan(span, err);
           span.end();
         };
-        onceGone(call, () => end());
         call.on('error', (err: unknown) => end(err));
-        const write = call.write.bind(call) as (f: ExecFrame, ...rest: unknown[]) => boolean;
-        (call as { write: unknown }).write = (f: ExecFrame, ...rest: unknown[]) => {
-          if (f.exit) span.setAttributes({ [TraceAttr.exitCode]: f.exit.exit_code ?? 0, [TraceAttr.timedOut]: f.exit.timed_out ?? false });
-          return write(f, ...rest);
-        };
+        onceGone(call, () => end());
       }
       this.deps.router
         .openLocal(start.sandbox_id, start)
