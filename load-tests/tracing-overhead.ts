@@ -79,6 +79,8 @@ export async function run(opts: TracingOverheadOptions): Promise<BenchReport> {
   const lOff: number[] = [];
   const lOn: number[] = [];
   const cpuLatency0 = { off: await cpu(offPids), on: await cpu(onPids) };
+  const each = async (list: (number | undefined)[]) => Promise.all(list.map((p) => cpuMs(p)));
+  const latencySplit0 = { off: await each(offPids), on: await each(onPids) };
   for (let i = 0; i < opts.iterations; i++) {
     if (i % 2 === 0) {
       lOff.push(await execOnce(offClient, off.sandbox.id));
@@ -89,6 +91,9 @@ export async function run(opts: TracingOverheadOptions): Promise<BenchReport> {
     }
   }
 
+  const latencySplit1 = { off: await each(offPids), on: await each(onPids) };
+  const perExec = (a: number[], b: number[]) => a.map((v, i) => ((v - b[i]!) / opts.iterations).toFixed(1)).join(' / ');
+  const latencyNote = `CPU ms per exec, entry / owner / supervisor: off ${perExec(latencySplit1.off, latencySplit0.off)}, on ${perExec(latencySplit1.on, latencySplit0.on)}`;
   const cpuPerExec = { off: ((await cpu(offPids)) - cpuLatency0.off) / opts.iterations, on: ((await cpu(onPids)) - cpuLatency0.on) / opts.iterations };
 
   // Stream throughput, relayed: `head -c N /dev/zero` to the client.
@@ -104,7 +109,6 @@ export async function run(opts: TracingOverheadOptions): Promise<BenchReport> {
   const tOff: number[] = [];
   const tOn: number[] = [];
   const cpuStream0 = { off: await cpu(offPids), on: await cpu(onPids) };
-  const each = async (list: (number | undefined)[]) => Promise.all(list.map((p) => cpuMs(p)));
   const split0 = { off: await each(offPids), on: await each(onPids) };
   for (let i = 0; i < opts.repetitions; i++) {
     if (i % 2 === 0) {
@@ -166,6 +170,7 @@ export async function run(opts: TracingOverheadOptions): Promise<BenchReport> {
     notes: [
       `target (issue 15): latency ratio ≤ 1.05 and throughput ratio ≥ 0.95`,
       `exported while on: ${sink.requests()} OTLP requests, ${(sink.bytes() / 1024).toFixed(0)} KiB`,
+      latencyNote,
       splitNote,
     ],
     durationMs: now() - t0,

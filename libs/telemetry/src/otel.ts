@@ -181,7 +181,7 @@ export interface RelayedTracingOptions {
   send: (otlpJson: Uint8Array) => boolean;
   /** Finished spans kept while they cannot be sent; beyond it new ones are dropped and counted. */
   maxBuffered?: number;
-  /** How often buffered spans are sent. */
+  /** How often buffered spans are sent (each send is one OTLP post by the replica: fewer, larger ones cost less). */
   flushIntervalMs?: number;
 }
 
@@ -244,7 +244,7 @@ export async function startRelayedTracing(opts: RelayedTracingOptions): Promise<
   api.propagation.setGlobalPropagator(new W3CTraceContextPropagator());
   api.trace.setGlobalTracerProvider(provider);
   setTracingEnabled(true);
-  const timer = setInterval(flush, opts.flushIntervalMs ?? 500);
+  const timer = setInterval(flush, opts.flushIntervalMs ?? 2000);
   timer.unref();
   return {
     flush,
