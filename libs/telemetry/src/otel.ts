@@ -118,6 +118,7 @@ export async function startTracing(opts: TracingOptions): Promise<RunningTracing
       running = null;
       await relay.drain();
       await sdk.shutdown().catch(() => undefined);
+      await unregisterGlobals();
     },
   };
   return running;
@@ -252,9 +253,19 @@ export async function startRelayedTracing(opts: RelayedTracingOptions): Promise<
     shutdown: async () => {
       clearInterval(timer);
       flush();
+      setTracingEnabled(false);
       await provider.shutdown().catch(() => undefined);
+      await unregisterGlobals();
     },
   };
+}
+
+/** After a shutdown the process may start tracing again (tests, benchmarks): the API's globals go. */
+async function unregisterGlobals(): Promise<void> {
+  const api = await import('@opentelemetry/api');
+  api.trace.disable();
+  api.propagation.disable();
+  api.context.disable();
 }
 
 /** Is tracing running in this process (either kind)? */
