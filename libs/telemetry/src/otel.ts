@@ -90,10 +90,14 @@ export async function startTracing(opts: TracingOptions): Promise<RunningTracing
   // Before ioredis is imported: the ioredis instrumentation patches the module as it loads.
   // Only ioredis goes through the hook; every other import is left alone.
   try {
-    register('import-in-the-middle/hook.mjs', import.meta.url, { data: { include: ['ioredis'] } });
+    if (!(env.OTEL_NODE_DISABLED_INSTRUMENTATIONS ?? '').split(',').some((n) => n.trim() === 'ioredis')) {
+      register('import-in-the-middle/hook.mjs', import.meta.url, { data: { include: ['ioredis'] } });
+    }
   } catch (err) {
     (opts.warn ?? defaultWarn)('ioredis instrumentation unavailable: the loader hook could not be registered', { err: String(err) });
   }
+  // OTEL_NODE_DISABLED_INSTRUMENTATIONS=ioredis (the auto-instrumentations' variable): no Redis spans.
+  const redisSpans = !(env.OTEL_NODE_DISABLED_INSTRUMENTATIONS ?? '').split(',').some((n) => n.trim() === 'ioredis');
   const [{ startNodeSdk }, { IORedisInstrumentation }, { defaultResource, resourceFromAttributes }] = await Promise.all([
     import('@opentelemetry/sdk-node'),
     import('@opentelemetry/instrumentation-ioredis'),
@@ -107,7 +111,7 @@ export async function startTracing(opts: TracingOptions): Promise<RunningTracing
     resourceAttributes: { ...(opts.instanceId ? { 'service.instance.id': opts.instanceId } : {}), ...opts.attributes },
     // Only commands made inside a span (a call, a job), and only their names: arguments carry
     // credential hashes and sandbox secrets, and serialising them costs every command.
-    instrumentations: [new IORedisInstrumentation({ requireParentSpan: true, dbStatementSerializer: (command) => command })],
+    instrumentations: redisSpans ? [new IORedisInstrumentation({ requireParentSpan: true, dbStatementSerializer: (command) => command })] : [],
   });
   const relay = spanRelay(env, opts.warn ?? defaultWarn);
   setTracingEnabled(true, relay.post);
