@@ -207,6 +207,27 @@ describe('tracing: one trace per call across entry replica, owner replica, super
     expect(processes.size).toBeGreaterThanOrEqual(3);
   }, 180_000);
 
+  it('the ephemeral delete job: its processing span links to its enqueue span, with the sandbox named', async () => {
+    const res = await runCli(['sandbox', 'create', '--name', 'traced-eph', '--no-keep', '--detach', '-o', 'json', '--', '/bin/true'], { gateway: cluster.replicas[1]!.grpcAddress });
+    expect(res.code, res.stderr.toString()).toBe(0);
+    const id = (JSON.parse(res.stdout.toString()) as { metadata: { id: string } }).metadata.id;
+    const { enqueue, job } = await waitFor(
+      'the ephemeral delete job span, linked to its enqueue span',
+      async () => {
+        const jobSpan = otlp.spans.find((s) => s.name === 'sandgate.job delete-sandbox' && s.attributes['sandgate.sandbox.id'] === id);
+        const enqueueSpan = jobSpan && otlp.spans.find((s) => s.name === 'sandgate.job.enqueue delete-sandbox' && jobSpan.links.some((l) => l.spanId === s.spanId && l.traceId === s.traceId));
+        return enqueueSpan ? { enqueue: enqueueSpan, job: jobSpan } : undefined;
+      },
+      30_000,
+      200,
+    );
+    expect(enqueue.kind).toBe(PRODUCER);
+    expect(String(enqueue.attributes['sandgate.job.id'])).toContain(id);
+    expect(job.kind).toBe(CONSUMER);
+    expect(job.traceId).not.toBe(enqueue.traceId);
+    expect(cluster.replicas.map((x) => x.id)).toContain(job.resource['service.instance.id']);
+  });
+
   it('HTTP requests get a SERVER span that joins the caller\'s trace', async () => {
     const traceId = newTraceId();
     const res = await fetch(`${cluster.replicas[0]!.httpUrl}/healthz`, { headers: { traceparent: `00-${traceId}-${randomBytes(8).toString('hex')}-01` } });
