@@ -78,6 +78,9 @@ export interface RunningTracing {
 
 let running: RunningTracing | null = null;
 
+/** How long a shutdown waits for the last exports. */
+const SHUTDOWN_FLUSH_MS = 2_000;
+
 /**
  * Starts process-wide tracing when the environment asks for it; null (and nothing loaded) when
  * it does not. Idempotent: several replicas in one process share the first start (the resource
@@ -113,6 +116,15 @@ export async function startTracing(opts: TracingOptions): Promise<RunningTracing
     // credential hashes and sandbox secrets, and serialising them costs every command.
     instrumentations: redisSpans ? [new IORedisInstrumentation({ requireParentSpan: true, dbStatementSerializer: (command) => command })] : [],
   });
+  // The SDK's own diagnostics (an unreachable collector, say) as JSON lines like every other
+  // log line; OTEL_LOG_LEVEL as the SDK reads it, default warn.
+  const [api, { diagLogLevelFromString }] = await Promise.all([import('@opentelemetry/api'), import('@opentelemetry/core')]);
+  const line = (level: string) => (msg: string, ...args: unknown[]) =>
+    process.stderr.write(JSON.stringify({ ts: new Date().toISOString(), level, msg, component: 'otel', ...(args.length ? { detail: args.map((a) => (a instanceof Error ? a.message : a)) } : {}) }) + '\n');
+  api.diag.setLogger(
+    { error: line('error'), warn: line('warn'), info: line('info'), debug: line('debug'), verbose: line('debug') },
+    { logLevel: diagLogLevelFromString(env.OTEL_LOG_LEVEL ?? 'warn') ?? api.DiagLogLevel.WARN, suppressOverrideMessage: true },
+  );
   const relay = spanRelay(env, opts.warn ?? defaultWarn);
   setTracingEnabled(true, relay.post);
   running = {
@@ -120,8 +132,10 @@ export async function startTracing(opts: TracingOptions): Promise<RunningTracing
     shutdown: async () => {
       setTracingEnabled(false);
       running = null;
-      await relay.drain();
-      await sdk.shutdown().catch(() => undefined);
+      // Flush what is buffered, but an unreachable collector must not hold the process's exit.
+      const bounded = <T>(p: Promise<T>) => Promise.race([p.catch(() => undefined), new Promise((r) => setTimeout(r, SHUTDOWN_FLUSH_MS).unref())]);
+      await bounded(relay.drain());
+      await bounded(sdk.shutdown());
       await unregisterGlobals();
     },
   };
