@@ -205,8 +205,8 @@ export interface RelayPair extends BenchEnv {
   relayed: AnyClient;
 }
 
-export async function startRelayPair(sandboxName: string): Promise<RelayPair> {
-  const env = await startEnv({ replicas: 2 });
+export async function startRelayPair(sandboxName: string, opts: { env?: Record<string, string> } = {}): Promise<RelayPair> {
+  const env = await startEnv({ replicas: 2, env: opts.env });
   const { redis, cluster } = env;
   const gateway = cluster.replicas[0]!.grpcAddress;
   const sandbox = await createSandbox(gateway, sandboxName);

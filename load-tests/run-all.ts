@@ -35,6 +35,12 @@ const fileExists = (id: string) => () => (existsSync(path.join(here, `${id}.ts`)
 const BENCHES: Bench[] = [
   { id: 'exec-latency', args: ['--iterations', '500', '--warmup', '20'], quickArgs: ['--iterations', '30', '--warmup', '3'], timeoutMs: 180_000 },
   { id: 'exec-throughput', args: ['--mib', '128', '--repetitions', '4', '--warmup', '1'], quickArgs: ['--mib', '32', '--repetitions', '2', '--warmup', '0'], timeoutMs: 300_000 },
+  {
+    id: 'tracing-overhead',
+    args: ['--iterations', '200', '--warmup', '20', '--mib', '64', '--repetitions', '4'],
+    quickArgs: ['--iterations', '20', '--warmup', '3', '--mib', '16', '--repetitions', '2'],
+    timeoutMs: 420_000,
+  },
   // Written alongside (kill-latency, docker-create); included when present.
   { id: 'kill-latency', args: [], quickArgs: ['--iterations', '10'], precondition: fileExists('kill-latency'), timeoutMs: 300_000 },
   {

@@ -156,6 +156,7 @@ export async function startReplica(config: ReplicaConfig, opts: { authenticator?
   const router = new ExecRouter({ replicaId: config.replicaId, sessions, ownership, replicas, peerSecret, log, debugBreaks: config.debugBreaks });
   const exec = new ExecService({
     store,
+    replicaId: config.replicaId,
     router,
     scheduler,
     log,

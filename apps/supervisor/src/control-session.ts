@@ -43,6 +43,8 @@ export interface ControlSessionOptions {
    * the previous policy, why it could not be applied. Absent: every update is refused.
    */
   onPolicyUpdate?: (update: PolicyUpdate) => string;
+  /** hello_ack said the gateway exports traces (`tracing`): record spans and relay them (sendSpans). */
+  onTracing?: () => void;
   /** Without a hello_ack by then, the attempt is abandoned. */
   helloTimeoutMs?: number;
   backoff?: BackoffOptions;
@@ -136,6 +138,17 @@ export class ControlSession {
     this.send(attempt, { exec_open_failed: { exec_id: execId, message } });
   }
 
+  /**
+   * Finished spans (OTLP JSON) to the gateway, which posts them to its collector: the sandbox
+   * needs no network path of its own. False when no session is live (the caller keeps them).
+   */
+  sendSpans(otlpJson: Uint8Array): boolean {
+    const attempt = this.current;
+    if (!attempt?.conn || attempt.closed) return false;
+    this.send(attempt, { spans: { otlp_json: Buffer.from(otlpJson.buffer, otlpJson.byteOffset, otlpJson.byteLength) } });
+    return true;
+  }
+
   /** Tells the gateway a TCP channel could not be opened. */
   reportTcpOpenFailed(conn: GatewayConnection, channelId: string, message: string): void {
     const attempt = this.current;
@@ -223,6 +236,7 @@ export class ControlSession {
         metadata: () => md.clone(),
       };
       this.failures = 0;
+      if (ack.tracing) this.opts.onTracing?.();
       this.startHeartbeats(attempt);
       for (const r of this.reports.values()) this.send(attempt, r.message);
       this.log.info('control session established', {

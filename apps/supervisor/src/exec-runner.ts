@@ -14,6 +14,10 @@ import type { Logger } from '@sandgate/telemetry/log';
 import { exitCodeForSpawnError, preflight, reasonOf } from './preflight.ts';
 import { isValidSignal } from './signals.ts';
 import { OOM_MESSAGE, oomKilled, type WorkloadLauncher } from './workload/launcher.ts';
+import type * as Tracing from '@sandgate/telemetry/tracing';
+
+/** @sandgate/telemetry's span helpers, loaded by the supervisor only once tracing is on. */
+export type SpanHelpers = typeof Tracing;
 
 export interface ExecRunnerOptions {
   start: ExecStart;
@@ -28,6 +32,8 @@ export interface ExecRunnerOptions {
   debugBreaks?: ReadonlySet<DebugBreak>;
   /** Confines the exec's process (see workload/launcher.ts); absent: started as is. */
   launcher?: WorkloadLauncher;
+  /** Tracing is on: the exec and its spawn get spans, children of the caller's (start.trace_context). */
+  spans?: SpanHelpers;
 }
 
 type State = 'running' | 'exited' | 'broken';
@@ -50,6 +56,9 @@ export class ExecRunner {
   /** The workload's OOM-kill count when the exec started (tells an OOM kill from any SIGKILL). */
   private oomBefore: number | undefined;
   private readonly onConnAbort = (): void => this.breakPath('control session lost');
+  /** The exec's span (tracing on) and its context, parent of the spawn span. */
+  private span: Tracing.Span | undefined;
+  private spanCtx: Tracing.Context | undefined;
 
   constructor(opts: ExecRunnerOptions) {
     this.opts = opts;
@@ -70,6 +79,22 @@ export class ExecRunner {
   /** Opens the channel, attaches and starts the process. Never throws. */
   run(): void {
     const { start, conn } = this.opts;
+    const spans = this.opts.spans;
+    if (spans) {
+      const { span, ctx } = spans.startSpan('sandgate.supervisor.exec', {
+        kind: spans.SpanKind.SERVER,
+        parent: spans.extractContext(start.trace_context),
+        attributes: {
+          [spans.TraceAttr.sandboxId]: start.sandbox_id ?? '',
+          [spans.TraceAttr.execId]: this.execId,
+          [spans.TraceAttr.replicaId]: conn.replicaId,
+          'process.command': start.argv?.[0] ?? '',
+          'sandgate.exec.tty': Boolean(start.tty),
+        },
+      });
+      this.span = span;
+      this.spanCtx = ctx;
+    }
     try {
       const call = conn.client.ExecChannel(conn.metadata());
       this.call = call;
@@ -124,12 +149,18 @@ export class ExecRunner {
     const spec = { argv, cwd, env, cols: termSize(start.cols), rows: termSize(start.rows), launcher: this.opts.launcher };
     this.oomBefore = this.opts.launcher?.oomKills();
     let proc: ExecProcess;
+    // The process spawn, as a span of its own (tracing on).
+    const spawned = this.opts.spans?.startSpan('sandgate.supervisor.spawn', { parent: this.spanCtx, attributes: { 'process.command': argv[0] ?? '' } });
     try {
       proc = this.tree.proc = start.tty ? spawnPty(spec, handlers) : spawnPiped(spec, handlers);
     } catch (err) {
+      if (spawned) this.opts.spans!.failSpan(spawned.span, err);
+      spawned?.span.end();
       this.reportSpawnFailure(`${argv[0]}: ${reasonOf(err)}`, exitCodeForSpawnError(err));
       return;
     }
+    spawned?.span.setAttribute('process.pid', proc.pid ?? 0);
+    spawned?.span.end();
     // Only the command name: arguments may carry secrets.
     this.log.info('exec started', {
       pid: proc.pid,
@@ -267,6 +298,17 @@ export class ExecRunner {
       }
     }
     this.log.info('exec exited', { exit_code: exit.exit_code, timed_out: exit.timed_out, signal: exit.signal });
+    const spans = this.opts.spans;
+    if (this.span && spans) {
+      this.span.setAttributes({
+        [spans.TraceAttr.exitCode]: exit.exit_code ?? 0,
+        [spans.TraceAttr.timedOut]: exit.timed_out ?? false,
+        'process.exit.signal': exit.signal ?? 0,
+      });
+      if (exit.timed_out) this.span.setAttribute(spans.TraceAttr.killReason, 'timeout');
+      this.span.addEvent('exit');
+      this.span.end();
+    }
     this.resolveDone();
   }
 
@@ -277,6 +319,12 @@ export class ExecRunner {
     this.cleanup();
     const fields: Record<string, unknown> = { reason };
     if (err) fields.err = err;
+    if (this.span && this.opts.spans) {
+      // Killed before it reported an exit: by the gateway's deadline backstop, or because nobody
+      // is left to see it (the client's path broke).
+      this.span.setAttributes({ [this.opts.spans.TraceAttr.killReason]: reason === 'deadline backstop' ? 'backstop' : 'disconnect', 'sandgate.exec.break': reason });
+      this.span.end();
+    }
     this.log.warn('exec path broken: killing its process tree', fields);
     try {
       this.call?.cancel();

@@ -9,6 +9,8 @@ import { MainAttach } from './main-attach.ts';
 import { SshServer } from './ssh/ssh-server.ts';
 import { openTcpChannel } from './ssh/tcp-channel.ts';
 import type { MainExit } from './main-process.ts';
+import type { RelayedTracing } from '@sandgate/telemetry/otel';
+import type { SpanHelpers } from './exec-runner.ts';
 
 /** How long the exit waits for attached clients to receive it before cleanup may start anyway. */
 const TERMINAL_DRAIN_TIMEOUT_MS = 30_000;
@@ -41,6 +43,10 @@ export class Supervisor {
   private credential: string;
   private shuttingDown: Promise<void> | undefined;
   private readonly hooks: SupervisorHooks;
+  private tracingStart: Promise<void> | undefined;
+  private relayedTracing: RelayedTracing | undefined;
+  /** Span helpers, once tracing is on (absent: no span is made at all). */
+  private spans: SpanHelpers | undefined;
   /** The workload's confinement, once started (absent: the driver asked for none). */
   private workload: Workload | undefined;
 
@@ -63,6 +69,7 @@ export class Supervisor {
       onKillExec: (execId) => this.killExec(execId),
       onOpenTcp: (open, conn) => this.openTcp(open, conn),
       onPolicyUpdate: (update) => this.applyPolicy(update),
+      onTracing: () => this.startTracing(),
       noReconnect: config.debugBreaks.has('supervisor-reconnect'),
     });
     this.ssh = new SshServer({
@@ -70,6 +77,22 @@ export class Supervisor {
       main: { main: this.main, exitReleased: this.exitReleased, stdinLease: this.stdinLease, log },
       log,
     });
+  }
+
+  /**
+   * The gateway exports traces: load the SDK (only now: a supervisor whose gateway does not
+   * trace never loads it) and relay finished spans through the control session.
+   */
+  private startTracing(): void {
+    this.tracingStart ??= (async () => {
+      const [{ startRelayedTracing }, spans] = await Promise.all([import('@sandgate/telemetry/otel'), import('@sandgate/telemetry/tracing')]);
+      this.relayedTracing = await startRelayedTracing({
+        attributes: { 'sandgate.sandbox.id': this.config.sandboxId, 'service.instance.id': this.instanceId },
+        send: (bytes) => this.control.sendSpans(bytes),
+      });
+      this.spans = spans;
+      this.log.info('tracing on: spans are relayed through the control session');
+    })().catch((err: unknown) => this.log.warn('tracing could not be started', { err }));
   }
 
   private openTcp(open: TcpOpen, conn: GatewayConnection): void {
@@ -192,6 +215,7 @@ export class Supervisor {
       log: this.log,
       debugBreaks: this.config.debugBreaks,
       launcher: this.workload?.launcher,
+      spans: this.spans,
     });
     this.execs.set(execId, runner);
     void runner.done.then(() => {
@@ -223,6 +247,7 @@ export class Supervisor {
       for (const a of this.attaches) a.abort();
       await this.main.stop();
       this.workload?.stop();
+      await this.relayedTracing?.shutdown();
     })();
     return this.shuttingDown;
   }

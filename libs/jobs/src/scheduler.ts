@@ -1,9 +1,10 @@
 // Enqueues durable jobs. Used by replicas on the request path, and by the jobs themselves (the
 // reconcile sweep re-enqueues); cheap and idempotent (job ids).
-import { Queue } from 'bullmq';
+import { Queue, type JobsOptions } from 'bullmq';
 import type { Redis } from 'ioredis';
 import { createRedisConnection } from '@sandgate/store';
 import type { Metrics } from '@sandgate/telemetry';
+import { inSpan, injectContext, SpanKind, TraceAttr, tracingEnabled } from '@sandgate/telemetry';
 import {
   EXEC_DEADLINE_GRACE_MS,
   JobName,
@@ -52,9 +53,28 @@ export class JobScheduler {
     });
   }
 
+  /**
+   * queue.add inside a PRODUCER span whose context rides in the job's data (`trace`): the
+   * processing span, on whichever process runs the job, links back to it (worker.ts).
+   */
+  private async add(name: string, data: object, opts: JobsOptions): Promise<void> {
+    if (!tracingEnabled()) {
+      await this.queue.add(name, data, opts);
+      return;
+    }
+    await inSpan(
+      `sandgate.job.enqueue ${name}`,
+      { kind: SpanKind.PRODUCER, attributes: { [TraceAttr.jobName]: name, [TraceAttr.jobId]: opts.jobId ?? '', [TraceAttr.queue]: QUEUE_NAME } },
+      async () => {
+        const trace = injectContext();
+        await this.queue.add(name, trace.traceparent ? { ...data, trace } : data, opts);
+      },
+    );
+  }
+
   async execDeadline(data: ExecDeadlineData): Promise<void> {
     if (!this.enabled) return;
-    await this.queue.add(JobName.ExecDeadline, data, {
+    await this.add(JobName.ExecDeadline, data, {
       jobId: jobIds.execDeadline(data.execId),
       delay: Math.max(0, data.deadlineMs + EXEC_DEADLINE_GRACE_MS - Date.now()),
     });
@@ -69,18 +89,18 @@ export class JobScheduler {
     const data: DeleteSandboxData = { sandboxId, reason: 'ephemeral' };
     // Many attempts: a deletion must eventually happen, whatever was down at the time.
     if (!this.enabled) return;
-    await this.queue.add(JobName.DeleteSandbox, data, { jobId: jobIds.ephemeralCleanup(sandboxId, instanceId), attempts: 50 });
+    await this.add(JobName.DeleteSandbox, data, { jobId: jobIds.ephemeralCleanup(sandboxId, instanceId), attempts: 50 });
   }
 
   async deleteSandbox(sandboxId: string): Promise<void> {
     const data: DeleteSandboxData = { sandboxId, reason: 'user' };
     if (!this.enabled) return;
-    await this.queue.add(JobName.DeleteSandbox, data, { jobId: jobIds.userDelete(sandboxId), attempts: 50 });
+    await this.add(JobName.DeleteSandbox, data, { jobId: jobIds.userDelete(sandboxId), attempts: 50 });
   }
 
   async provisionDeadline(data: ProvisionDeadlineData): Promise<void> {
     if (!this.enabled) return;
-    await this.queue.add(JobName.ProvisionDeadline, data, {
+    await this.add(JobName.ProvisionDeadline, data, {
       jobId: jobIds.provisionDeadline(data.sandboxId, data.runStartedAtMs),
       delay: Math.max(0, data.runStartedAtMs + data.timeoutMs - Date.now()),
     });
@@ -88,7 +108,7 @@ export class JobScheduler {
 
   async restart(data: RestartData, delayMs: number): Promise<void> {
     if (!this.enabled) return;
-    await this.queue.add(JobName.Restart, data, { jobId: jobIds.restart(data.sandboxId, data.instanceId), delay: delayMs });
+    await this.add(JobName.Restart, data, { jobId: jobIds.restart(data.sandboxId, data.instanceId), delay: delayMs });
   }
 
   /** Installs the repeatable reconcile job (idempotent: one scheduler id for the whole cluster). */

@@ -7,6 +7,7 @@ import { createRedisConnection } from '@sandgate/store';
 import type { Metrics } from '@sandgate/telemetry';
 import { JobName, QUEUE_NAME, type DeleteSandboxData, type ExecDeadlineData, type ProvisionDeadlineData, type RestartData } from './jobs.ts';
 import { closeConnection } from './scheduler.ts';
+import { extractContext, inSpan, linksFromCarrier, SpanKind, TraceAttr, tracingEnabled, type TraceCarrier } from '@sandgate/telemetry';
 
 export interface JobProcessors {
   execDeadline(data: ExecDeadlineData): Promise<unknown>;
@@ -52,24 +53,25 @@ export function startJobWorker(redisUrl: string, processors: JobProcessors, opts
   };
   const metrics = opts.metrics;
   for (const job of Object.values(JobName)) metrics?.inc('sandgate_job_failures_total', 0, { queue: QUEUE_NAME, job_name: job });
+  const measured = async (job: Job): Promise<unknown> => {
+    if (!metrics) return run(job);
+    // `job_name`, not `job`: Prometheus keeps `job` for the scrape job and would rename ours `exported_job`.
+    const labels = { queue: QUEUE_NAME, job_name: job.name };
+    const started = Date.now();
+    // Latency of the first attempt only: a retry's wait is its backoff, not the queue's.
+    if (job.attemptsMade === 0) metrics.record('sandgate_job_latency', Math.max(0, started - job.timestamp - (job.delay ?? 0)) / 1000, labels);
+    try {
+      return await run(job);
+    } catch (err) {
+      metrics.inc('sandgate_job_failures_total', 1, labels);
+      throw err;
+    } finally {
+      metrics.record('sandgate_job_duration', (Date.now() - started) / 1000, labels);
+    }
+  };
   const worker = new Worker(
     QUEUE_NAME,
-    async (job: Job) => {
-      if (!metrics) return run(job);
-      // `job_name`, not `job`: Prometheus keeps `job` for the scrape job and would rename ours `exported_job`.
-      const labels = { queue: QUEUE_NAME, job_name: job.name };
-      const started = Date.now();
-      // Latency of the first attempt only: a retry's wait is its backoff, not the queue's.
-      if (job.attemptsMade === 0) metrics.record('sandgate_job_latency', Math.max(0, started - job.timestamp - (job.delay ?? 0)) / 1000, labels);
-      try {
-        return await run(job);
-      } catch (err) {
-        metrics.inc('sandgate_job_failures_total', 1, labels);
-        throw err;
-      } finally {
-        metrics.record('sandgate_job_duration', (Date.now() - started) / 1000, labels);
-      }
-    },
+    async (job: Job) => (tracingEnabled() ? traced(job, () => measured(job)) : measured(job)),
     // A short lock: a worker killed mid-job has its job taken over within seconds.
     { connection, concurrency: 16, lockDuration: 10_000, stalledInterval: 5_000, maxStalledCount: 100 },
   );
@@ -83,4 +85,28 @@ export function startJobWorker(redisUrl: string, processors: JobProcessors, opts
         await closeConnection(connection);
       })()),
   };
+}
+
+/**
+ * A job's processing span: a new trace (a job outlives the call that enqueued it, and may run
+ * on another process, much later) with a span LINK to the enqueue span named in `data.trace`.
+ */
+function traced(job: Job, run: () => Promise<unknown>): Promise<unknown> {
+  const data = (job.data ?? {}) as { trace?: TraceCarrier; sandboxId?: string; execId?: string };
+  const attributes: Record<string, string | number> = {
+    [TraceAttr.jobName]: job.name,
+    [TraceAttr.jobId]: job.id ?? '',
+    [TraceAttr.queue]: QUEUE_NAME,
+    'messaging.operation.type': 'process',
+    'sandgate.job.attempt': job.attemptsMade + 1,
+  };
+  if (data.sandboxId) attributes[TraceAttr.sandboxId] = data.sandboxId;
+  if (data.execId) attributes[TraceAttr.execId] = data.execId;
+  if (job.name === JobName.ExecDeadline) attributes[TraceAttr.killReason] = 'backstop';
+  return inSpan(`sandgate.job ${job.name}`, { kind: SpanKind.CONSUMER, parent: extractContext(null), links: linksFromCarrier(data.trace), attributes }, async (span) => {
+    const result = await run();
+    const killed = (result as { killed?: unknown } | null)?.killed;
+    if (typeof killed === 'number') span.setAttribute(TraceAttr.killed, killed);
+    return result;
+  });
 }

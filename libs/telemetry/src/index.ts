@@ -1,2 +1,3 @@
 export * from './log.ts';
 export * from './metrics.ts';
+export * from './tracing.ts';

@@ -5,6 +5,7 @@ import { cliLogger } from '../diagnostics.ts';
 import { ExitError } from '../errors.ts';
 import { resolveReplicaConfig } from '../replica-config.ts';
 import { waitForShutdownSignal } from '../signals.ts';
+import { startProcessTracing } from '../tracing.ts';
 
 export async function run(argv: string[], ctx: CommandContext): Promise<number> {
   const config = resolveReplicaConfig(argv, ctx.env);
@@ -12,7 +13,10 @@ export async function run(argv: string[], ctx: CommandContext): Promise<number> 
   const shutdown = waitForShutdownSignal();
   const log = await cliLogger(ctx.env, 'gateway', config.logLevel);
   let replica: RunningReplica;
+  let tracing: Awaited<ReturnType<typeof startProcessTracing>> = null;
   try {
+    // Before the gateway (and ioredis with it) is imported: see libs/telemetry/src/otel.ts.
+    tracing = await startProcessTracing('sandgate-gateway', config.replicaId);
     const { startReplica } = await import('@sandgate/gateway');
     replica = await startReplica(config);
   } catch (err) {
@@ -24,5 +28,6 @@ export async function run(argv: string[], ctx: CommandContext): Promise<number> 
   const signal = await shutdown;
   log.info('signal received: stopping the replica', { signal, replica: replica.replicaId });
   await replica.close();
+  await tracing?.shutdown();
   return 0;
 }

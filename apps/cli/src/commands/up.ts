@@ -10,6 +10,7 @@ import { aptInstall, aptRunner, installNotice, planPrerequisites, thisHost } fro
 import { startPrivateRedis, type PrivateRedis } from '../redis-server.ts';
 import { resolveUpConfig } from '../replica-config.ts';
 import { waitForShutdownSignal } from '../signals.ts';
+import { startProcessTracing } from '../tracing.ts';
 import { ensureAdminToken, ensureUpTls, upCertificateNames, writeClientConfig, type ClientConfigOutcome } from '../up-credentials.ts';
 import os from 'node:os';
 
@@ -121,6 +122,8 @@ export async function run(argv: string[], ctx: CommandContext): Promise<number> 
 
   let replica: RunningReplica;
   try {
+    // Traces when OTEL_* asks for them (ioredis is already loaded here: no Redis command spans).
+    await startProcessTracing('sandgate-gateway', config.replicaId);
     const { startReplica } = await import('@sandgate/gateway');
     replica = await startReplica(config);
   } catch (err) {

@@ -6,6 +6,7 @@ import { cliLogger } from '../diagnostics.ts';
 import { ExitError } from '../errors.ts';
 import { resolveWorkerConfig } from '../replica-config.ts';
 import { waitForShutdownSignal } from '../signals.ts';
+import { startProcessTracing } from '../tracing.ts';
 
 export { resolveWorkerConfig } from '../replica-config.ts';
 
@@ -15,7 +16,10 @@ export async function run(argv: string[], ctx: CommandContext): Promise<number> 
   const shutdown = waitForShutdownSignal();
   const log = await cliLogger(ctx.env, 'worker', config.logLevel);
   let worker: RunningStandaloneWorker;
+  let tracing: Awaited<ReturnType<typeof startProcessTracing>> = null;
   try {
+    // Before the gateway (and ioredis with it) is imported: see libs/telemetry/src/otel.ts.
+    tracing = await startProcessTracing('sandgate-worker', config.workerId);
     const { startWorker } = await import('@sandgate/gateway');
     worker = await startWorker(config);
   } catch (err) {
@@ -27,5 +31,6 @@ export async function run(argv: string[], ctx: CommandContext): Promise<number> 
   const signal = await shutdown;
   log.info('signal received: draining (running jobs finish first)', { signal, worker: worker.workerId });
   await worker.close();
+  await tracing?.shutdown();
   return 0;
 }

@@ -2,6 +2,7 @@
 // do its job: Redis answers and the replica's liveness key is registered.
 import Fastify, { type FastifyInstance } from 'fastify';
 import type { Metrics } from '@sandgate/telemetry';
+import { installHttpTracing } from './http-tracing.ts';
 
 export interface HttpDeps {
   /** The replica's certificate and key: the port serves HTTPS; null: plain HTTP. */
@@ -16,6 +17,7 @@ export interface HttpDeps {
 export function buildHttp(deps: HttpDeps): FastifyInstance {
   // Typed as the plain-HTTP instance either way: the routes and listen() do not differ.
   const app = (deps.https ? Fastify({ logger: false, https: deps.https }) : Fastify({ logger: false })) as unknown as FastifyInstance;
+  installHttpTracing(app);
   // http.server.request.duration; the route is the matched pattern (absent for a 404: no
   // unbounded label values from whatever paths a scanner tries).
   app.addHook('onResponse', async (req, reply) => {

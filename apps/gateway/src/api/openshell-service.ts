@@ -6,7 +6,8 @@ import { type UntypedServiceImplementation, type handleUnaryCall, type sendUnary
 import { serviceDefinition, ServiceStatus } from '@sandgate/protocols';
 import { GatewayError, Code, type Principal } from '@sandgate/core';
 import type { AuthContext, Authenticator } from '../auth/authenticator.ts';
-import type { Logger } from '@sandgate/telemetry';
+import { tracingEnabled, type Logger } from '@sandgate/telemetry';
+import { traceCall } from './call-tracing.ts';
 import type { SandboxService } from '../sandboxes/sandbox-service.ts';
 import type { ExecService } from '../exec/exec-service.ts';
 import type { LifecycleService } from '../sandboxes/lifecycle-service.ts';
@@ -40,8 +41,8 @@ function unary<Req, Res>(log: Logger, fn: (req: Req, caller: Principal) => Promi
  * authenticates first. A refused call is failed through its callback (unary and client-streaming)
  * or its 'error' event (server-streaming and bidi), before the handler sees any of it.
  */
-function gated(authenticator: Authenticator, log: Logger, respondsByCallback: boolean, handler: (call: never, callback: never, caller: Principal) => void) {
-  return (call: GatedCall & { emit(e: 'error', v: unknown): void }, callback?: sendUnaryData<unknown>) => {
+function gated(fullMethod: string, authenticator: Authenticator, log: Logger, respondsByCallback: boolean, handler: (call: never, callback: never, caller: Principal) => void) {
+  const plain = (call: GatedCall & { emit(e: 'error', v: unknown): void }, callback?: sendUnaryData<unknown>) => {
     authenticator.authenticate({ metadata: call.metadata, authContext: call.getAuthContext() }).then(
       (caller) => (handler as (c: unknown, cb: unknown, p: Principal) => void)(call, callback, caller),
       (err: unknown) => {
@@ -51,7 +52,15 @@ function gated(authenticator: Authenticator, log: Logger, respondsByCallback: bo
       },
     );
   };
+  // Every public call gets its SERVER span here (the caller's traceparent as parent), around the
+  // gate too; a flag check only while tracing is off.
+  return (call: GatedCall & { emit(e: 'error', v: unknown): void }, callback?: sendUnaryData<unknown>) => {
+    if (!tracingEnabled()) return plain(call, callback);
+    traceCall(fullMethod, call as never, callback, respondsByCallback, plain as never);
+  };
 }
+
+const openShellServiceName = 'openshell.v1.OpenShell';
 
 export function openShellImplementation(
   authenticator: Authenticator,
@@ -107,7 +116,7 @@ export function openShellImplementation(
       const err = new GatewayError(Code.UNIMPLEMENTED, `method ${method} is not implemented by sandgate yet`);
       handler = unimplementedHandler(def.requestStream, def.responseStream, err, log) as never;
     }
-    service[method] = gated(authenticator, log, !def.responseStream, handler as never) as never;
+    service[method] = gated(`${openShellServiceName}/${method}`, authenticator, log, !def.responseStream, handler as never) as never;
   }
   return service;
 }
@@ -117,7 +126,7 @@ export const sandgateDefinition = serviceDefinition('sandgate.v1.Sandgate');
 /** sandgate.v1.Sandgate, sandgate's own public calls: behind the same gate as OpenShell's. */
 export function sandgateImplementation(authenticator: Authenticator, log: Logger, usage: SandboxMetrics): UntypedServiceImplementation {
   return {
-    GetSandboxUsage: gated(authenticator, log, true, unary(log, (req: GetSandboxUsageRequest, caller) => usage.getUsage(req, caller)) as never) as never,
+    GetSandboxUsage: gated('sandgate.v1.Sandgate/GetSandboxUsage', authenticator, log, true, unary(log, (req: GetSandboxUsageRequest, caller) => usage.getUsage(req, caller)) as never) as never,
   };
 }
 

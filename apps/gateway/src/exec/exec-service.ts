@@ -9,7 +9,7 @@ import type { Writable } from 'node:stream';
 import type { ExecFrame, ExecSandboxEvent, ExecSandboxInput, ExecSandboxRequest, ExecStart } from '@sandgate/protocols';
 import { GatewayError, Code, validateExec, EXIT_TIMEOUT, type DebugBreak } from '@sandgate/core';
 import type { SandboxStore, WorkspaceExecSlots } from '@sandgate/store';
-import type { Logger, Metrics } from '@sandgate/telemetry';
+import { activeSpan, extractContext, failSpan, injectContext, otelContext, SpanKind, startSpan, TraceAttr, type Logger, type Metrics, type Span } from '@sandgate/telemetry';
 import { SessionNotHere, toPeerError, type ExecPath, type ExecRouter } from '../relay/exec-router.ts';
 import { endWithError, onceGone, takeFirstMessage } from '../api/calls.ts';
 import { pump, type LinkChannel } from '@sandgate/relay';
@@ -28,6 +28,8 @@ const TIMEOUT_BACKSTOP_GRACE_MS = 3_000;
 
 export interface ExecServiceDeps {
   store: SandboxStore;
+  /** This replica (named on its trace spans). */
+  replicaId?: string;
   router: ExecRouter;
   /** Durable deadline jobs for execs with a timeout; null when jobs are disabled. */
   scheduler: JobScheduler | null;
@@ -91,7 +93,13 @@ export class ExecService {
       stdin: req.stdin ?? Buffer.alloc(0),
       stdin_eof: stdinEof,
     };
-    return { start, workspace: record.sandbox.metadata?.workspace ?? '' };
+    const workspace = record.sandbox.metadata?.workspace ?? '';
+    // The call's SERVER span (call-tracing.ts) carries the exec; its context rides the first
+    // frame to the owner replica and on to the supervisor.
+    const trace = injectContext();
+    if (trace.traceparent) start.trace_context = trace;
+    activeSpan().setAttributes({ [TraceAttr.sandboxId]: sandboxId, [TraceAttr.workspace]: workspace, [TraceAttr.execId]: start.exec_id! });
+    return { start, workspace };
   }
 
   /**
@@ -163,7 +171,9 @@ export class ExecService {
       // Counted here, on the entry replica: local = this replica holds the session.
       const execPath = path.via === 'local' ? 'local' : 'relayed';
       this.deps.metrics.inc('sandgate_execs_total', 1, { path: execPath });
-      this.relayToClient(path, client, start, () => this.deps.metrics.record('sandgate_exec_duration', (performance.now() - startedAt) / 1000, { path: execPath }));
+      const span = activeSpan();
+      span.setAttribute(TraceAttr.execPath, execPath);
+      this.relayToClient(path, client, start, span, () => this.deps.metrics.record('sandgate_exec_duration', (performance.now() - startedAt) / 1000, { path: execPath }));
       return path;
     } catch (err) {
       release();
@@ -204,7 +214,7 @@ export class ExecService {
   }
 
   /** Output of the path to the client, and every way the exec can end. */
-  private relayToClient(path: ExecPath, client: ClientCall, start: ExecStart, ended: () => void): void {
+  private relayToClient(path: ExecPath, client: ClientCall, start: ExecStart, span: Span, ended: () => void): void {
     const { log, metrics } = this.deps;
     let exitSeen = false;
     let finished = false;
@@ -236,7 +246,11 @@ export class ExecService {
       if (frame.exit) {
         exitSeen = true;
         metrics.inc('sandgate_exec_finished_total');
-        if (frame.exit.timed_out) kill('timeout');
+        span.setAttributes({ [TraceAttr.exitCode]: frame.exit.exit_code ?? 0, [TraceAttr.timedOut]: frame.exit.timed_out ?? false });
+        if (frame.exit.timed_out) {
+          kill('timeout');
+          span.setAttribute(TraceAttr.killReason, 'timeout');
+        }
         if (frame.exit.oom_killed) {
           this.deps.note?.(start.sandbox_id!, `exec ${start.exec_id} (${start.argv?.[0] ?? '?'}) exited with code ${frame.exit.exit_code ?? 137}: ${OOM_NOTE}`, 'WARN');
         }
@@ -266,6 +280,7 @@ export class ExecService {
     if (early) broken(early);
     client.on('cancelled', () => {
       metrics.inc('sandgate_exec_cancelled_total');
+      span.setAttribute(TraceAttr.killReason, 'cancel');
       path.abort('client cancelled the exec');
       if (!finished) {
         if (!exitSeen) kill('cancel');
@@ -281,6 +296,7 @@ export class ExecService {
         if (exitSeen || finished) return;
         metrics.inc('sandgate_exec_timeout_backstop_total');
         kill('timeout');
+        span.setAttributes({ [TraceAttr.killReason]: 'timeout', [TraceAttr.timedOut]: true, [TraceAttr.exitCode]: EXIT_TIMEOUT });
         path.abort('exec deadline passed');
         client.write({ exit: { exit_code: EXIT_TIMEOUT } });
         exitSeen = true;
@@ -290,10 +306,24 @@ export class ExecService {
   }
 
   /** Peer.KillExec on the owner replica (a 'call' peer link, already authenticated): the deadline job's backstop. */
-  async handlePeerKill(request: { sandbox_id?: string; exec_id?: string }): Promise<{ killed: number }> {
+  async handlePeerKill(request: { sandbox_id?: string; exec_id?: string; trace_context?: Record<string, string> }): Promise<{ killed: number }> {
     const { sandbox_id: sandboxId, exec_id: execId } = request;
     if (!sandboxId || !execId) throw new GatewayError(Code.INVALID_ARGUMENT, 'sandbox_id and exec_id are required');
-    return { killed: await this.deps.router.killExecLocal(sandboxId, execId) };
+    const { span, ctx } = startSpan('sandgate.Peer/KillExec', {
+      kind: SpanKind.SERVER,
+      parent: extractContext(request.trace_context),
+      attributes: { [TraceAttr.sandboxId]: sandboxId, [TraceAttr.execId]: execId, [TraceAttr.killReason]: 'backstop', [TraceAttr.replicaId]: this.deps.replicaId ?? '' },
+    });
+    try {
+      const killed = await otelContext.with(ctx, () => this.deps.router.killExecLocal(sandboxId, execId));
+      span.setAttribute(TraceAttr.killed, killed);
+      return { killed };
+    } catch (err) {
+      failSpan(span, err);
+      throw err;
+    } finally {
+      span.end();
+    }
   }
 
   /**
@@ -316,6 +346,30 @@ export class ExecService {
       // included. Said before the supervisor is asked, so that the entry replica's wake-up does
       // not compete with the exec's process start for the CPU.
       call.sendMetadata();
+      // The owner's hop of a relayed exec: a child of the entry replica's call span, and the
+      // parent of the supervisor's spans.
+      const { span, ctx } = startSpan('sandgate.Peer/Exec', {
+        kind: SpanKind.SERVER,
+        parent: extractContext(start.trace_context),
+        attributes: {
+          [TraceAttr.sandboxId]: start.sandbox_id,
+          [TraceAttr.execId]: start.exec_id,
+          [TraceAttr.replicaId]: this.deps.replicaId ?? '',
+          [TraceAttr.execPath]: 'relayed',
+        },
+      });
+      if (span.isRecording()) {
+        start.trace_context = injectContext(ctx);
+        let ended = false;
+        const end = (err?: unknown) => {
+          if (ended) return;
+          ended = true;
+          if (err) failSpan(span, err);
+          span.end();
+        };
+        call.on('error', (err: unknown) => end(err));
+        onceGone(call, () => end());
+      }
       this.deps.router
         .openLocal(start.sandbox_id, start)
         .then((path) => {

@@ -5,7 +5,7 @@ import type { Duplex } from 'node:stream';
 import type { ExecFrame, ExecStart, TcpOpen } from '@sandgate/protocols';
 import { GatewayError, Code, type DebugBreak } from '@sandgate/core';
 import type { OwnershipStore, ReplicaRegistry } from '@sandgate/store';
-import type { Logger } from '@sandgate/telemetry';
+import { injectContext, inSpan, TraceAttr, type Logger } from '@sandgate/telemetry';
 import type { ExecChannelCall, Session, SessionRegistry, TcpChannelCall } from '../sessions/sessions.ts';
 import { endWithError } from '../api/calls.ts';
 import { relayFailure, toServiceError } from '../api/grpc-errors.ts';
@@ -207,11 +207,23 @@ export class ExecRouter {
    * Kills what is left of an exec, wherever the sandbox's session is. Throws UNAVAILABLE when no
    * replica holds the session right now (the caller, a durable job, retries).
    */
-  async killExec(sandboxId: string, execId: string): Promise<number> {
-    if (this.deps.sessions.get(sandboxId)) return this.killExecLocal(sandboxId, execId);
-    const owner = await this.ownerPeer(sandboxId);
-    const res = await this.peerCall(owner, 'KillExec', { sandbox_id: sandboxId, exec_id: execId }, 15_000);
-    return res.killed ?? 0;
+  killExec(sandboxId: string, execId: string): Promise<number> {
+    const attributes = { [TraceAttr.sandboxId]: sandboxId, [TraceAttr.execId]: execId, [TraceAttr.replicaId]: this.deps.replicaId };
+    return inSpan('sandgate.KillExec', { attributes }, async (span) => {
+      if (this.deps.sessions.get(sandboxId)) {
+        span.setAttribute(TraceAttr.execPath, 'local');
+        const killed = await this.killExecLocal(sandboxId, execId);
+        span.setAttribute(TraceAttr.killed, killed);
+        return killed;
+      }
+      span.setAttribute(TraceAttr.execPath, 'relayed');
+      const owner = await this.ownerPeer(sandboxId);
+      const trace = injectContext();
+      const request = trace.traceparent ? { sandbox_id: sandboxId, exec_id: execId, trace_context: trace } : { sandbox_id: sandboxId, exec_id: execId };
+      const res = await this.peerCall(owner, 'KillExec', request, 15_000);
+      span.setAttribute(TraceAttr.killed, res.killed ?? 0);
+      return res.killed ?? 0;
+    });
   }
 
   /**

@@ -25,7 +25,7 @@ export const peerCallCodec: LinkCodec<PeerCallRequest | Record<string, unknown>>
 
 /** The unary peer calls this replica answers (sandgate.v1.Peer's methods, carried on links). */
 export interface PeerCalls {
-  KillExec(request: { sandbox_id?: string; exec_id?: string }): Promise<{ killed: number }>;
+  KillExec(request: { sandbox_id?: string; exec_id?: string; trace_context?: Record<string, string> }): Promise<{ killed: number }>;
   PushPolicy(request: { sandbox_id?: string; revision?: number }): Promise<{ connected: boolean; applied_revision: number }>;
 }
 

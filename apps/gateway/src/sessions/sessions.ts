@@ -7,7 +7,7 @@ import type { ServerDuplexStream } from '@grpc/grpc-js';
 import { MetadataKey, type ExecFrame, type ExecStart, type GatewayMessage, type SupervisorMessage, type TcpFrame, type TcpOpen } from '@sandgate/protocols';
 import { GatewayError, Code, onSupervisorConnected, onSupervisorDisconnected, type LifecycleStatus } from '@sandgate/core';
 import { policyInForce, type OwnershipStore, type SandboxStore } from '@sandgate/store';
-import type { Logger, Metrics } from '@sandgate/telemetry';
+import { relaySpans, tracingEnabled, type Logger, type Metrics } from '@sandgate/telemetry';
 import { verifyCredential } from './credentials.ts';
 import { PendingRequests } from './pending.ts';
 import { endWithError, onceGone } from '../api/calls.ts';
@@ -166,6 +166,8 @@ export class SessionRegistry {
       if (msg.terminal_final) this.onTerminalFinal(session, msg.terminal_final);
       if (msg.exec_kill_result) session.kills.resolve(msg.exec_kill_result.request_id ?? '', msg.exec_kill_result.killed ?? 0);
       if (msg.policy_applied) this.onPolicyApplied(session, msg.policy_applied.revision ?? 0, msg.policy_applied.error ?? '');
+      // The supervisor's finished spans, on to this replica's OTLP endpoint (otel.ts).
+      if (msg.spans?.otlp_json && session && !relaySpans(msg.spans.otlp_json)) this.deps.metrics.inc('sandgate_supervisor_spans_dropped_total');
     });
     const onGone = () => {
       gone = true;
@@ -229,7 +231,8 @@ export class SessionRegistry {
     }
     if (current) void this.close(current, SUPERSEDED);
     metrics.inc('sandgate_supervisor_sessions_accepted_total');
-    call.write({ hello_ack: { session_id: session.sessionId, heartbeat_interval_ms: heartbeatIntervalMs, replica_id: replicaId, fence: session.fence } });
+    // tracing: this replica exports traces, so the supervisor records spans and relays them here.
+    call.write({ hello_ack: { session_id: session.sessionId, heartbeat_interval_ms: heartbeatIntervalMs, replica_id: replicaId, fence: session.fence, tracing: tracingEnabled() } });
     // Only now may execs use the session: the supervisor ignores open_exec before hello_ack,
     // and the stream keeps this order. (Until then relays get a retriable UNAVAILABLE.)
     this.sessions.set(sandboxId, session);

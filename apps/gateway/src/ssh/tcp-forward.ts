@@ -16,6 +16,7 @@ import { endWithError, onceGone, takeFirstMessage } from '../api/calls.ts';
 import { toClientError } from '../api/grpc-errors.ts';
 import { tcpOpenFor, validateForwardInit } from './tcp-target.ts';
 import { relayForward, spliceTcp } from './tcp-relay.ts';
+import { extractContext, failSpan, injectContext, SpanKind, startSpan, TraceAttr } from '@sandgate/telemetry';
 
 export interface TcpForwardDeps {
   ssh: SshService;
@@ -85,6 +86,18 @@ export class TcpForwardService {
       if (!open?.sandbox_id || !open.channel_id || (!open.ssh && !open.tcp)) {
         endWithError(call, new GatewayError(Code.INVALID_ARGUMENT, 'first peer frame must be open with sandbox_id, channel_id and a target'));
         return;
+      }
+      // The owner's hop of a relayed TCP channel (SSH, ForwardTcp): a child of the entry's call
+      // span, parent of what the supervisor does; it lasts as long as the channel.
+      const { span, ctx } = startSpan('sandgate.Peer/Tcp', {
+        kind: SpanKind.SERVER,
+        parent: extractContext(open.trace_context),
+        attributes: { [TraceAttr.sandboxId]: open.sandbox_id, [TraceAttr.channelId]: open.channel_id, 'sandgate.tcp.target': open.ssh ? 'ssh' : 'tcp' },
+      });
+      if (span.isRecording()) {
+        open.trace_context = injectContext(ctx);
+        call.on('error', (err: unknown) => failSpan(span, err));
+        onceGone(call, () => span.end());
       }
       this.deps.router
         .openTcpLocal(open.sandbox_id, open)

@@ -2,6 +2,7 @@
 // sandbox's own loopback (ForwardTcp must never become a way to reach other hosts).
 import { GatewayError, Code } from '@sandgate/core';
 import { loopbackHost, type TcpForwardInit, type TcpOpen } from '@sandgate/protocols';
+import { injectContext } from '@sandgate/telemetry';
 
 export type ForwardTarget = { kind: 'ssh' } | { kind: 'tcp'; host: string; port: number };
 
@@ -23,6 +24,9 @@ export function validateForwardInit(init: TcpForwardInit): { sandboxId: string; 
 /** The supervisor protocol's open_tcp for a validated target. */
 export function tcpOpenFor(channelId: string, sandboxId: string, target: ForwardTarget, serviceId: string): TcpOpen {
   const open: TcpOpen = { channel_id: channelId, sandbox_id: sandboxId, service_id: serviceId };
+  // The calling span's context (ForwardTcp's, or the SSH session's): on to the owner and the supervisor.
+  const trace = injectContext();
+  if (trace.traceparent) open.trace_context = trace;
   if (target.kind === 'ssh') open.ssh = {};
   else open.tcp = { host: target.host, port: target.port };
   return open;
