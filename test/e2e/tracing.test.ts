@@ -16,6 +16,7 @@ import { openShellClient } from '../harness/grpc-client.ts';
 import { createSandbox, ownerOf, pidsMatching, type CreatedSandbox } from '../harness/sandbox.ts';
 import { startOtlpReceiver, type OtlpReceiver, type ReceivedSpan } from '../harness/otlp-receiver.ts';
 import { waitFor } from '../harness/wait.ts';
+import { logLines } from '../harness/log-lines.ts';
 
 const TIMEOUT_S = 2;
 const SERVER = 2;
@@ -200,6 +201,14 @@ describe('tracing: one trace per call across entry replica, owner replica, super
       expect(peerKill.parentSpanId).toBe(kill.spanId);
       expect(peerKill.attributes).toMatchObject({ 'sandgate.exec.id': execId, 'sandgate.exec.kill_reason': 'backstop' });
     }
+
+    // Log lines written inside a traced call carry its ids: the backstop's warning, written in the
+    // job's span on the replica that ran it, names the job's trace and span.
+    const jobReplica = cluster.replicas.find((x) => x.id === job.resource['service.instance.id'])!;
+    const backstopLine = await waitFor('the backstop log line', () =>
+      logLines(jobReplica.logs.join('')).find((l) => l.msg === 'exec backstop killed processes past the deadline' && l.execId === execId),
+    );
+    expect(backstopLine).toMatchObject({ trace_id: job.traceId, span_id: expect.stringMatching(/^[0-9a-f]{16}$/) });
 
     // Every replica span of the call, whichever process made it, shares the client's trace id;
     // three processes took part (entry, owner, supervisor).
