@@ -77,7 +77,8 @@ describe('sandgate worker beside replicas without workers', () => {
     await waitFor('the cleanup job enqueued', async () => (await r.keys(`bull:${QUEUE_NAME}:ephemeral_${id}_*`)).length > 0, 10_000, 100);
     await sleep(2_000);
     expect(await getJson('eph-waits')).not.toBeNull();
-    workers.push(await startWorker(cluster, 'w1'));
+    // With its /metrics on a free port (--metrics-port through the environment).
+    workers.push(await startWorker(cluster, 'w1', { SANDGATE_WORKER_METRICS_PORT: '0' }));
     await waitGone('eph-waits', id, 'the standalone worker to delete the ephemeral sandbox');
     expect(await r.exists(keys.sandbox(id))).toBe(0);
     // The worker installed the cluster's reconcile schedule.
@@ -113,6 +114,18 @@ describe('sandgate worker beside replicas without workers', () => {
     expect(Number(await r.get(keys.counter(ClusterCounter.execBackstopKills)))).toBeGreaterThan(before);
     expect(await exited).not.toBe(0);
     await runCli(['sandbox', 'delete', 'backstop'], { gateway: gw(0) });
+  });
+
+  it('serves its job metrics on --metrics-port: the backstop kill and the exec-deadline job it ran', async () => {
+    const address = workers[0]!.metricsAddress;
+    expect(address, 'the worker banner names its metrics address').toMatch(/^127\.0\.0\.1:\d+$/);
+    const text = await (await fetch(`http://${address}/metrics`)).text();
+    expect(text).toMatch(/^target_info\{[^}]*service_name="sandgate-worker"/m);
+    expect(text).toMatch(/^sandgate_exec_backstop_kills_total(\{[^}]*\})? [1-9]/m);
+    expect(text).toMatch(/^sandgate_job_duration_count\{queue="sandgate",job_name="exec-deadline"\} [1-9]/m);
+    expect(text).toMatch(/^sandgate_job_latency_count\{queue="sandgate",job_name="delete-sandbox"\} [1-9]/m);
+    const ready = await fetch(`http://${address}/readyz`);
+    expect(ready.status).toBe(200);
   });
 
   it('restarts a failed main process (restart policy), launching a supervisor that dials --supervisor-endpoint', async () => {

@@ -370,6 +370,8 @@ export interface WorkerProcess {
   id: string;
   proc: ChildProcess;
   logs: string[];
+  /** host:port of its /metrics (started with SANDGATE_WORKER_METRICS_PORT), else null. */
+  metricsAddress: string | null;
   /** Sends a signal and resolves once the process exited. */
   signal(sig: NodeJS.Signals): Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
 }
@@ -406,10 +408,12 @@ export async function startWorker(cluster: Cluster, id: string, env: Record<stri
     if (proc.exitCode !== null) throw new Error(`worker ${id} exited ${proc.exitCode}: ${logs.join('').slice(-2000)}`);
     return logs.join('').includes(`sandgate worker ${id} `);
   }, 20_000, 50);
+  const banner = logs.join('').match(new RegExp(`sandgate worker ${id} [^\\n]*metrics=(\\S+)`));
   return {
     id,
     proc,
     logs,
+    metricsAddress: banner?.[1] ?? null,
     signal: (sig) => {
       if (proc.exitCode === null && proc.signalCode === null) proc.kill(sig);
       return exited;

@@ -5,7 +5,7 @@ import { randomBytes } from 'node:crypto';
 import os from 'node:os';
 // The config module imports only pure libraries: `@sandgate/gateway` (Redis, gRPC, drivers) stays
 // unloaded until a command actually starts a replica.
-import { ConfigError, parseReplicaConfig, readOption, resolveOption, REPLICA_OPTIONS, WORKER_ID_OPTION, type HostFacts, type ReplicaConfig } from '@sandgate/gateway/config';
+import { ConfigError, parseReplicaConfig, readOption, resolveOption, REPLICA_OPTIONS, WORKER_ID_OPTION, WORKER_METRICS_PORT_OPTION, type HostFacts, type ReplicaConfig } from '@sandgate/gateway/config';
 import type { WorkerConfig } from '@sandgate/gateway';
 import { UsageError, parseCommand, type Env } from './args.ts';
 
@@ -26,7 +26,10 @@ function flagOptions(command: Command): FlagOptions {
     if (spec.flag === undefined || (command === 'up' && !spec.up) || (command === 'worker' && !spec.worker)) continue;
     options[spec.flag] = { type: spec.flagSets === undefined ? 'string' : 'boolean' };
   }
-  if (command === 'worker') options[WORKER_ID_OPTION.flag!] = { type: 'string' };
+  if (command === 'worker') {
+    options[WORKER_ID_OPTION.flag!] = { type: 'string' };
+    options[WORKER_METRICS_PORT_OPTION.flag!] = { type: 'string' };
+  }
   return options;
 }
 
@@ -36,7 +39,8 @@ function parseFlags(argv: string[], env: Env, facts: HostFacts, command: Command
   try {
     const config = parseReplicaConfig(values, env, facts);
     const workerId = command === 'worker' ? resolveOption(WORKER_ID_OPTION, values[WORKER_ID_OPTION.flag!], env, config, facts) : '';
-    return { values, config, workerId };
+    const metricsPort = command === 'worker' ? resolveOption(WORKER_METRICS_PORT_OPTION, values[WORKER_METRICS_PORT_OPTION.flag!], env, config, facts) : null;
+    return { values, config, workerId, metricsPort };
   } catch (err) {
     if (err instanceof ConfigError) throw new UsageError(err.message, command);
     throw err;
@@ -66,12 +70,12 @@ export function resolveUpConfig(argv: string[], env: Env, facts: HostFacts = hos
 
 /** `sandgate worker`: the replica options it shares (same flags, variables and precedence) and its id. */
 export function resolveWorkerConfig(argv: string[], env: Env, facts: HostFacts = hostFacts()): WorkerConfig {
-  const { config, workerId } = parseFlags(argv, env, facts, 'worker');
+  const { config, workerId, metricsPort } = parseFlags(argv, env, facts, 'worker');
   if (config.supervisorEndpoint === '') {
     throw new UsageError(
       '--supervisor-endpoint (or SANDGATE_SUPERVISOR_ENDPOINT) is required: the supervisors of restarted sandboxes dial it (the load balancer)',
       'worker',
     );
   }
-  return { ...config, workerId, jobsEnabled: !config.debugBreaks.has('jobs') };
+  return { ...config, workerId, metricsPort, jobsEnabled: !config.debugBreaks.has('jobs') };
 }

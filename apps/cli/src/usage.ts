@@ -371,6 +371,9 @@ Flags:
   --state-dir DIR             sandbox state directory, as on the replicas (SANDGATE_STATE_DIR)
   --supervisor-endpoint LIST  host:port list restarted supervisors dial, normally the load
                               balancer (SANDGATE_SUPERVISOR_ENDPOINT, required)
+  --metrics-port P            serve /healthz, /readyz and /metrics on port P of SANDGATE_HOST's
+                              address, plain HTTP (SANDGATE_WORKER_METRICS_PORT; 0 = a free port;
+                              default: none, the worker listens on nothing)
   -h, --help                  show help
 `,
   up: `Usage: sandgate up [flags]

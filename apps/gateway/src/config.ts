@@ -169,6 +169,19 @@ export const WORKER_ID_OPTION: OptionSpec<string> = {
   },
 };
 
+/**
+ * `sandgate worker --metrics-port`: where a worker serves /healthz, /readyz and /metrics (plain
+ * HTTP on SANDGATE_HOST's address). None by default: a worker listens on nothing unless asked, but
+ * where only workers run jobs (the compose stack) their job metrics are scraped from here.
+ */
+export const WORKER_METRICS_PORT_OPTION: OptionSpec<number | null> = {
+  flag: 'metrics-port',
+  env: 'SANDGATE_WORKER_METRICS_PORT',
+  default: '',
+  description: "port of a standalone worker's /healthz, /readyz and /metrics (0 = a free port; default: none)",
+  parse: (raw, what) => (raw.trim() === '' ? null : port(raw, what)),
+};
+
 // otlpMetrics comes from the standard OTEL_* variables (parseReplicaConfig), not a sandgate option.
 type Specs = { [K in Exclude<keyof ReplicaConfig, 'otlpMetrics'>]: OptionSpec<ReplicaConfig[K]> };
 

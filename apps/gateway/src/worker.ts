@@ -11,16 +11,20 @@ import { runJobWorker } from './job-runtime.ts';
 import { ExecRouter, NO_LOCAL_SESSIONS } from './relay/exec-router.ts';
 import { LifecycleService } from './sandboxes/lifecycle-service.ts';
 import { loadSupervisorTls } from './tls.ts';
+import { buildHttp } from './api/http.ts';
+import type { AddressInfo } from 'node:net';
 
 /** `sandgate worker`: what a worker needs of a replica's configuration, and nothing that listens. */
 export interface WorkerConfig
   extends Pick<
     ReplicaConfig,
-    'redisUrl' | 'driver' | 'stateDir' | 'dockerImage' | 'ownerTtlMs' | 'provisionTimeoutMs' | 'peerSecret' | 'redisCa' | 'logLevel' | 'debugBreaks' | 'tlsCert' | 'tlsCa'
+    'host' | 'redisUrl' | 'driver' | 'stateDir' | 'dockerImage' | 'ownerTtlMs' | 'provisionTimeoutMs' | 'peerSecret' | 'redisCa' | 'logLevel' | 'debugBreaks' | 'tlsCert' | 'tlsCa'
   > {
   /** OTLP metrics export (OTEL_*): a worker has no /metrics, so its job metrics go out only this way. */
   otlpMetrics?: ReplicaConfig['otlpMetrics'];
   workerId: string;
+  /** Port of its /healthz, /readyz and /metrics on `host`; null: it listens on nothing. */
+  metricsPort?: number | null;
   /** What restarted supervisors dial (the load balancer): a worker has no gRPC address of its own. */
   supervisorEndpoint: string;
   /** DEBUG ONLY (the `jobs` debug fault): enqueue nothing. */
@@ -29,6 +33,8 @@ export interface WorkerConfig
 
 export interface RunningStandaloneWorker {
   readonly workerId: string;
+  /** host:port of its /metrics, when it serves one. */
+  readonly metricsAddress: string | null;
   /** Drains: stops taking jobs, lets the running ones finish, closes every connection. */
   close(): Promise<void>;
 }
@@ -68,11 +74,26 @@ export async function startWorker(config: WorkerConfig): Promise<RunningStandalo
     metrics,
   });
   const worker = await runJobWorker(config.workerId, { ...config, redisTlsCa }, { redis, store, driver, scheduler, lifecycle, router, log, metrics });
-  log.info('worker running', { driver: config.driver, supervisorEndpoint: config.supervisorEndpoint });
+  // Its own /metrics, when asked: where only workers run jobs, their job metrics are scraped here.
+  let http: ReturnType<typeof buildHttp> | null = null;
+  let metricsAddress: string | null = null;
+  if (config.metricsPort !== undefined && config.metricsPort !== null) {
+    http = buildHttp({
+      https: null,
+      replicaId: config.workerId,
+      ready: async () => ((await redis.ping()) === 'PONG' ? { ok: true, detail: 'redis answers' } : { ok: false, detail: 'redis did not answer PONG' }),
+      metrics,
+      debugBreaks: [...config.debugBreaks],
+    });
+    await http.listen({ host: config.host, port: config.metricsPort });
+    metricsAddress = `${config.host}:${(http.server.address() as AddressInfo).port}`;
+  }
+  log.info('worker running', { driver: config.driver, supervisorEndpoint: config.supervisorEndpoint, ...(metricsAddress ? { metrics: metricsAddress } : {}) });
 
   let closing: Promise<void> | undefined;
   const close = () =>
     (closing ??= (async () => {
+      await http?.close();
       await worker.close();
       await scheduler.close();
       router.close();
@@ -80,5 +101,5 @@ export async function startWorker(config: WorkerConfig): Promise<RunningStandalo
       await metrics.shutdown();
       log.info('worker stopped');
     })());
-  return { workerId: config.workerId, close };
+  return { workerId: config.workerId, metricsAddress, close };
 }

@@ -1,5 +1,5 @@
 // sandgate worker [flags]: runs only the durable job workers until SIGTERM/SIGINT, next to
-// replicas started with --no-workers. It listens on nothing.
+// replicas started with --no-workers. It listens on nothing, unless --metrics-port asks for its /metrics.
 import type { RunningStandaloneWorker } from '@sandgate/gateway';
 import type { CommandContext } from '../context.ts';
 import { cliLogger } from '../diagnostics.ts';
@@ -27,7 +27,7 @@ export async function run(argv: string[], ctx: CommandContext): Promise<number> 
     process.stderr.write(`error: ${err instanceof Error ? err.message : String(err)}\n`);
     throw new ExitError(1);
   }
-  process.stdout.write(`sandgate worker ${worker.workerId} driver=${config.driver}\n`);
+  process.stdout.write(`sandgate worker ${worker.workerId} driver=${config.driver}${worker.metricsAddress ? ` metrics=${worker.metricsAddress}` : ''}\n`);
   const signal = await shutdown;
   log.info('signal received: draining (running jobs finish first)', { signal, worker: worker.workerId });
   await worker.close();
