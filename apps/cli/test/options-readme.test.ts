@@ -1,9 +1,9 @@
-// README.md documents every option of the replica and of the client commands in two tables; they
+// README.md documents every option of the replica, of the client commands and of the worker in tables; they
 // must be exactly what the option tables in the code say (flag, variable, aliases, default,
 // description), so neither can drift. On a mismatch the expected table is printed for pasting.
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
-import { REPLICA_OPTIONS, type OptionSpec } from '@sandgate/gateway';
+import { REPLICA_OPTIONS, WORKER_OPTIONS, type OptionSpec } from '@sandgate/gateway';
 import { CLIENT_OPTIONS } from '@sandgate/cli';
 
 const readme = readFileSync(new URL('../../../README.md', import.meta.url), 'utf8');
@@ -27,6 +27,7 @@ describe('README.md option tables', () => {
   it.each([
     ['replica', REPLICA_OPTIONS as Record<string, OptionSpec<unknown>>],
     ['client', CLIENT_OPTIONS as Record<string, OptionSpec<unknown>>],
+    ['worker', WORKER_OPTIONS as Record<string, OptionSpec<unknown>>],
   ])('documents every %s option with its flag, variable and default', (_what, options) => {
     const table = markdownTable(options);
     expect(readme.includes(table), `README.md should contain exactly:\n\n${table}`).toBe(true);
@@ -34,7 +35,7 @@ describe('README.md option tables', () => {
 
   it('mentions no SANDGATE_* variable the tables do not know', () => {
     const known = new Set(
-      [...Object.values(REPLICA_OPTIONS as Record<string, OptionSpec<unknown>>), ...Object.values(CLIENT_OPTIONS as Record<string, OptionSpec<unknown>>)].flatMap(
+      [REPLICA_OPTIONS, CLIENT_OPTIONS, WORKER_OPTIONS].flatMap((options) => Object.values(options as Record<string, OptionSpec<unknown>>)).flatMap(
         (spec) => [spec.env, ...(spec.aliases ?? [])],
       ),
     );

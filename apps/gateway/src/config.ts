@@ -182,6 +182,9 @@ export const WORKER_METRICS_PORT_OPTION: OptionSpec<number | null> = {
   parse: (raw, what) => (raw.trim() === '' ? null : port(raw, what)),
 };
 
+/** The options only `sandgate worker` has (beside the replica options marked `worker`). */
+export const WORKER_OPTIONS = { workerId: WORKER_ID_OPTION, metricsPort: WORKER_METRICS_PORT_OPTION } as const;
+
 // otlpMetrics comes from the standard OTEL_* variables (parseReplicaConfig), not a sandgate option.
 type Specs = { [K in Exclude<keyof ReplicaConfig, 'otlpMetrics'>]: OptionSpec<ReplicaConfig[K]> };
 
