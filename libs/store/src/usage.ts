@@ -1,9 +1,13 @@
 // Per-sandbox CPU and memory as the owner replica last read them from its compute driver. The
-// owner publishes (one pipelined round trip for all its sandboxes per interval); any replica
+// owner publishes (all its sandboxes at once per interval, each only while its record exists:
+// remove-sandbox-9 deletes the key with the record); any replica
 // reads, so `sandgate sandbox get` answers through whichever replica it reached. Expiring: a
 // sandbox nobody owns any more stops having figures instead of keeping stale ones.
 import type { Redis } from 'ioredis';
 import { keys } from './keys.ts';
+import { luaScript } from './lua.ts';
+
+const PUBLISH = luaScript('publish-usage');
 
 export interface SandboxUsageSample {
   sandboxId: string;
@@ -21,14 +25,13 @@ export class SandboxUsageStore {
   }
 
   async publish(samples: SandboxUsageSample[], ttlMs: number): Promise<void> {
-    if (samples.length === 0) return;
-    const pipeline = this.redis.pipeline();
-    for (const s of samples) {
-      const key = keys.usage(s.sandboxId);
-      pipeline.hset(key, 'cpu', String(s.cpuSeconds), 'mem', String(s.memoryBytes), 'at', String(s.atMs), 'replica', s.replica);
-      pipeline.pexpire(key, ttlMs);
-    }
-    await pipeline.exec();
+    // One script per sample, all sent at once (ioredis writes them without waiting for replies):
+    // each writes only while the record exists, so a delete is never followed by a stale sample.
+    await Promise.all(
+      samples.map((s) =>
+        PUBLISH.run(this.redis, [keys.sandbox(s.sandboxId), keys.usage(s.sandboxId)], [String(s.cpuSeconds), String(s.memoryBytes), String(s.atMs), s.replica, ttlMs]),
+      ),
+    );
   }
 
   async get(sandboxId: string): Promise<SandboxUsageSample | null> {

@@ -4,7 +4,7 @@
   'deleted' entry and then expires: watchers see the end, and nothing of the sandbox stays for long.
   KEYS[1] record hash, KEYS[2] name index, KEYS[3] id set, KEYS[4] owner hash,
   KEYS[5] fence counter, KEYS[6] event stream, KEYS[7] log stream,
-  KEYS[8] workspace sandbox set (sg:wssbx:{ws})
+  KEYS[8] workspace sandbox set (sg:wssbx:{ws}), KEYS[9] usage hash (sg:usage:{id})
   ARGV[1] id
   ARGV[2] how long the event stream lingers after the delete (ms)
   ARGV[3] event stream max length (approximate trim)
@@ -13,7 +13,7 @@
 local existed = redis.call('EXISTS', KEYS[1])
 local id = ARGV[1]
 if redis.call('GET', KEYS[2]) == id then redis.call('DEL', KEYS[2]) end
-redis.call('DEL', KEYS[1], KEYS[4], KEYS[5], KEYS[7])
+redis.call('DEL', KEYS[1], KEYS[4], KEYS[5], KEYS[7], KEYS[9])
 redis.call('SREM', KEYS[3], id)
 redis.call('SREM', KEYS[8], id)
 if existed == 1 then
