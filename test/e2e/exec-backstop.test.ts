@@ -46,16 +46,23 @@ async function tearDown(s: Setup | undefined): Promise<void> {
 }
 
 /** Starts `sleep 600.<tag>` with a 2 s timeout through replica 1; the call stays open. */
-function startTimedExec(s: Setup, tag: string): { call: ClientReadableStream<unknown>; close: () => void; startedAt: number } {
+function startTimedExec(s: Setup, tag: string): { call: ClientReadableStream<unknown>; close: () => void; startedAt: number; outcome: Promise<{ exitCode?: number; error?: number }> } {
   const client = openShellClient(s.cluster.replicas[1]!.grpcAddress);
   const call = client.ExecSandbox(
     { sandbox_id: s.sbx.id, command: ['sh', '-c', `sleep 600.${tag}`], environment: {}, timeout_seconds: TIMEOUT_S },
     { deadline: Date.now() + 120_000 },
   ) as ClientReadableStream<unknown>;
-  call.on('data', () => undefined);
-  call.on('error', () => undefined);
+  let exitCode: number | undefined;
+  const outcome = new Promise<{ exitCode?: number; error?: number }>((resolve) => {
+    call.on('data', (ev: { exit?: { exit_code?: number } }) => {
+      if (ev.exit) exitCode = ev.exit.exit_code ?? 0;
+    });
+    call.on('error', (err: { code?: number }) => resolve({ exitCode, error: err.code }));
+    call.on('end', () => resolve({ exitCode }));
+  });
   return {
     call,
+    outcome,
     startedAt: Date.now(),
     close: () => {
       call.cancel();
@@ -89,6 +96,9 @@ describe('the exec-deadline backstop kills what the supervisor failed to', () =>
       expect(after - before).toBeGreaterThanOrEqual(1);
       // And not earlier than the deadline it enforces.
       expect(Date.now() - exec.startedAt).toBeGreaterThanOrEqual(TIMEOUT_S * 1000);
+      // The client learns it as what it is, a timeout (exit 124), not as a broken relay: the
+      // supervisor reports the exit of an exec the backstop ended.
+      expect(await exec.outcome).toEqual({ exitCode: 124 });
     } finally {
       exec.close();
     }

@@ -52,6 +52,8 @@ export class ExecRunner {
   private readonly tree: ProcessTree;
   private stdinEnded = false;
   private timedOut = false;
+  /** Ended by the gateway's deadline backstop (expire), not by this supervisor's own timer. */
+  private backstopped = false;
   private timeoutTimer: NodeJS.Timeout | undefined;
   /** The workload's OOM-kill count when the exec started (tells an OOM kill from any SIGKILL). */
   private oomBefore: number | undefined;
@@ -114,6 +116,25 @@ export class ExecRunner {
       this.log.error('exec setup failed', { err });
       this.breakPath('exec setup failed', err);
     }
+  }
+
+  /**
+   * The gateway's deadline backstop (Peer.KillExec): the exec's deadline, counted from the
+   * client's request, passed without an exit report. It ends as a timeout: the tree is killed and
+   * exit 124 (timed out) is reported to whoever still listens, never a silently cancelled channel
+   * (which the client could only see as a broken relay). Under load the backstop can come before
+   * this supervisor's own timer, which starts at spawn.
+   */
+  expire(): Promise<void> {
+    if (this.state !== 'running') return this.done;
+    this.timedOut = true;
+    this.backstopped = true;
+    clearTimeout(this.timeoutTimer);
+    this.log.warn('exec deadline passed (gateway backstop): killing its process tree');
+    const report = () => this.reportExit({ exit_code: EXIT_TIMEOUT, timed_out: true, signal: 9 });
+    if (!this.proc) report();
+    else void this.tree.kill().then(report);
+    return this.done;
   }
 
   /** Shutdown: kill the tree without reporting. */
@@ -305,7 +326,7 @@ export class ExecRunner {
         [spans.TraceAttr.timedOut]: exit.timed_out ?? false,
         'process.exit.signal': exit.signal ?? 0,
       });
-      if (exit.timed_out) this.span.setAttribute(spans.TraceAttr.killReason, 'timeout');
+      if (exit.timed_out) this.span.setAttribute(spans.TraceAttr.killReason, this.backstopped ? 'backstop' : 'timeout');
       this.span.addEvent('exit');
       this.span.end();
     }
@@ -320,9 +341,9 @@ export class ExecRunner {
     const fields: Record<string, unknown> = { reason };
     if (err) fields.err = err;
     if (this.span && this.opts.spans) {
-      // Killed before it reported an exit: by the gateway's deadline backstop, or because nobody
-      // is left to see it (the client's path broke).
-      this.span.setAttributes({ [this.opts.spans.TraceAttr.killReason]: reason === 'deadline backstop' ? 'backstop' : 'disconnect', 'sandgate.exec.break': reason });
+      // Killed before it reported an exit because nobody is left to see it (the client's path
+      // broke, or the supervisor is shutting down).
+      this.span.setAttributes({ [this.opts.spans.TraceAttr.killReason]: 'disconnect', 'sandgate.exec.break': reason });
       this.span.end();
     }
     this.log.warn('exec path broken: killing its process tree', fields);

@@ -231,7 +231,7 @@ export class Supervisor {
   private async killExec(execId: string): Promise<number> {
     const runner = this.execs.get(execId);
     const found = findTaggedProcesses(execId).size;
-    if (runner) await runner.abort('deadline backstop');
+    if (runner) await runner.expire();
     else if (found > 0) await killExecTree(execId, undefined, { log: this.log });
     if (found > 0) this.log.warn('deadline backstop killed exec processes', { exec_id: execId, found, runner: Boolean(runner) });
     return found;
