@@ -32,6 +32,7 @@ import type { Logger, Metrics } from '@sandgate/telemetry';
 import { newCredential } from '../sessions/credentials.ts';
 import type { LifecycleService } from './lifecycle-service.ts';
 import type { WorkspaceAccess } from '../api/access.ts';
+import { isRedisUnavailable } from '../api/grpc-errors.ts';
 
 export interface SandboxServiceDeps {
   store: SandboxStore;
@@ -117,9 +118,13 @@ export class SandboxService {
       log.info('sandbox created', { sandboxId: id, name: sandbox.metadata!.name, driver: driver.name });
       return { sandbox: updated?.sandbox ?? sandbox };
     } catch (err) {
-      log.error('driver create failed', { sandboxId: id, err });
-      await store.remove(id, workspace, sandbox.metadata!.name!);
+      log.error('create failed after the record was written', { sandboxId: id, err });
+      // Undo what can be undone. If Redis is what failed, the record may stay: the provision
+      // deadline (already durable) or the reconcile sweep ends it; the compute goes either way.
+      await store.remove(id, workspace, sandbox.metadata!.name!).catch((e: unknown) => log.warn('could not remove the record of a failed create', { sandboxId: id, err: e }));
       await driver.delete(id, null).catch(() => undefined);
+      // Redis unreachable (restarting, failing over) is not the request's fault: retriable.
+      if (isRedisUnavailable(err)) throw new GatewayError(Code.UNAVAILABLE, 'create sandbox failed: the gateway cannot reach its Redis right now; retry');
       throw new GatewayError(Code.INTERNAL, `create sandbox failed: ${err instanceof Error ? err.message : String(err)}`);
     }
   }
