@@ -42,6 +42,7 @@ import { authenticatorFor } from './auth/chain.ts';
 import { WorkspaceService } from './workspaces/workspace-service.ts';
 import { WorkspaceAccess } from './api/access.ts';
 import { buildHttp } from './api/http.ts';
+import { registerRest } from './api/rest/index.ts';
 import { LifecycleService } from './sandboxes/lifecycle-service.ts';
 import { WatchService } from './sandboxes/watch-service.ts';
 import { ConfigService } from './sandboxes/config-service.ts';
@@ -300,6 +301,7 @@ export async function startReplica(config: ReplicaConfig, opts: { authenticator?
       return { ok, detail: ok ? 'redis reachable, replica registered' : `redis=${pong} registered=${registered}` };
     },
   });
+  await registerRest(http, { authenticator, sandboxes, exec, lifecycle, watch, ssh, router, store, workspaces, log, metrics });
   await http.listen({ host: config.host, port: config.httpPort });
   const httpAddress = http.server.address();
   const httpPort = typeof httpAddress === 'object' && httpAddress ? httpAddress.port : config.httpPort;
