@@ -49,10 +49,24 @@ export interface ExecServiceDeps {
 /** The client's side of an exec: where its events go, and whether it is still there. */
 type ClientCall = Writable & { cancelled: boolean; on(e: 'cancelled', f: () => void): unknown };
 
-function toClientEvent(frame: ExecFrame): ExecSandboxEvent | null {
+/**
+ * What an interactive client may send: the gRPC messages, plus two that only the WebSocket adapter
+ * (api/rest/exec-ws.ts) sends, because its stream stays open after stdin ends: a signal for the
+ * exec's process group, and stdin EOF. (Upstream's ExecSandboxInput has neither, so a gRPC client
+ * never produces them: protobuf decoding yields only the proto's fields.)
+ */
+export type InteractiveInput = ExecSandboxInput & { signal?: { signo: number }; stdin_eof?: true };
+
+/**
+ * An event for the client. The exit also says whether the deadline ended it: the WebSocket
+ * protocol reports it; protobuf encoding drops the field (upstream's ExecSandboxExit has only the code).
+ */
+export type ClientExecEvent = ExecSandboxEvent & { exit?: { exit_code?: number; timed_out?: boolean } };
+
+function toClientEvent(frame: ExecFrame): ClientExecEvent | null {
   if (frame.stdout) return { stdout: { data: frame.stdout } };
   if (frame.stderr) return { stderr: { data: frame.stderr } };
-  if (frame.exit) return { exit: { exit_code: frame.exit.exit_code ?? 0 } };
+  if (frame.exit) return { exit: { exit_code: frame.exit.exit_code ?? 0, timed_out: frame.exit.timed_out ?? false } };
   return null;
 }
 
@@ -188,7 +202,7 @@ export class ExecService {
   }
 
   /** ExecSandboxInteractive: bidi; the first message must be `start`. */
-  handleInteractive(call: ServerDuplexStream<ExecSandboxInput, ExecSandboxEvent>, caller: Principal): void {
+  handleInteractive(call: ServerDuplexStream<InteractiveInput, ExecSandboxEvent>, caller: Principal): void {
     this.deps.metrics.inc('sandgate_exec_started_total');
     // Later stdin frames stay buffered until the path is open.
     takeFirstMessage(call, 'empty stream: expected start message', (first: ExecSandboxInput) => {
@@ -199,9 +213,12 @@ export class ExecService {
       this.begin(first.start, false, call, caller)
         .then((path) => {
           if (!path) return;
-          pump(call, path.stream, (input: ExecSandboxInput): ExecFrame | null => {
+          pump(call, path.stream, (input: InteractiveInput): ExecFrame | null => {
             if (input.stdin) return { stdin: input.stdin };
             if (input.resize) return { resize: { cols: input.resize.cols ?? 0, rows: input.resize.rows ?? 0 } };
+            // The supervisor delivers it to the exec's process group (exec-runner.ts).
+            if (input.signal) return { signal: { signo: input.signal.signo } };
+            if (input.stdin_eof) return { stdin_eof: {} };
             return null;
           });
           // The client's half-close is stdin EOF; the exec goes on until it exits.
@@ -298,7 +315,7 @@ export class ExecService {
         kill('timeout');
         span.setAttributes({ [TraceAttr.killReason]: 'timeout', [TraceAttr.timedOut]: true, [TraceAttr.exitCode]: EXIT_TIMEOUT });
         path.abort('exec deadline passed');
-        client.write({ exit: { exit_code: EXIT_TIMEOUT } });
+        client.write({ exit: { exit_code: EXIT_TIMEOUT, timed_out: true } });
         exitSeen = true;
         finish();
       }, start.timeout_seconds * 1000 + TIMEOUT_BACKSTOP_GRACE_MS);
