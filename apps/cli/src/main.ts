@@ -27,6 +27,7 @@ export const COMMANDS: Record<string, () => Promise<CommandModule>> = {
   'sandbox ssh-config': () => import('./commands/sandbox-ssh-config.ts'),
   'sandbox policy': () => import('./commands/sandbox-policy.ts'),
   'ssh-proxy': () => import('./commands/ssh-proxy.ts'),
+  'forward start': () => import('./commands/forward.ts'),
   'sandbox stop': () => import('./commands/sandbox-lifecycle.ts').then((m) => ({ run: m.runStop, OPTIONS: m.OPTIONS })),
   'sandbox start': () => import('./commands/sandbox-lifecycle.ts').then((m) => ({ run: m.runStart, OPTIONS: m.OPTIONS })),
   logs: () => import('./commands/logs.ts'),
@@ -41,7 +42,7 @@ export const COMMANDS: Record<string, () => Promise<CommandModule>> = {
   'token revoke': () => import('./commands/token.ts').then((m) => ({ run: m.runRevoke, OPTIONS: m.REVOKE_OPTIONS })),
 };
 
-export const GROUPS = new Set(['sandbox', 'workspace', 'token']);
+export const GROUPS = new Set(['sandbox', 'workspace', 'token', 'forward']);
 
 const isHelp = (arg: string | undefined) => arg === '-h' || arg === '--help';
 

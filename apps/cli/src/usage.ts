@@ -32,6 +32,7 @@ Usage:
   sandgate sandbox ssh-config NAME     print an OpenSSH Host block for ssh, scp, sftp
   sandgate sandbox policy NAME [flags] the policy in force, or --policy FILE to replace it live
   sandgate ssh-proxy [flags]           OpenSSH ProxyCommand over ForwardTcp
+  sandgate forward start NAME LOCAL_PORT[:REMOTE_PORT]  a local port to a port in the sandbox
   sandgate logs NAME [flags]           the sandbox's log lines (--follow to keep reading)
   sandgate workspace create NAME [--label k=v]...
   sandgate workspace get NAME [-o json]
@@ -250,6 +251,29 @@ main process (ssh -tt -F demo.ssh -s sandgate-demo openshell-main; Ctrl-P Ctrl-Q
 
 Flags:
   --workspace W   the sandbox's workspace (default: your own); passed on to ssh-proxy
+${GLOBAL_FLAGS}
+`,
+  forward: `Usage:
+  sandgate forward start NAME LOCAL_PORT[:REMOTE_PORT] [--bind ADDR] [--workspace W]
+
+Run 'sandgate forward start --help' for its flags.
+`,
+  'forward start': `Usage: sandgate forward start NAME LOCAL_PORT[:REMOTE_PORT] [--bind ADDR] [--workspace W]
+
+Listens on LOCAL_PORT (127.0.0.1 unless --bind) and carries every connection to REMOTE_PORT
+(default: LOCAL_PORT) on the sandbox's loopback, over ForwardTcp through any replica. LOCAL_PORT
+0 picks a free port. Prints where it listens; runs until Ctrl-C (or SIGTERM), which stops
+listening, closes the live connections, revokes the SSH session tokens it minted and exits 0.
+
+  sandgate forward start demo 8000            # localhost:8000 -> port 8000 in 'demo'
+  sandgate forward start demo 9000:5432 --bind 0.0.0.0
+
+Each connection counts against the gateway's ForwardTcp caps (SANDGATE_SSH_MAX_CONNECTIONS_PER_TOKEN,
+_PER_SANDBOX); it mints one more session token per 3 concurrent connections.
+
+Flags:
+  --bind ADDR     local address to listen on (default 127.0.0.1)
+  --workspace W   the sandbox's workspace (default: your own)
 ${GLOBAL_FLAGS}
 `,
   'ssh-proxy': `Usage: sandgate ssh-proxy --sandbox-id ID --token TOKEN
