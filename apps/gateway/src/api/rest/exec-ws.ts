@@ -15,7 +15,7 @@ import os from 'node:os';
 import { Duplex } from 'node:stream';
 import type { IncomingHttpHeaders } from 'node:http';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import type { WebSocket } from 'ws';
+import type { WebSocket } from '@fastify/websocket';
 import { Type } from '@sinclair/typebox';
 import { Code, GatewayError, type Principal } from '@sandgate/core';
 import type { ExecSandboxRequest } from '@sandgate/protocols';
