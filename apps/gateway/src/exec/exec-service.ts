@@ -3,9 +3,9 @@
 // unchanged, with back-pressure, until the supervisor reports the exit.
 import type { Principal } from '@sandgate/core';
 import { randomUUID } from 'node:crypto';
-import type { ServerDuplexStream, ServerWritableStream, ServiceError } from '@grpc/grpc-js';
+import type { ServerWritableStream, ServiceError } from '@grpc/grpc-js';
 import type { JobScheduler } from '@sandgate/jobs';
-import type { Writable } from 'node:stream';
+import type { Readable, Writable } from 'node:stream';
 import type { ExecFrame, ExecSandboxEvent, ExecSandboxInput, ExecSandboxRequest, ExecStart } from '@sandgate/protocols';
 import { GatewayError, Code, validateExec, EXIT_TIMEOUT, type DebugBreak } from '@sandgate/core';
 import type { SandboxStore, WorkspaceExecSlots } from '@sandgate/store';
@@ -62,6 +62,9 @@ export type InteractiveInput = ExecSandboxInput & { signal?: { signo: number }; 
  * protocol reports it; protobuf encoding drops the field (upstream's ExecSandboxExit has only the code).
  */
 export type ClientExecEvent = ExecSandboxEvent & { exit?: { exit_code?: number; timed_out?: boolean } };
+
+/** An interactive client's call: the gRPC ServerDuplexStream, or an adapter shaped like it (exec-ws.ts). */
+export type InteractiveCall = Readable & ClientCall;
 
 function toClientEvent(frame: ExecFrame): ClientExecEvent | null {
   if (frame.stdout) return { stdout: { data: frame.stdout } };
@@ -202,7 +205,7 @@ export class ExecService {
   }
 
   /** ExecSandboxInteractive: bidi; the first message must be `start`. */
-  handleInteractive(call: ServerDuplexStream<InteractiveInput, ExecSandboxEvent>, caller: Principal): void {
+  handleInteractive(call: InteractiveCall, caller: Principal): void {
     this.deps.metrics.inc('sandgate_exec_started_total');
     // Later stdin frames stay buffered until the path is open.
     takeFirstMessage(call, 'empty stream: expected start message', (first: ExecSandboxInput) => {

@@ -321,7 +321,7 @@ function serveExec(ws: WebSocket, caller: Principal, sandboxId: string, deps: Re
         const start = parseStart(msg, sandboxId);
         started = true;
         // The same entry point as gRPC ExecSandboxInteractive; the start is its first message.
-        deps.exec.handleInteractive(call as never, caller);
+        deps.exec.handleInteractive(call, caller);
         call.input({ start });
         return;
       }
