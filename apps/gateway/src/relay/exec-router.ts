@@ -1,6 +1,7 @@
 // Finds the way to a sandbox's supervisor: directly when this replica holds its session,
 // otherwise through the owner replica's peer port (found in Redis).
 import type { ServiceError } from '@grpc/grpc-js';
+import { constants as http2Constants, type ServerHttp2Stream } from 'node:http2';
 import type { Duplex } from 'node:stream';
 import type { ExecFrame, ExecStart, TcpOpen } from '@sandgate/protocols';
 import { GatewayError, Code, type DebugBreak } from '@sandgate/core';
@@ -13,6 +14,27 @@ import { OwnerCache } from './owner-cache.ts';
 import { WarmCalls } from './warm-calls.ts';
 import { connectLink, type LinkChannel, type LinkError } from '@sandgate/relay';
 import { execFrameCodec, peerCallCodec, tcpFrameCodec, type PeerCalls } from './peer-port.ts';
+
+/**
+ * Resets the HTTP/2 stream under a grpc-js server call (RST_STREAM CANCEL). Ending the call with
+ * a status is not enough while its writes are held by flow control (stdin that the process does
+ * not read): the status goes out as trailers, after that data, i.e. never, and the supervisor,
+ * never told, keeps the exec running. A reset is not flow-controlled: the supervisor's call fails
+ * at once and it kills the tree. grpc-js offers no public server-side cancel, hence the reach
+ * into the call (its ServerInterceptingCall chain down to the http2 stream); if that shape ever
+ * changes this does nothing, and the ordinary status still ends the call once writes drain.
+ */
+function resetServerStream(call: unknown): void {
+  let link = (call as { call?: unknown }).call;
+  for (let depth = 0; depth < 4 && link; depth++) {
+    const stream = (link as { stream?: ServerHttp2Stream }).stream;
+    if (stream && typeof stream.close === 'function') {
+      if (!stream.closed && !stream.destroyed) stream.close(http2Constants.NGHTTP2_CANCEL);
+      return;
+    }
+    link = (link as { nextCall?: unknown }).nextCall;
+  }
+}
 
 /** One exec's frame stream to the supervisor, wherever it is, and how to tear it down. */
 export interface ExecPath {
@@ -298,7 +320,11 @@ export class ExecRouter {
     return {
       stream: call as unknown as Duplex,
       via: 'local',
-      abort: (reason) => endWithError(call, new GatewayError(Code.CANCELLED, reason)),
+      abort: (reason) => {
+        const blocked = call.writableLength > 0;
+        endWithError(call, new GatewayError(Code.CANCELLED, reason));
+        if (blocked) resetServerStream(call);
+      },
       failure: firstFailure(call),
     };
   }
