@@ -9,6 +9,7 @@ import { startRedis, type TestRedis } from '../harness/redis.ts';
 import { createSandbox, ownerOf, rssBytes, type CreatedSandbox } from '../harness/sandbox.ts';
 import { execIdOf, expectTreeGone as expectTreeGoneFrom, treeProcs } from '../harness/proc-tree.ts';
 import { sleep, waitFor } from '../harness/wait.ts';
+import { openShellClient } from '../harness/grpc-client.ts';
 
 let redis: TestRedis;
 let r: Redis;
@@ -309,6 +310,65 @@ describe('the start message', () => {
 });
 
 describe('back-pressure', () => {
+  it('a command that does not read its stdin stops the gateway reading the socket: the data waits in the client, not in a replica', async () => {
+    const tok = token();
+    const replicaPid = cluster.replicas[via]!.proc!.pid!;
+    const rssBefore = await rssBytes(replicaPid);
+    const exec = run(['sleep', `611.${tok}`]);
+    await exec.opened;
+    const execId = await execIdOf(tok);
+    const total = 64 * 1024 * 1024;
+    const frame = Buffer.alloc(256 * 1024, 7);
+    for (let sent = 0; sent < total; sent += frame.length) exec.ws.send(frame, { binary: true });
+    // The client's send buffer stops draining: the server stopped reading well before 64 MiB.
+    let last = -1;
+    const stuck = await waitFor('the client send buffer to stop draining', async () => {
+      const now = exec.ws.bufferedAmount;
+      await sleep(500);
+      const stable = exec.ws.bufferedAmount === now && now === last;
+      last = exec.ws.bufferedAmount;
+      return stable ? now : undefined;
+    }, 30_000, 0);
+    const rssGrowth = (await rssBytes(replicaPid)) - rssBefore;
+    console.log(`exec-ws stdin back-pressure: ${((total - stuck) / 2 ** 20).toFixed(1)} MiB left the client before it stalled; entry replica RSS grew ${(rssGrowth / 2 ** 20).toFixed(1)} MiB`);
+    expect(total - stuck).toBeLessThan(40 * 1024 * 1024);
+    expect(rssGrowth).toBeLessThan(64 * 1024 * 1024);
+    // The client dies while the server is not reading: the server's probe (a ping each second
+    // while paused) meets a reset, and the exec is cancelled like any other.
+    exec.ws.terminate();
+    await expectTreeGone(tok, execId, 5_000);
+  });
+
+  it('the same cancel for a gRPC ExecSandboxInteractive client whose stdin is held up (the path both share)', async () => {
+    // The supervisor stops reading the exec channel while the process does not read stdin; the
+    // cancel must not wait behind that data (the gateway resets the channel's stream).
+    const client = openShellClient(cluster.replicas[via]!.grpcAddress);
+    try {
+      const tok = token();
+      const call = client.ExecSandboxInteractive();
+      call.on('data', () => undefined);
+      call.on('error', () => undefined);
+      call.write({ start: { sandbox_id: sbx.id, command: ['sleep', `612.${tok}`], environment: {} } });
+      const execId = await execIdOf(tok);
+      const frame = Buffer.alloc(256 * 1024, 7);
+      // 32 MiB, past every buffer on the way: the rest waits in the client's own write buffer.
+      for (let i = 0; i < 128; i++) call.write({ stdin: frame });
+      const writable = call as unknown as { writableLength: number };
+      let last = -1;
+      await waitFor('the client write buffer to stop draining', async () => {
+        const now = writable.writableLength;
+        await sleep(500);
+        const stable = writable.writableLength === now && now === last && now > 0;
+        last = writable.writableLength;
+        return stable;
+      }, 30_000, 0);
+      call.cancel();
+      await expectTreeGone(tok, execId, 5_000);
+    } finally {
+      client.close();
+    }
+  });
+
   it('a client that stops reading stops the command (its output counter stalls); the gateway stays bounded; reading again resumes it', async () => {
     const tok = token();
     const counter = `/tmp/ws-bp.${tok}`;

@@ -40,6 +40,18 @@ export const CLOSE_ERROR_BASE = 4000;
  * pumped (and, hop by hop, the supervisor stops reading the process) until it drains.
  */
 export const OUTPUT_HIGH_WATER_BYTES = 1024 * 1024;
+/**
+ * Stdin is handed on in pieces of at most this size: the buffers between here and the supervisor
+ * count frames, not bytes, so a 16 MiB WebSocket message must not become one 16 MiB frame.
+ */
+export const STDIN_PIECE_BYTES = 64 * 1024;
+/**
+ * While the socket is paused (stdin back-pressure) the server reads nothing, so it cannot see the
+ * client's close or its connection drop. It pings this often instead: a client that is gone
+ * answers the ping with a TCP reset, the next write fails, and the socket closes (and the exec is
+ * cancelled) as if it had been read.
+ */
+export const PAUSED_PROBE_MS = 1_000;
 
 const START_FIELDS = ['type', 'argv', 'env', 'workdir', 'timeout_seconds', 'tty', 'cols', 'rows'] as const;
 const CONTROL_FIELDS: Readonly<Record<string, readonly string[]>> = {
@@ -160,9 +172,11 @@ export class WsExecCall extends Duplex {
   private readonly log: Logger;
   /** The exit or an error frame went out: the exec is over, a close is no cancel. */
   private over = false;
+  private probe: NodeJS.Timeout | undefined;
 
   constructor(ws: WebSocket, log: Logger) {
-    super({ objectMode: true, readableHighWaterMark: 16, writableHighWaterMark: 16 });
+    // One unread message is enough to stop reading the socket (the pump keeps it flowing otherwise).
+    super({ objectMode: true, readableHighWaterMark: 1, writableHighWaterMark: 16 });
     this.ws = ws;
     this.log = log;
     // ExecService fails the call by emitting 'error' (endWithError): the exec is over.
@@ -171,6 +185,7 @@ export class WsExecCall extends Duplex {
       this.refuse(err);
     });
     ws.on('close', () => {
+      this.stopProbe();
       if (!this.over) {
         this.cancelled = true;
         this.emit('cancelled');
@@ -182,11 +197,20 @@ export class WsExecCall extends Duplex {
   /** A client message for the exec; a full read buffer (the supervisor's side not draining) pauses the socket. */
   input(msg: InteractiveInput): void {
     if (this.destroyed) return;
-    if (!this.push(msg)) this.ws.pause();
+    if (!this.push(msg) && !this.ws.isPaused) {
+      this.ws.pause();
+      this.probe ??= setInterval(() => this.ws.ping(), PAUSED_PROBE_MS);
+    }
   }
 
   override _read(): void {
+    this.stopProbe();
     if (this.ws.isPaused) this.ws.resume();
+  }
+
+  private stopProbe(): void {
+    clearInterval(this.probe);
+    this.probe = undefined;
   }
 
   override _write(event: ClientExecEvent, _enc: BufferEncoding, callback: (err?: Error | null) => void): void {
@@ -327,7 +351,7 @@ function serveExec(ws: WebSocket, caller: Principal, sandboxId: string, deps: Re
       }
       if (isBinary) {
         if (stdinEnded) throw invalid('stdin after stdin_eof');
-        if (bytes.length > 0) call.input({ stdin: bytes });
+        for (let off = 0; off < bytes.length; off += STDIN_PIECE_BYTES) call.input({ stdin: bytes.subarray(off, off + STDIN_PIECE_BYTES) });
         return;
       }
       const input = parseControl(parseJson(bytes.toString('utf8')));
