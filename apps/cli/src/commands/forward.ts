@@ -5,13 +5,12 @@
 // connections per token, and revokes them all when it stops (Ctrl-C / SIGTERM: stop listening,
 // close live connections, revoke, exit 0).
 import net from 'node:net';
-import type { ServiceError } from '@grpc/grpc-js';
 import { status as Status } from '@grpc/grpc-js';
-import type { TcpForwardFrame } from '@sandgate/protocols';
 import { UsageError, parseCommand } from '../args.ts';
-import { isServiceError, statusName, type SandgateClient } from '../client.ts';
+import { statusName, type SandgateClient } from '../client.ts';
 import type { CommandContext } from '../context.ts';
 import { describeGrpcError } from '../errors.ts';
+import { pipeOverForward } from '../forward-stream.ts';
 import { waitForShutdownSignal } from '../signals.ts';
 import { connectionFlags, GATEWAY_OPTION, withClient } from './common.ts';
 
@@ -81,7 +80,10 @@ class TokenPool {
   }
 }
 
-/** One local connection ↔ one ForwardTcp call, with back-pressure both ways. */
+/**
+ * One accepted connection ↔ one ForwardTcp call (forward-stream.ts, as ssh-proxy). A socket that
+ * goes away (reset, destroyed) cancels the call, and so the connection inside the sandbox.
+ */
 function relay(sock: net.Socket, client: SandgateClient, lease: Lease, init: { sandbox_id: string; port: number }, onError: (line: string) => void): { close(): void } {
   const call = client.forwardTcp();
   let finished = false;
@@ -90,42 +92,15 @@ function relay(sock: net.Socket, client: SandgateClient, lease: Lease, init: { s
     if (!finished) lease.active--;
     finished = true;
   });
-  call.write({
-    init: {
-      sandbox_id: init.sandbox_id,
-      authorization_token: lease.token,
-      service_id: `forward:${init.sandbox_id}:${init.port}`,
-      tcp: { host: '127.0.0.1', port: init.port },
-    },
-  });
-  // Local → sandbox. A full call pauses the local socket (TCP flow control does the rest).
-  sock.on('data', (data: Buffer) => {
-    if (!call.write({ data })) {
-      sock.pause();
-      call.once('drain', () => sock.resume());
-    }
-  });
-  // The local peer's half-close: EOF to the target; the gateway ends the call once it is done.
-  sock.on('end', () => call.end());
-  // Sandbox → local. A full socket pauses the call (HTTP/2 flow control does the rest).
-  call.on('data', (frame: TcpForwardFrame) => {
-    if (!frame.data || frame.data.length === 0) return;
-    if (!sock.write(frame.data)) {
-      call.pause();
-      sock.once('drain', () => call.resume());
-    }
-  });
-  call.on('end', () => sock.end());
-  call.on('error', (err: ServiceError) => {
-    if (!closing && !(isServiceError(err) && err.code === Status.CANCELLED)) {
-      onError(`${isServiceError(err) ? `${statusName(err.code)}: ` : ''}${describeGrpcError(err, client.endpoint)}`);
-    }
-    sock.destroy();
-  });
   sock.on('error', () => undefined);
-  // The socket is gone (reset, or destroyed): the sandbox side goes too.
   sock.on('close', () => {
     if (!finished) call.cancel();
+  });
+  const target = { host: '127.0.0.1', port: init.port };
+  void pipeOverForward(call, { sandbox_id: init.sandbox_id, authorization_token: lease.token, service_id: `forward:${init.sandbox_id}:${init.port}`, tcp: target }, { input: sock, output: sock, endOutput: true }).then((err) => {
+    if (!err) return;
+    if (!closing && err.code !== Status.CANCELLED) onError(`${statusName(err.code)}: ${describeGrpcError(err, client.endpoint)}`);
+    sock.destroy();
   });
   return {
     close: () => {
@@ -157,7 +132,6 @@ export async function run(argv: string[], ctx: CommandContext): Promise<number> 
           const conn = relay(sock, client, lease, { sandbox_id: sandboxId, port: ports.remote }, (line) => process.stderr.write(`sandgate forward: connection failed: ${line}\n`));
           live.add(conn);
           sock.on('close', () => live.delete(conn));
-          sock.resume();
         },
         (err: unknown) => {
           process.stderr.write(`sandgate forward: connection refused: ${describeGrpcError(err, client.endpoint)}\n`);

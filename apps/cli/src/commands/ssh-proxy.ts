@@ -2,12 +2,11 @@
 // sandbox's SSH server, with back-pressure both ways, and exits when either side closes.
 //   token mode: sandgate ssh-proxy --sandbox-id ID --token T
 //   name mode:  sandgate ssh-proxy --name NAME   (mints a fresh session each time, revokes it after)
-import type { ServiceError } from '@grpc/grpc-js';
-import type { TcpForwardFrame } from '@sandgate/protocols';
 import { UsageError, parseCommand } from '../args.ts';
 import { isServiceError, statusName, type SandgateClient } from '../client.ts';
 import type { CommandContext } from '../context.ts';
 import { describeGrpcError } from '../errors.ts';
+import { pipeOverForward } from '../forward-stream.ts';
 import { connectionFlags, GATEWAY_OPTION, withClient } from './common.ts';
 
 /** The flags it accepts (the usage test checks each is documented). */
@@ -38,61 +37,11 @@ export interface ForwardIo {
  * Relays `io` over one ForwardTcp call to the sandbox's SSH server. Resolves with 0 when the
  * server closed the connection, 1 (after printing why) when the call failed.
  */
-export function pipeForward(client: SandgateClient, init: { sandbox_id: string; authorization_token: string; service_id: string }, io: ForwardIo): Promise<number> {
-  return new Promise((resolve) => {
-    const call = client.forwardTcp();
-    let settled = false;
-    let inputOpen = true;
-    const finish = (code: number) => {
-      if (settled) return;
-      settled = true;
-      io.stdin.pause();
-      resolve(code);
-    };
-
-    call.write({ init: { ...init, ssh: {} } });
-
-    // Our stdin → the sandbox. A full call pauses stdin (and so the ssh client's writes).
-    io.stdin.on('data', (chunk: Buffer | string) => {
-      if (!inputOpen) return;
-      const data = typeof chunk === 'string' ? Buffer.from(chunk) : chunk;
-      if (!call.write({ data })) {
-        io.stdin.pause();
-        call.once('drain', () => {
-          if (!settled) io.stdin.resume();
-        });
-      }
-    });
-    // ssh closed our stdin: half-close; the server closes once the sandbox side is done.
-    const endInput = () => {
-      if (!inputOpen) return;
-      inputOpen = false;
-      call.end();
-    };
-    io.stdin.once('end', endInput);
-    io.stdin.once('error', endInput);
-
-    // The sandbox → our stdout. A full stdout pauses the call (HTTP/2 flow control does the rest).
-    let paused = false;
-    call.on('data', (frame: TcpForwardFrame) => {
-      if (!frame.data || frame.data.length === 0) return;
-      if (!io.stdout.write(frame.data) && !paused) {
-        paused = true;
-        call.pause();
-        io.stdout.once('drain', () => {
-          paused = false;
-          call.resume();
-        });
-      }
-    });
-    call.on('error', (err: ServiceError) => {
-      io.stderr.write(proxyErrorLine(err, client.endpoint));
-      finish(1);
-    });
-    // The server ended the call with OK: flush what we have, then go.
-    call.on('end', () => io.stdout.write('', () => finish(0)));
-    io.stdin.resume();
-  });
+export async function pipeForward(client: SandgateClient, init: { sandbox_id: string; authorization_token: string; service_id: string }, io: ForwardIo): Promise<number> {
+  const err = await pipeOverForward(client.forwardTcp(), { ...init, ssh: {} }, { input: io.stdin, output: io.stdout, endOutput: false });
+  if (!err) return 0;
+  io.stderr.write(proxyErrorLine(err, client.endpoint));
+  return 1;
 }
 
 export async function run(argv: string[], ctx: CommandContext): Promise<number> {
