@@ -248,7 +248,7 @@ describe('authentication and access, before the upgrade', () => {
     const res = await exec.outcome;
     expect(res.stdout.toString()).toBe('via subprotocol\n');
     expect(res.exit?.exit_code).toBe(0);
-    expect(cluster.logs()).not.toContain(cluster.token);
+    for (const replica of cluster.replicas) expect(replica.logs.join('')).not.toContain(cluster.token);
   });
 
   it.for([
@@ -375,6 +375,7 @@ describe('back-pressure', () => {
     const CHUNK = 65536;
     const readCounter = async () => {
       const res = await run(['sh', '-c', `cat ${counter} 2>/dev/null || echo 0`]).outcome;
+      if (res.exit?.exit_code !== 0) throw new Error(`reading the counter failed: ${JSON.stringify(res.error ?? res.exit)}`);
       return Number(res.stdout.toString().trim() || '0');
     };
     const replicaPid = cluster.replicas[via]!.proc!.pid!;
@@ -401,7 +402,10 @@ describe('back-pressure', () => {
     expect(rssGrowth).toBeLessThan(64 * 1024 * 1024);
     // Reading again: the command runs on.
     exec.ws.resume();
-    await waitFor('the counter to advance after resuming', async () => (await readCounter()) > stalledAt + 10, 20_000, 200);
+    let now = stalledAt;
+    await waitFor('the counter to advance after resuming', async () => (now = await readCounter()) > stalledAt + 10, 20_000, 200).catch((err: unknown) => {
+      throw new Error(`${String(err)}: counter ${now} (stalled at ${stalledAt}); the client received ${exec.stdoutSoFar().length} bytes\n${cluster.logs()}`);
+    });
     exec.ws.terminate();
     await expectTreeGone(tok, execId, 3_000);
   });
