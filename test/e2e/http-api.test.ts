@@ -169,17 +169,31 @@ describe('the door, attacked', () => {
   });
 });
 
+/** Open blocking-read connections of watches of the sandbox (the store names them). */
+async function followConnections(sandboxId: string): Promise<number> {
+  const r = redis.client();
+  try {
+    return ((await r.client('LIST')) as string).split('\n').filter((l) => l.includes(`name=sandgate-follow:${sandboxId} `)).length;
+  } finally {
+    r.disconnect();
+  }
+}
+
 /** The JSON of a `log` event. */
 const line = (e: SseEvent) => JSON.parse(e.data) as { message: string; timestamp_ms: number };
 
 describe('logs and events over SSE', () => {
   it('follows the log, and resumes after Last-Event-ID without duplicates or gaps', async () => {
+    const id = (await curl('GET', `${base}/sandboxes/${NAME}`, { token })).json.metadata.id as string;
     const first = new CurlSse(`${base}/sandboxes/${NAME}/logs?follow=true`, { token });
     await first.waitFor('the log tail (sandbox created)', (e) => e.event === 'log' && line(e).message.includes('sandbox created'));
+    expect(await followConnections(id)).toBe(1);
     // New lines while following: the lifecycle notes of a stop.
     expect((await curl('POST', `${base}/sandboxes/${NAME}/stop`, { token })).status).toBe(200);
     const stopped = await first.waitFor('"sandbox stopped" followed live', (e) => e.event === 'log' && line(e).message === 'sandbox stopped');
     await first.kill();
+    // The client went away: the watch ends and its Redis connection is closed.
+    await waitFor('the follow connection closed', async () => (await followConnections(id)) === 0, 10_000);
     const seen = first.events.slice(0, first.events.indexOf(stopped) + 1);
     expect(seen.every((e) => e.event === 'log' && e.id)).toBe(true);
     // Disconnected: more lines are written meanwhile (a start).
