@@ -2,6 +2,7 @@
 // the same name (SandboxService, LifecycleService) behind the same gate, with a JSON face.
 import type { FastifyInstance } from 'fastify';
 import { Type, type Static } from '@sinclair/typebox';
+import { normaliseListLimit } from '@sandgate/core';
 import type { RestDeps } from './index.ts';
 import { ERROR_RESPONSES, NameParams, WorkspaceField, authenticate, callerOf } from './common.ts';
 import { CreateSandboxBody, SandboxJson, createRequestOf, sandboxJson } from './sandbox-json.ts';
@@ -56,8 +57,8 @@ export function sandboxRoutes(app: FastifyInstance, deps: RestDeps): void {
       const offset = q.offset ?? 0;
       const res = await deps.sandboxes.list({ workspace: q.workspace, label_selector: q.label_selector, limit: q.limit, offset, all_workspaces: q.all_workspaces }, callerOf(req));
       const sandboxes = res.sandboxes.map(sandboxJson);
-      // A full page may have a next one; an empty or short page is the last.
-      return { sandboxes, ...(q.limit && sandboxes.length === q.limit ? { next_offset: offset + sandboxes.length } : {}) };
+      // A full page (of the limit the service applied) may have a next one; a short page is the last.
+      return { sandboxes, ...(sandboxes.length > 0 && sandboxes.length === normaliseListLimit(q.limit) ? { next_offset: offset + sandboxes.length } : {}) };
     },
   );
 
