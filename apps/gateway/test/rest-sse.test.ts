@@ -7,7 +7,7 @@ import type { ServerResponse } from 'node:http';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { GatewayError } from '@sandgate/core';
 import { HEARTBEAT_MS, SseWatchCall, decodeEventId, encodeEventId, formatEvent } from '../src/api/rest/sse.ts';
-import { streamIdBefore } from '../src/sandboxes/watch-service.ts';
+import { streamIdBefore } from '@sandgate/store';
 
 describe('event ids', () => {
   it('round-trip a watch position', () => {

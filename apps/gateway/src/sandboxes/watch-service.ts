@@ -12,7 +12,7 @@ import type {
   WatchSandboxRequest,
 } from '@sandgate/protocols';
 import { invalid, isWatchTerminal, notFound } from '@sandgate/core';
-import type { LogLine, SandboxFeed, SandboxLogStore, SandboxStore } from '@sandgate/store';
+import { streamIdBefore, type LogLine, type SandboxFeed, type SandboxLogStore, type SandboxStore } from '@sandgate/store';
 import type { Logger } from '@sandgate/telemetry';
 import type { WorkspaceAccess } from '../api/access.ts';
 import { toServiceError } from '../api/grpc-errors.ts';
@@ -160,14 +160,6 @@ export interface WatchOptions {
   resumeFrom?: WatchPosition;
   /** Write each event with the position after it (`{...event, position}`): REST's SSE ids. */
   positions?: boolean;
-}
-
-/** The stream entry id just before `id` (XREAD reads what comes after the id it is given). */
-export function streamIdBefore(id: string): string {
-  const [ms, seq] = id.split('-').map((x) => BigInt(x)) as [bigint, bigint];
-  if (seq > 0n) return `${ms}-${seq - 1n}`;
-  if (ms > 0n) return `${ms - 1n}-18446744073709551615`;
-  return '0-0';
 }
 
 type WatchCall = ServerWritableStream<WatchSandboxRequest, SandboxStreamEvent>;
