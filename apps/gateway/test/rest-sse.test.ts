@@ -94,6 +94,13 @@ describe('SseWatchCall', () => {
     expect(call.destroyed).toBe(true);
   });
 
+  it('is cancelled from the start when the HTTP client was gone before the stream opened', () => {
+    const res = Object.assign(new EventEmitter(), { destroyed: true }) as unknown as ServerResponse;
+    const call = new SseWatchCall({ id: 'sb', log_sources: [] }, res, new PassThrough(), () => null);
+    expect(call.cancelled).toBe(true);
+    expect(call.destroyed).toBe(true);
+  });
+
   it('turns a failure on the open stream into an error event in the one shape', async () => {
     const { call, out } = make(new PassThrough());
     let text = '';

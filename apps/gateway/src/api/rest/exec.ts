@@ -215,6 +215,8 @@ export function execRoutes(app: FastifyInstance, deps: RestDeps): void {
           cancel();
         };
         reply.raw.on('close', clientGone);
+        // Gone already (while the route looked the sandbox up): nobody would see this exec.
+        if (reply.raw.destroyed) return clientGone();
         call.on('error', (err: unknown) => settle(() => reject(err)));
         call.on('finish', () =>
           settle(() => (call.exitCode === null ? reject(new GatewayError(Code.UNAVAILABLE, 'exec ended without an exit status')) : resolve(call.exitCode))),

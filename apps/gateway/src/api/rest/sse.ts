@@ -61,12 +61,15 @@ export class SseWatchCall extends Writable {
       if (!this.out.writableNeedDrain) this.out.write(': keep-alive\n\n');
     }, HEARTBEAT_MS);
     this.heartbeat.unref();
-    res.on('close', () => {
-      if (this.out.writableEnded) return;
+    const clientGone = () => {
+      if (this.out.writableEnded || this.cancelled) return;
       this.cancelled = true;
       this.emit('cancelled');
       this.destroy();
-    });
+    };
+    res.on('close', clientGone);
+    // Gone already (while the route looked the sandbox up): the watch must not start following.
+    if (res.destroyed) clientGone();
     // The watch ended by itself (deleted, terminal phase, follow off): say so, so that an
     // EventSource does not reconnect for more.
     this.on('finish', () => this.close(formatEvent('end', {})));
