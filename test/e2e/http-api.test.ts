@@ -144,7 +144,8 @@ describe('the door, attacked', () => {
 
   it('answers 413 past the output cap, and the command is killed', async () => {
     const tok = `${runTag}1`;
-    const res = await exec({ argv: ['sh', '-c', `head -c 3000000 /dev/zero; exec sleep 30.${tok}`], max_output_bytes: 1_000_000 });
+    // A background sleep is part of the tree when the output passes the cap: it must be killed too.
+    const res = await exec({ argv: ['sh', '-c', `sleep 30.${tok} & sleep 0.3; head -c 3000000 /dev/zero; wait`], max_output_bytes: 1_000_000 });
     const message = expectErrorShape(res, 413, 'RESOURCE_EXHAUSTED');
     expect(message).toContain('1000000');
     expect(message).toContain('/exec/ws');
@@ -153,19 +154,25 @@ describe('the door, attacked', () => {
     expect(expectErrorShape(tooBig, 400, 'INVALID_ARGUMENT')).toContain('max_output_bytes');
   });
 
-  it('kills the process tree of a client killed mid-exec (curl SIGKILLed)', async () => {
-    const tok = `${runTag}2`;
-    const needle = `sleep 31.${tok}`;
+  it('kills the process tree of a client killed mid-exec (curl SIGKILLed), at the owner and through a relay', async () => {
     const { spawn } = await import('node:child_process');
     const { mkdtempSync, writeFileSync } = await import('node:fs');
-    const dir = mkdtempSync('/tmp/sg-http-kill-');
-    writeFileSync(`${dir}/body`, JSON.stringify({ argv: ['sh', '-c', `sleep 31.${tok}; echo never`] }));
-    const client = spawn('curl', ['-sS', '-X', 'POST', '-H', `Authorization: Bearer ${token}`, '-H', 'Content-Type: application/json', '--data-binary', `@${dir}/body`, `${base}/sandboxes/${NAME}/exec`], { stdio: 'ignore' });
-    await waitFor(`the exec's tree running (${needle})`, async () => (await pidsMatching(needle)).length > 0, 20_000, 50);
-    const gone = new Promise((r) => client.once('close', r));
-    client.kill('SIGKILL');
-    await gone;
-    await waitFor(`no process of the exec left after its client died (${needle})`, async () => (await pidsMatching(needle)).length === 0, 10_000, 50);
+    // Through the load balancer, then at each replica directly: the owner's local path and the relayed one both.
+    const entries = [base, ...cluster.replicas.map((x) => `${x.httpUrl}/v1`)];
+    for (const [i, entry] of entries.entries()) {
+      const tok = `${runTag}${3 + i}`;
+      const needle = `sleep 31.${tok}`;
+      const dir = mkdtempSync('/tmp/sg-http-kill-');
+      writeFileSync(`${dir}/body`, JSON.stringify({ argv: ['sh', '-c', `sleep 31.${tok}; echo never`] }));
+      const client = spawn('curl', ['-sS', '-X', 'POST', '-H', `Authorization: Bearer ${token}`, '-H', 'Content-Type: application/json', '--data-binary', `@${dir}/body`, `${entry}/sandboxes/${NAME}/exec`], {
+        stdio: 'ignore',
+      });
+      await waitFor(`the exec's tree running via ${entry} (${needle})`, async () => (await pidsMatching(needle)).length > 0, 20_000, 50);
+      const gone = new Promise((r) => client.once('close', r));
+      client.kill('SIGKILL');
+      await gone;
+      await waitFor(`no process of the exec left after its client (via ${entry}) died (${needle})`, async () => (await pidsMatching(needle)).length === 0, 10_000, 50);
+    }
   });
 });
 
