@@ -37,6 +37,8 @@ beforeAll(async () => {
 });
 
 afterAll(async () => {
+  // The last case deletes it; this is for a run cut short (or filtered with -t): no compute outlives the file.
+  if (cluster && lb) await curl('DELETE', `${base}/sandboxes/${NAME}`, { token }).catch(() => undefined);
   await lb?.stop();
   await cluster?.stop();
   cluster?.cleanup();
