@@ -200,6 +200,8 @@ describe('logs and events over SSE', () => {
     // New lines while following: the lifecycle notes of a stop.
     expect((await curl('POST', `${base}/sandboxes/${NAME}/stop`, { token })).status).toBe(200);
     const stopped = await first.waitFor('"sandbox stopped" followed live', (e) => e.event === 'log' && line(e).message === 'sandbox stopped');
+    // The service's own refusal (the access rule) through the exec adapter: a stopped sandbox.
+    expectErrorShape(await exec({ argv: ['true'] }), 412, 'FAILED_PRECONDITION');
     await first.kill();
     // The client went away: the watch ends and its Redis connection is closed.
     await waitFor('the follow connection closed', async () => (await followConnections(id)) === 0, 10_000);
