@@ -17,11 +17,25 @@ export interface HaproxyBackend {
 
 export interface Haproxy {
   address: string;
+  /** With `httpPort`: the URL of the frontend in front of the replicas' HTTP ports. */
+  httpUrl?: string;
   stop(): Promise<void>;
 }
 
-/** `healthCa`: the replicas serve HTTPS; their /readyz is checked over TLS trusting this CA file. */
-export function haproxyConfig(port: number, backends: HaproxyBackend[], healthCa?: string): string {
+/**
+ * `healthCa`: the replicas serve HTTPS; their /readyz is checked over TLS trusting this CA file.
+ * `httpPort`: a second frontend, in front of the replicas' HTTP ports (the REST API). TCP mode as
+ * well: SSE and WebSocket upgrades pass untouched, and a client that goes away closes the
+ * replica's side too (what the REST exec's kill-on-disconnect relies on).
+ */
+export function haproxyConfig(port: number, backends: HaproxyBackend[], healthCa?: string, httpPort?: number): string {
+  const server = (b: HaproxyBackend, port: number) =>
+    `  server ${b.name} 127.0.0.1:${port} check port ${b.httpPort}${healthCa ? ` check-ssl verify required ca-file ${healthCa} verifyhost localhost` : ''}`;
+  const health = ['  option httpchk GET /readyz', '  http-check expect status 200', '  default-server inter 300 fall 2 rise 1 on-marked-down shutdown-sessions'];
+  const httpSections =
+    httpPort === undefined
+      ? []
+      : ['frontend http', `  bind 127.0.0.1:${httpPort}`, '  default_backend replicas_http', 'backend replicas_http', '  balance roundrobin', ...health, ...backends.map((b) => server(b, b.httpPort))];
   return [
     'global',
     '  maxconn 4000',
@@ -38,11 +52,10 @@ export function haproxyConfig(port: number, backends: HaproxyBackend[], healthCa
     '  default_backend replicas',
     'backend replicas',
     '  balance roundrobin',
-    '  option httpchk GET /readyz',
-    '  http-check expect status 200',
-    '  default-server inter 300 fall 2 rise 1 on-marked-down shutdown-sessions',
+    ...health,
     // TCP mode: a replica's TLS passes through untouched; only the health check speaks it.
-    ...backends.map((b) => `  server ${b.name} 127.0.0.1:${b.grpcPort} check port ${b.httpPort}${healthCa ? ` check-ssl verify required ca-file ${healthCa} verifyhost localhost` : ''}`),
+    ...backends.map((b) => server(b, b.grpcPort)),
+    ...httpSections,
     '',
   ].join('\n');
 }
@@ -52,10 +65,14 @@ export function haproxyConfig(port: number, backends: HaproxyBackend[], healthCa
  * `cluster.credentials`); registered for its address, so openShellClient and runCli use them.
  * `opts.healthCa`: the replicas' CA, for health checks over TLS.
  */
-export async function startHaproxy(port: number, backends: HaproxyBackend[], opts: { healthCa?: string; credentials?: GatewayCredentials } = {}): Promise<Haproxy> {
+export async function startHaproxy(
+  port: number,
+  backends: HaproxyBackend[],
+  opts: { healthCa?: string; credentials?: GatewayCredentials; httpPort?: number } = {},
+): Promise<Haproxy> {
   const dir = mkdtempSync(path.join(os.tmpdir(), 'sg-haproxy-'));
   const cfg = path.join(dir, 'haproxy.cfg');
-  writeFileSync(cfg, haproxyConfig(port, backends, opts.healthCa));
+  writeFileSync(cfg, haproxyConfig(port, backends, opts.healthCa, opts.httpPort));
   const proc: ChildProcess = spawn('haproxy', ['-f', cfg, '-db'], { stdio: ['ignore', 'ignore', 'pipe'] });
   let err = '';
   proc.stderr!.on('data', (c: Buffer) => (err = (err + c.toString()).slice(-4000)));
@@ -72,6 +89,7 @@ export async function startHaproxy(port: number, backends: HaproxyBackend[], opt
   if (opts.credentials) registerGateway(`127.0.0.1:${port}`, opts.credentials);
   return {
     address: `127.0.0.1:${port}`,
+    ...(opts.httpPort !== undefined ? { httpUrl: `${opts.healthCa ? 'https' : 'http'}://127.0.0.1:${opts.httpPort}` } : {}),
     async stop() {
       forgetGateway(`127.0.0.1:${port}`);
       if (proc.exitCode === null) {

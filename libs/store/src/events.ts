@@ -78,6 +78,17 @@ function toLogEntry([entryId, raw]: RawEntry): LogEntry {
   };
 }
 
+/**
+ * The stream entry id just before `id`: following from it reads `id` itself and what comes after
+ * (XREAD reads after the id it is given). Lets a watcher's position point before an entry.
+ */
+export function streamIdBefore(id: string): string {
+  const [ms, seq] = id.split('-').map((x) => BigInt(x)) as [bigint, bigint];
+  if (seq > 0n) return `${ms}-${seq - 1n}`;
+  if (ms > 0n) return `${ms - 1n}-18446744073709551615`;
+  return STREAM_START;
+}
+
 /** The id of the newest entry of a stream, or the start when it is empty. */
 async function lastEntryId(redis: Redis, key: string): Promise<string> {
   const last = (await redis.xrevrange(key, '+', '-', 'COUNT', 1)) as [string, string[]][];

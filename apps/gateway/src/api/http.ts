@@ -16,7 +16,10 @@ export interface HttpDeps {
 
 export function buildHttp(deps: HttpDeps): FastifyInstance {
   // Typed as the plain-HTTP instance either way: the routes and listen() do not differ.
-  const app = (deps.https ? Fastify({ logger: false, https: deps.https }) : Fastify({ logger: false })) as unknown as FastifyInstance;
+  // removeAdditional off: a field a schema does not declare is refused (400 naming it), never
+  // silently dropped (fastify's default), so no request field is accepted and ignored.
+  const ajv = { customOptions: { removeAdditional: false as const } };
+  const app = (deps.https ? Fastify({ logger: false, https: deps.https, ajv }) : Fastify({ logger: false, ajv })) as unknown as FastifyInstance;
   installHttpTracing(app);
   // http.server.request.duration; the route is the matched pattern (absent for a 404: no
   // unbounded label values from whatever paths a scanner tries).

@@ -12,7 +12,7 @@ import type {
   WatchSandboxRequest,
 } from '@sandgate/protocols';
 import { invalid, isWatchTerminal, notFound } from '@sandgate/core';
-import type { LogLine, SandboxFeed, SandboxLogStore, SandboxStore } from '@sandgate/store';
+import { streamIdBefore, type LogLine, type SandboxFeed, type SandboxLogStore, type SandboxStore } from '@sandgate/store';
 import type { Logger } from '@sandgate/telemetry';
 import type { WorkspaceAccess } from '../api/access.ts';
 import { toServiceError } from '../api/grpc-errors.ts';
@@ -74,31 +74,44 @@ export class WatchService {
   }
 
   /** Resolves when the watch has ended (for tests: a watch must end when its client goes away). */
-  handleWatch(call: WatchCall, caller: Principal): Promise<void> {
-    return this.watch(call, caller).catch((err: unknown) => endWithError(call, toServiceError(err, this.deps.log)));
+  handleWatch(call: WatchCall, caller: Principal, opts: WatchOptions = {}): Promise<void> {
+    return this.watch(call, caller, opts).catch((err: unknown) => endWithError(call, toServiceError(err, this.deps.log)));
   }
 
-  private async watch(call: WatchCall, caller: Principal): Promise<void> {
+  private async watch(call: WatchCall, caller: Principal, opts: WatchOptions): Promise<void> {
     const req = call.request;
     const id = req.id;
     if (!id) throw invalid('id is required');
     // Scoped before anything of the sandbox is read: another workspace's is NOT_FOUND. A sandbox
     // never changes workspace, so the check holds for the whole stream.
-    await this.deps.workspaces.visible(caller, await this.deps.store.get(id));
-    const start = await this.deps.feed.start(id, req.log_tail_lines || 200);
-    if (!start) throw notFound();
-
-    if (!(await send(call, { sandbox: start.record.sandbox }))) return;
-    let sentRv = start.record.resourceVersion;
-    if (req.stop_on_terminal && isWatchTerminal(start.record.sandbox.status?.phase)) return void call.end();
-    const filter = { sinceMs: req.log_since_ms ?? 0, sources: req.log_sources, minLevel: req.log_min_level ?? '' };
-    if (req.follow_logs) {
-      for (const l of start.logTail) if (logMatches(l, filter) && !(await send(call, { log: toWire(id, l) }))) return;
-    }
+    const current = await this.deps.workspaces.visible(caller, await this.deps.store.get(id));
+    // Where the stream stands after what was sent last (REST's SSE event ids resume from it).
+    let at: WatchPosition;
+    const emit = (ev: SandboxStreamEvent) => send(call, opts.positions ? { ...ev, position: { ...at } } : ev);
     const followStatus = req.follow_status || req.stop_on_terminal;
+    const filter = { sinceMs: req.log_since_ms ?? 0, sources: req.log_sources, minLevel: req.log_min_level ?? '' };
+    if (opts.resumeFrom) {
+      // A client that saw everything up to here: no snapshot, no tail, nothing twice.
+      at = { ...opts.resumeFrom };
+      if (req.stop_on_terminal && isWatchTerminal(current.sandbox.status?.phase) && current.resourceVersion <= at.rv) return void call.end();
+    } else {
+      const start = await this.deps.feed.start(id, req.log_tail_lines || 200);
+      if (!start) throw notFound();
+      // The snapshot's position precedes the log tail, so a resume from it replays the tail.
+      at = { events: start.from.events, logs: req.follow_logs && start.logTail[0] ? streamIdBefore(start.logTail[0].id) : start.from.logs, rv: start.record.resourceVersion };
+      if (!(await emit({ sandbox: start.record.sandbox }))) return;
+      if (req.stop_on_terminal && isWatchTerminal(start.record.sandbox.status?.phase)) return void call.end();
+      if (req.follow_logs) {
+        for (const l of start.logTail) {
+          at.logs = l.id;
+          if (logMatches(l, filter) && !(await emit({ log: toWire(id, l) }))) return;
+        }
+      }
+      at.logs = start.from.logs;
+    }
     if (!followStatus && !req.follow_logs) return void call.end();
 
-    const follower = this.deps.feed.follow(id, start.from, { logs: !!req.follow_logs });
+    const follower = this.deps.feed.follow(id, { events: at.events, logs: at.logs }, { logs: !!req.follow_logs });
     // Ends a pending blocking read at once when the client goes away.
     const stop = () => follower.close();
     call.on('cancelled', stop);
@@ -107,14 +120,16 @@ export class WatchService {
       while (!callEnded(call)) {
         for (const entry of await follower.next(BLOCK_MS)) {
           if (entry.kind === 'log') {
-            if (logMatches(entry.line, filter) && !(await send(call, { log: toWire(id, entry.line) }))) return;
+            at.logs = entry.line.id;
+            if (logMatches(entry.line, filter) && !(await emit({ log: toWire(id, entry.line) }))) return;
             continue;
           }
           const ev = entry.event;
+          at.events = ev.id;
           if (ev.kind === 'deleted') return void call.end();
-          if (ev.rv <= sentRv || !followStatus) continue;
-          sentRv = ev.rv;
-          if (!(await send(call, { sandbox: ev.sandbox }))) return;
+          if (ev.rv <= at.rv || !followStatus) continue;
+          at.rv = ev.rv;
+          if (!(await emit({ sandbox: ev.sandbox }))) return;
           if (req.stop_on_terminal && isWatchTerminal(ev.sandbox.status?.phase)) return void call.end();
         }
       }
@@ -129,6 +144,24 @@ export class WatchService {
   }
 }
 
+/**
+ * Where a watch stands: everything of the event stream up to `events`, of the log stream up to
+ * `logs` (stream entry ids) and snapshots up to resource version `rv` were handled. Following from
+ * it misses nothing and repeats nothing.
+ */
+export interface WatchPosition {
+  events: string;
+  logs: string;
+  rv: number;
+}
+
+export interface WatchOptions {
+  /** Resume a watch that had reached this position (REST's Last-Event-ID). */
+  resumeFrom?: WatchPosition;
+  /** Write each event with the position after it (`{...event, position}`): REST's SSE ids. */
+  positions?: boolean;
+}
+
 type WatchCall = ServerWritableStream<WatchSandboxRequest, SandboxStreamEvent>;
 
 const callEnded = (call: WatchCall) => call.cancelled || call.destroyed || call.writableEnded;
@@ -137,7 +170,7 @@ const callEnded = (call: WatchCall) => call.cancelled || call.destroyed || call.
  * Writes one message; if the client is slow, waits until it drains, or until the call ends (the
  * client went away: no drain ever comes then). false: the call has ended, stop sending.
  */
-async function send(call: WatchCall, ev: SandboxStreamEvent): Promise<boolean> {
+async function send(call: WatchCall, ev: SandboxStreamEvent | (SandboxStreamEvent & { position: WatchPosition })): Promise<boolean> {
   if (callEnded(call)) return false;
   if (!call.write(ev)) {
     await new Promise<void>((resolve) => {

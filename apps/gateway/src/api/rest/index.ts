@@ -23,6 +23,7 @@ import { eventRoutes } from './events.ts';
 import { execWsRoutes } from './exec-ws.ts';
 import { fileRoutes } from './files.ts';
 import { serviceRoutes } from './services.ts';
+import { installErrorHandling } from './errors.ts';
 
 export interface RestDeps {
   authenticator: Authenticator;
@@ -53,6 +54,8 @@ export async function registerRest(app: FastifyInstance, deps: RestDeps): Promis
   app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger());
   await app.register(
     async (v1) => {
+      // Every failure under /v1 (validation, unknown routes included) in the one error shape.
+      installErrorHandling(v1, deps.log);
       sandboxRoutes(v1, deps);
       execRoutes(v1, deps);
       eventRoutes(v1, deps);
