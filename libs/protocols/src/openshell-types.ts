@@ -319,3 +319,35 @@ export interface ServiceEndpointResponse {
   endpoint?: ServiceEndpoint;
   url?: string;
 }
+
+export interface ExposeServiceRequest {
+  sandbox?: string;
+  service?: string;
+  target_port?: number;
+  domain?: boolean;
+  workspace?: string;
+}
+
+export interface GetServiceRequest {
+  sandbox?: string;
+  service?: string;
+  workspace?: string;
+}
+
+export interface ListServicesRequest {
+  sandbox?: string;
+  limit?: number;
+  offset?: number;
+  workspace?: string;
+  all_workspaces?: boolean;
+}
+
+export type DeleteServiceRequest = GetServiceRequest;
+
+export interface ListServicesResponse {
+  services: ServiceEndpointResponse[];
+}
+
+export interface DeleteServiceResponse {
+  deleted?: boolean;
+}

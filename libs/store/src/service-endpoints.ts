@@ -95,7 +95,7 @@ export class ServiceEndpointStore {
    */
   async listWorkspace(workspace: string, offset: number, limit: number, sandboxIdOf: (name: string) => Promise<string | null>): Promise<ServiceEndpoint[]> {
     if (limit <= 0) return [];
-    const members = await this.redis.zrange(keys.workspaceServices(workspace), offset, offset + limit - 1);
+    const members = await this.redis.zrange(keys.workspaceServices(workspace), String(offset), String(offset + limit - 1));
     const ids = await Promise.all(members.map((key) => sandboxIdOf(key.split('--')[0]!)));
     const pipeline = this.redis.pipeline();
     members.forEach((key, i) => pipeline.hmgetBuffer(keys.sandboxServices(ids[i] ?? ''), pbField(key), rvField(key)));
