@@ -8,6 +8,7 @@ import type { RestDeps } from './index.ts';
 import { httpCaller } from './gate.ts';
 import { sendError } from './errors.ts';
 import { invalid } from '@sandgate/core';
+import type { ServiceEndpointResponse as ServiceEndpointResponseMessage } from '@sandgate/protocols';
 
 /** The path segment naming a sandbox's unnamed endpoint. */
 export const UNNAMED_SERVICE = '-';
@@ -70,6 +71,32 @@ const TAGS = ['services'];
 
 const serviceOf = (raw: string) => (raw === UNNAMED_SERVICE ? '' : raw);
 
+/** A ServiceEndpointResponse with every field present (decoded protos leave defaults out). */
+function endpointBody(r: ServiceEndpointResponseMessage): Static<typeof ServiceEndpointResponse> {
+  const e = r.endpoint ?? {};
+  const m = e.metadata;
+  return {
+    endpoint: {
+      metadata: {
+        id: m?.id ?? '',
+        name: m?.name ?? '',
+        created_at_ms: m?.created_at_ms ?? 0,
+        labels: m?.labels ?? {},
+        annotations: m?.annotations ?? {},
+        resource_version: m?.resource_version ?? 0,
+        workspace: m?.workspace ?? '',
+        deletion_timestamp_ms: m?.deletion_timestamp_ms ?? 0,
+      },
+      sandbox_id: e.sandbox_id ?? '',
+      sandbox_name: e.sandbox_name ?? '',
+      service_name: e.service_name ?? '',
+      target_port: e.target_port ?? 0,
+      domain: e.domain ?? true,
+    },
+    url: r.url ?? '',
+  };
+}
+
 /** Authenticates, runs `fn` with the caller, answers its result or the one error shape. */
 function handle<Req extends FastifyRequest>(deps: RestDeps, fn: (req: Req, caller: Awaited<ReturnType<typeof httpCaller>>) => Promise<unknown>) {
   return async (req: Req, reply: FastifyReply) => {
@@ -104,10 +131,9 @@ export function serviceRoutes(app: FastifyInstance, deps: RestDeps): void {
       },
     },
     handle(deps, (req: FastifyRequest<{ Params: Static<typeof ServiceParams>; Querystring: Static<typeof WorkspaceQuery>; Body: Static<typeof ExposeBody> }>, caller) =>
-      services.expose(
-        { sandbox: req.params.name, service: serviceOf(req.params.service), target_port: req.body.target_port, domain: true, workspace: req.query.workspace },
-        caller,
-      ),
+      services
+        .expose({ sandbox: req.params.name, service: serviceOf(req.params.service), target_port: req.body.target_port, domain: true, workspace: req.query.workspace }, caller)
+        .then(endpointBody),
     ),
   );
 
@@ -125,7 +151,9 @@ export function serviceRoutes(app: FastifyInstance, deps: RestDeps): void {
       },
     },
     handle(deps, (req: FastifyRequest<{ Params: Static<typeof SandboxParams>; Querystring: Static<typeof PageQuery> }>, caller) =>
-      services.list({ sandbox: req.params.name, workspace: req.query.workspace, limit: req.query.limit, offset: req.query.offset }, caller),
+      services
+        .list({ sandbox: req.params.name, workspace: req.query.workspace, limit: req.query.limit, offset: req.query.offset }, caller)
+        .then((res) => ({ services: res.services.map(endpointBody) })),
     ),
   );
 
@@ -145,7 +173,9 @@ export function serviceRoutes(app: FastifyInstance, deps: RestDeps): void {
       },
     },
     handle(deps, (req: FastifyRequest<{ Querystring: Static<typeof PageQuery> & { all_workspaces?: boolean } }>, caller) =>
-      services.list({ workspace: req.query.workspace, limit: req.query.limit, offset: req.query.offset, all_workspaces: req.query.all_workspaces }, caller),
+      services
+        .list({ workspace: req.query.workspace, limit: req.query.limit, offset: req.query.offset, all_workspaces: req.query.all_workspaces }, caller)
+        .then((res) => ({ services: res.services.map(endpointBody) })),
     ),
   );
 
@@ -162,7 +192,7 @@ export function serviceRoutes(app: FastifyInstance, deps: RestDeps): void {
         response: { 200: ServiceEndpointResponse, ...errors },
       },
     },
-    handle(deps, (req: ServiceReq, caller) => services.get({ sandbox: req.params.name, service: serviceOf(req.params.service), workspace: req.query.workspace }, caller)),
+    handle(deps, (req: ServiceReq, caller) => services.get({ sandbox: req.params.name, service: serviceOf(req.params.service), workspace: req.query.workspace }, caller).then(endpointBody)),
   );
 
   app.delete(
@@ -178,7 +208,9 @@ export function serviceRoutes(app: FastifyInstance, deps: RestDeps): void {
         response: { 200: DeleteResponse, ...errors },
       },
     },
-    handle(deps, (req: ServiceReq, caller) => services.delete({ sandbox: req.params.name, service: serviceOf(req.params.service), workspace: req.query.workspace }, caller)),
+    handle(deps, (req: ServiceReq, caller) =>
+      services.delete({ sandbox: req.params.name, service: serviceOf(req.params.service), workspace: req.query.workspace }, caller).then((res) => ({ deleted: res.deleted ?? false })),
+    ),
   );
 
   app.post(
