@@ -15,7 +15,9 @@ export class TcpPathSocket extends Duplex {
   readonly remoteAddress = '127.0.0.1';
 
   constructor(path: TcpPath) {
-    super({ allowHalfOpen: true });
+    // Room for a few frames (up to 64 KiB each) before the path is paused: pausing on every frame
+    // would stall a relayed path on each one.
+    super({ allowHalfOpen: true, readableHighWaterMark: 512 * 1024, writableHighWaterMark: 256 * 1024 });
     this.path = path;
     const up = path.stream;
     up.on('data', (frame: TcpFrame) => {
