@@ -234,6 +234,24 @@ describe('signed public links', () => {
     }
   });
 
+  it("refuses the link's cookie on requests another page makes (another service's page is the same site)", async () => {
+    const first = await serviceRequest(httpUrl(0), web(0), `/hello${link.search}`);
+    const cookie = String(first.headers['set-cookie']).split(';')[0]!;
+    const evil = `http://${host(0, 'default--svcapp--other')}`;
+    const own = `http://${web(0)}`;
+    const attempt = (headers: Record<string, string>) => serviceRequest(httpUrl(0), web(0), '/hello', { headers: { cookie, ...headers } });
+    expect((await attempt({ origin: evil })).status).toBe(403);
+    expect((await attempt({ origin: 'null' })).status).toBe(403);
+    expect((await attempt({ 'sec-fetch-site': 'same-site', 'sec-fetch-mode': 'no-cors' })).status).toBe(403);
+    expect((await attempt({ 'sec-fetch-site': 'cross-site', 'sec-fetch-mode': 'cors', origin: evil })).status).toBe(403);
+    await expect(wsEcho(0, 'default--svcapp--web', 'x', { cookie, origin: evil })).rejects.toThrow('websocket refused: 403');
+    // The service's own pages, a typed URL, and a link followed from elsewhere still work.
+    expect((await attempt({ origin: own, 'sec-fetch-site': 'same-origin', 'sec-fetch-mode': 'cors' })).status).toBe(200);
+    expect((await attempt({ 'sec-fetch-site': 'none', 'sec-fetch-mode': 'navigate' })).status).toBe(200);
+    expect((await attempt({ 'sec-fetch-site': 'cross-site', 'sec-fetch-mode': 'navigate' })).status).toBe(200);
+    expect(await wsEcho(0, 'default--svcapp--web', 'same origin', { cookie, origin: own })).toBe('echo: same origin');
+  });
+
   it('refuses forged, altered and other-service links (403), and expired ones (401)', async () => {
     const exp = link.searchParams.get('sg_exp')!;
     const sig = link.searchParams.get('sg_sig')!;

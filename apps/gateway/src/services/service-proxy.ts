@@ -153,6 +153,10 @@ export class ServiceProxy {
     // The link's cookie, unless the caller presents a bearer token (then that decides).
     const cookie = parseCookies(req.headers.cookie).get(LINK_COOKIE);
     if (cookie !== undefined && req.headers.authorization === undefined) {
+      // The browser attaches the cookie to requests other pages make too: every service host is
+      // the same site (`*.<domain>`), so SameSite=Lax alone would let another service's page
+      // send this one requests. Refused, as upstream's loopback listener refuses cross-site ones.
+      if (crossOrigin(req, this.deps.secureCookies)) return refuse(403, 'Cross-origin service request rejected');
       const parsed = parseLinkCookie(cookie);
       const resolved = await services.resolve(address);
       const check = links.verify(host, resolved.endpoint?.metadata?.id ?? '', parsed?.expiry ?? '', parsed?.signature ?? '');
@@ -273,6 +277,29 @@ export class ServiceProxy {
     });
     upstream.end();
   }
+}
+
+/**
+ * A request another origin's page made (a cross-site link's navigation excepted: following a
+ * link to the service is how people open it). Fetch metadata where the browser sends it, else the
+ * Origin header (WebSockets always carry it).
+ */
+function crossOrigin(req: IncomingMessage, https: boolean): boolean {
+  const site = req.headers['sec-fetch-site'];
+  const navigation = req.headers['sec-fetch-mode'] === 'navigate' && (req.method === 'GET' || req.method === 'HEAD');
+  if (typeof site === 'string' && site !== 'same-origin' && site !== 'none' && !navigation) return true;
+  const origin = req.headers.origin;
+  if (typeof origin === 'string' && !navigation) {
+    // 'null' is an opaque origin (a sandboxed frame, a data: page): never this service's.
+    if (origin === 'null') return true;
+    try {
+      const o = new URL(origin);
+      return o.host.toLowerCase() !== (req.headers.host ?? '').toLowerCase() || o.protocol !== (https ? 'https:' : 'http:');
+    } catch {
+      return true;
+    }
+  }
+  return false;
 }
 
 function linkRefused(reason: 'expired' | 'invalid'): Decision {
