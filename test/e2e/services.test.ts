@@ -353,6 +353,11 @@ describe('the four gRPC methods (openshell-v1-more.md §7)', () => {
     expect(list.services.map((s) => s.endpoint.metadata.name)).toEqual(['svcapp--web', 'svcapp--other', 'svcapp', 'svcapp--tmp']);
     expect((await unaryCall<{ services: unknown[] }>(client, 'ListServices', { limit: 1, offset: 1 })).services).toHaveLength(1);
     expect(await unaryCall(client, 'DeleteService', { sandbox: 'svcapp', service: 'tmp' })).toEqual({ deleted: true });
+    // Each change is a line of the sandbox's gateway log (upstream's audit event).
+    await waitFor('audit lines', async () => {
+      const logs = (await runCli(['logs', 'svcapp', '--source', 'gateway', '-n', '500'], { gateway: gw(1) })).stdout.toString();
+      return ['svcapp--tmp created: 127.0.0.1:9000', 'svcapp--tmp updated: 127.0.0.1:9001', 'svcapp--tmp deleted'].every((l) => logs.includes(`service endpoint ${l}`));
+    });
   });
 
   it('the CLI: expose prints the URL, list the table, delete of nothing is an error exit', async () => {

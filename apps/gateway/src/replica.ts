@@ -247,6 +247,7 @@ export async function startReplica(config: ReplicaConfig, opts: { authenticator?
     workspaces,
     links: serviceLinks,
     urlBase: () => ({ domain: config.serviceDomain, scheme: serviceScheme, port: config.servicePublicPort || ownHttpPort }),
+    note: (id, message) => lifecycle!.note(id, message),
     log,
   });
   publicServer.addService(

@@ -41,6 +41,8 @@ export interface ServiceEndpointDeps {
   links: ServiceLinks;
   /** Base domain, public scheme and port of service URLs (configuration, read per response). */
   urlBase: () => ServiceUrlBase;
+  /** A line in the sandbox's gateway log stream (`sandgate logs`), as upstream's audit event. */
+  note?: (sandboxId: string, message: string) => void;
   log: Logger;
 }
 
@@ -109,7 +111,9 @@ export class ServiceEndpointService {
       service,
       targetPort,
     });
-    return this.response(stored);
+    const response = this.response(stored);
+    this.deps.note?.(sandboxId, `service endpoint ${key} ${current ? 'updated' : 'created'}: 127.0.0.1:${targetPort} at ${response.url}`);
+    return response;
   }
 
   async get(req: GetServiceRequest, caller: Principal): Promise<ServiceEndpointResponse> {
@@ -157,7 +161,10 @@ export class ServiceEndpointService {
     // A missing endpoint is deleted=false with OK, as upstream answers it.
     if (!sandboxId || !(await this.deps.endpoints.get(sandboxId, key))) return { deleted: false };
     const deleted = await this.deps.endpoints.delete(sandboxId, ws, key);
-    if (deleted) this.deps.log.info('service endpoint deleted', { sandboxId, endpoint: key });
+    if (deleted) {
+      this.deps.log.info('service endpoint deleted', { sandboxId, endpoint: key });
+      this.deps.note?.(sandboxId, `service endpoint ${key} deleted`);
+    }
     return { deleted };
   }
 
