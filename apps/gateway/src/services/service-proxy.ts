@@ -13,7 +13,7 @@
 import http, { type IncomingHttpHeaders, type IncomingMessage, type ServerResponse } from 'node:http';
 import { randomUUID } from 'node:crypto';
 import type { Duplex } from 'node:stream';
-import { parseServiceHost, isServiceHost, type ServiceAddress } from '@sandgate/core';
+import { parseServiceHost, isServiceHost } from '@sandgate/core';
 import type { ServiceEndpoint } from '@sandgate/protocols';
 import type { StoredSandbox } from '@sandgate/store';
 import type { Logger, Metrics } from '@sandgate/telemetry';
@@ -374,4 +374,3 @@ function writeRawError(client: Duplex, status: number, message: string, headers:
   );
 }
 
-export type { ServiceAddress };
