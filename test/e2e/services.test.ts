@@ -154,6 +154,16 @@ describe('an exposed service through every replica', () => {
     expect(planted.headers['set-cookie']).toEqual(['app=1; Path=/']);
   });
 
+  it('answers 502 at every replica when nothing listens on the exposed port', async () => {
+    await unaryCall(client, 'ExposeService', { sandbox: 'svcapp', service: 'dead', target_port: 8999 });
+    for (let i = 0; i < 3; i++) {
+      const res = await serviceRequest(httpUrl(i), host(i, 'default--svcapp--dead'), '/', { headers: bearer() });
+      expect(res.status, `replica ${i}`).toBe(502);
+      expect(res.body.toString()).toBe('Service endpoint is not reachable\n');
+    }
+    await unaryCall(client, 'DeleteService', { sandbox: 'svcapp', service: 'dead' });
+  });
+
   it('sends upgrades for other hosts to the API (fastify), not to the proxy', async () => {
     const base = new URL(httpUrl(0));
     const answer = await new Promise<{ status: number; body: string }>((resolve, reject) => {
