@@ -45,7 +45,7 @@ async function start(tls: { cert: Buffer; key: Buffer } | null) {
   });
   await app.listen({ host: '127.0.0.1', port: 0 });
   closers.push(() => app.close());
-  return { port: (app.server.address() as { port: number }).port, seen: proxy.seen };
+  return { port: (app.server.address() as { port: number }).port, seen: proxy.seen, server: app.server as http.Server };
 }
 
 function get(port: number, host: string, path: string, tls: { ca: string } | null): Promise<{ status: number; body: string }> {
@@ -86,7 +86,9 @@ describe.each([
       tls = { cert: Buffer.from(pair.cert), key: Buffer.from(pair.key) };
       trust = { ca: ca.cert };
     }
-    const { port, seen } = await start(tls);
+    const { port, seen, server } = await start(tls);
+    // fastify's own server settings hold for the factory's server: no overall request deadline.
+    expect(server.requestTimeout).toBe(0);
     const scheme = withTls ? 'wss' : 'ws';
     const svc = `default--box--web.openshell.localhost:${port}`;
 

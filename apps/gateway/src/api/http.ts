@@ -34,9 +34,18 @@ export interface HostRouted {
  * 'upgrade' listener never sees a service host's, and the proxy never sees the API's.
  */
 function hostRoutingServer(tls: { cert: Buffer; key: Buffer } | null | undefined, routed: HostRouted) {
-  return (fastifyHandler: (req: IncomingMessage, res: ServerResponse) => void) => {
+  return (
+    fastifyHandler: (req: IncomingMessage, res: ServerResponse) => void,
+    opts: { keepAliveTimeout?: number; requestTimeout?: number; connectionTimeout?: number; maxRequestsPerSocket?: number },
+  ) => {
     const listener = (req: IncomingMessage, res: ServerResponse) => (routed.claims(req) ? routed.handleRequest(req, res) : fastifyHandler(req, res));
     const server = tls ? https.createServer(tls, listener) : http.createServer(listener);
+    // The timeouts fastify gives a server it makes itself (a factory's server gets none of them):
+    // no overall request deadline, so long uploads and streams are not cut.
+    if (opts.keepAliveTimeout !== undefined) server.keepAliveTimeout = opts.keepAliveTimeout;
+    if (opts.requestTimeout !== undefined) server.requestTimeout = opts.requestTimeout;
+    if (opts.connectionTimeout !== undefined) server.setTimeout(opts.connectionTimeout);
+    if (opts.maxRequestsPerSocket) server.maxRequestsPerSocket = opts.maxRequestsPerSocket;
     const emit = server.emit.bind(server) as (event: string | symbol, ...args: unknown[]) => boolean;
     server.emit = ((event: string | symbol, ...args: unknown[]) => {
       if (event === 'upgrade' && routed.claims(args[0] as IncomingMessage)) {
