@@ -161,7 +161,7 @@ describe('validation and errors', () => {
     await expectStatus(unaryCall(client, 'DeleteSandbox', { name: 'nope' }), grpcStatus.NOT_FOUND, 'sandbox not found');
     await expectStatus(unaryCall(client, 'ListSandboxes', { all_workspaces: true, workspace: 'x' }), grpcStatus.INVALID_ARGUMENT, 'all_workspaces and workspace are mutually exclusive');
     await expectStatus(unaryCall(client, 'ListSandboxes', { label_selector: 'oops' }), grpcStatus.INVALID_ARGUMENT, /invalid label selector/);
-    await expectStatus(unaryCall(client, 'ExposeService', { sandbox: 'x', target_port: 80 }), grpcStatus.UNIMPLEMENTED, /ExposeService/);
+    await expectStatus(unaryCall(client, 'ExposeService', { sandbox: 'x', target_port: 80 }), grpcStatus.NOT_FOUND, 'sandbox not found');
   });
 
   it('validates exec before any I/O and answers NOT_FOUND for unknown sandboxes', async () => {

@@ -40,9 +40,15 @@ export const COMMANDS: Record<string, () => Promise<CommandModule>> = {
   'token create': () => import('./commands/token.ts').then((m) => ({ run: m.runCreate, OPTIONS: m.CREATE_OPTIONS })),
   'token list': () => import('./commands/token.ts').then((m) => ({ run: m.runList, OPTIONS: m.LIST_OPTIONS })),
   'token revoke': () => import('./commands/token.ts').then((m) => ({ run: m.runRevoke, OPTIONS: m.REVOKE_OPTIONS })),
+  // Exposed services (issue 14).
+  'service expose': () => import('./commands/service.ts').then((m) => ({ run: m.runExpose, OPTIONS: m.EXPOSE_OPTIONS })),
+  'service list': () => import('./commands/service.ts').then((m) => ({ run: m.runList, OPTIONS: m.LIST_OPTIONS })),
+  'service get': () => import('./commands/service.ts').then((m) => ({ run: m.runGet, OPTIONS: m.GET_OPTIONS })),
+  'service delete': () => import('./commands/service.ts').then((m) => ({ run: m.runDelete, OPTIONS: m.DELETE_OPTIONS })),
+  'service url': () => import('./commands/service.ts').then((m) => ({ run: m.runUrl, OPTIONS: m.URL_OPTIONS })),
 };
 
-export const GROUPS = new Set(['sandbox', 'workspace', 'token', 'forward']);
+export const GROUPS = new Set(['sandbox', 'workspace', 'token', 'forward', 'service']);
 
 const isHelp = (arg: string | undefined) => arg === '-h' || arg === '--help';
 

@@ -43,6 +43,11 @@ Usage:
   sandgate token create --workspace W [flags]  a new API token (printed once, on stdout)
   sandgate token list [-o json]        the API tokens (never the tokens themselves)
   sandgate token revoke ID|TOKEN       revoke an API token (refused everywhere within 1 s)
+  sandgate service expose SANDBOX TARGET-PORT [SERVICE]  serve a port of the sandbox at a URL
+  sandgate service list [SANDBOX]      exposed services and their URLs
+  sandgate service get SANDBOX [SERVICE]
+  sandgate service delete SANDBOX [SERVICE]
+  sandgate service url SANDBOX [SERVICE] [--expires 1h]  a signed public link (no token needed)
 
 ${GLOBAL_FLAGS}
   --version       print the version
@@ -425,5 +430,75 @@ Flags:
                     when bubblewrap cannot be had and a Docker engine answers)
   --no-auth         let every caller in as an admin, unauthenticated (SANDGATE_AUTH=0)
   -h, --help        show help
+`,
+  service: `Usage:
+  sandgate service expose SANDBOX TARGET-PORT [SERVICE] [--workspace W] [-o json]
+  sandgate service list [SANDBOX] [--workspace W | --all-workspaces] [--limit N] [--offset N] [-o json]
+  sandgate service get SANDBOX [SERVICE] [--workspace W] [-o json]
+  sandgate service delete SANDBOX [SERVICE] [--workspace W] [-o json]
+  sandgate service url SANDBOX [SERVICE] [--expires 1h] [--workspace W] [-o json]
+
+A port inside a sandbox (127.0.0.1:TARGET-PORT there) exposed as a service answers at
+<scheme>://<workspace>--<sandbox>[--<service>].<service domain>:<port>/ on every replica's HTTP
+port (or the load balancer's): HTTP/1.1, streamed, WebSockets included. Private: requests need
+Authorization: Bearer <token> of a caller of the workspace; 'service url' makes a signed public
+link instead. A sandbox that is not serving answers 412.
+
+${GLOBAL_FLAGS}
+
+Run 'sandgate service COMMAND --help' for a command's flags.
+`,
+  'service expose': `Usage: sandgate service expose SANDBOX TARGET-PORT [SERVICE] [flags]
+
+Exposes 127.0.0.1:TARGET-PORT inside SANDBOX as SERVICE (without SERVICE: the sandbox's unnamed
+endpoint) and prints its URL. Exposing the same SANDBOX [SERVICE] again replaces the port.
+
+Flags:
+  --workspace W   the sandbox's workspace (default: your own)
+  -o json         print the result as JSON
+${GLOBAL_FLAGS}
+`,
+  'service list': `Usage: sandgate service list [SANDBOX] [flags]
+
+Lists exposed services (of SANDBOX only, when given), oldest first.
+
+Flags:
+  --workspace W       the services of workspace W (default: your own)
+  --all-workspaces    the services of every workspace (gateway admins only)
+  --limit N           at most N (0 or absent: 100; at most 1000)
+  --offset N          skip the first N
+  -o json             print {"services": [...]} as JSON
+${GLOBAL_FLAGS}
+`,
+  'service get': `Usage: sandgate service get SANDBOX [SERVICE] [flags]
+
+Shows one exposed service: sandbox, service, target and URL.
+
+Flags:
+  --workspace W   the sandbox's workspace (default: your own)
+  -o json         print the result as JSON
+${GLOBAL_FLAGS}
+`,
+  'service delete': `Usage: sandgate service delete SANDBOX [SERVICE] [flags]
+
+Stops exposing the service; exits 1 ("service endpoint not found") if there was none.
+
+Flags:
+  --workspace W   the sandbox's workspace (default: your own)
+  -o json         print the result as JSON
+${GLOBAL_FLAGS}
+`,
+  'service url': `Usage: sandgate service url SANDBOX [SERVICE] [--expires 1h] [flags]
+
+Prints a signed public link to the exposed service: anyone holding it reaches the service
+without a token, at every replica, until it expires. It opens that one service only; exposing
+it again after a delete makes old links invalid. A browser opening it gets a cookie for the
+service's host and is redirected to the clean URL.
+
+Flags:
+  --expires D     lifetime: seconds or 30m, 1h, 7d (default 1h, at most 7d)
+  --workspace W   the sandbox's workspace (default: your own)
+  -o json         print {"url", "expires_at"} as JSON
+${GLOBAL_FLAGS}
 `,
 };

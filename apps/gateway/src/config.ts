@@ -7,7 +7,7 @@
 // Only pure imports here: `sandgate gateway`/`up` parse their flags through this module before
 // the gateway's Redis, gRPC and driver modules are loaded, and client commands share its helpers.
 import path from 'node:path';
-import { DEBUG_BREAKS, DEBUG_ENV, parseDebugBreaks, type DebugBreak } from '@sandgate/core';
+import { DEBUG_BREAKS, DEBUG_ENV, DEFAULT_SERVICE_DOMAIN, normaliseServiceDomain, parseDebugBreaks, type DebugBreak } from '@sandgate/core';
 import { LOG_LEVELS, otlpMetricsExportFromEnv, type LogLevel, type OtlpMetricsExport } from '@sandgate/telemetry';
 
 export interface ReplicaConfig {
@@ -60,6 +60,12 @@ export interface ReplicaConfig {
   maxSandboxesPerWorkspace: number;
   /** Concurrent execs per workspace, across replicas; 0 = no limit. */
   maxExecsPerWorkspace: number;
+  /** Base domain of exposed-service hosts (`<ws>--<sandbox>[--<service>].<domain>`). */
+  serviceDomain: string;
+  /** Scheme of service URLs; empty: https with --tls-cert, else http. */
+  servicePublicScheme: '' | 'http' | 'https';
+  /** Port of service URLs (a load balancer's); 0: this replica's own HTTP port. */
+  servicePublicPort: number;
   /** PEM file of the CA a `rediss://` Redis presents; empty: the system's CAs. */
   redisCa: string;
   logLevel: LogLevel;
@@ -408,6 +414,32 @@ export const REPLICA_OPTIONS: Specs = {
     default: '0',
     description: 'concurrent execs one workspace may run across replicas (0 = no limit); the next fails with RESOURCE_EXHAUSTED',
     parse: nonNegativeInt,
+  },
+  serviceDomain: {
+    flag: 'service-domain',
+    up: true,
+    env: 'SANDGATE_SERVICE_DOMAIN',
+    default: DEFAULT_SERVICE_DOMAIN,
+    description: 'base domain of exposed-service URLs: `<workspace>--<sandbox>[--<service>].<domain>` is served on the HTTP port (point a wildcard DNS name at the load balancer)',
+    parse: (raw, what) => {
+      const domain = normaliseServiceDomain(raw);
+      if (!domain) throw new ConfigError(`${what} must be a DNS name of at least two labels (e.g. apps.example.com), got '${raw}'`);
+      return domain;
+    },
+  },
+  servicePublicScheme: {
+    flag: 'service-public-scheme',
+    env: 'SANDGATE_SERVICE_PUBLIC_SCHEME',
+    default: { text: 'https with --tls-cert, else http', compute: () => '' },
+    description: 'scheme of exposed-service URLs, where a load balancer in front terminates TLS or not: http or https',
+    parse: oneOf(['http', 'https'] as const),
+  },
+  servicePublicPort: {
+    flag: 'service-public-port',
+    env: 'SANDGATE_SERVICE_PUBLIC_PORT',
+    default: { text: "this replica's HTTP port", compute: () => 0 },
+    description: 'port of exposed-service URLs: the load balancer\'s HTTP port in front of the replicas (left out of URLs when it is the scheme\'s default)',
+    parse: integer(1, 65535, 'a port'),
   },
   redisCa: {
     flag: 'redis-ca',

@@ -20,6 +20,7 @@ import {
   SandboxLogStore,
   SandboxStore,
   SandboxUsageStore,
+  ServiceEndpointStore,
   SshSessionStore,
   timeRedisCommands,
   WorkspaceExecSlots,
@@ -51,6 +52,9 @@ import { TcpForwardService } from './ssh/tcp-forward.ts';
 import { announceDebugBreaks } from './debug-breaks.ts';
 import { runJobWorker } from './job-runtime.ts';
 import { grpcServerCredentials, httpsOptions, loadServerTls, warnIfPlaintext } from './tls.ts';
+import { ServiceEndpointService } from './services/service-endpoints.ts';
+import { ServiceLinks } from './services/service-links.ts';
+import { ServiceProxy } from './services/service-proxy.ts';
 
 const supervisorEntry = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../supervisor/src/main.ts');
 
@@ -231,9 +235,24 @@ export async function startReplica(config: ReplicaConfig, opts: { authenticator?
     log,
   });
   const door = { workspaces: new WorkspaceService({ workspaces: workspaceStore, log }), driverName: driver.name };
+  // Exposed services: URLs name the public scheme and port of the HTTP port (a load balancer's
+  // when configured, else this replica's own, known once it listens: read per response).
+  let ownHttpPort = config.httpPort;
+  const serviceLinks = new ServiceLinks(peerSecret);
+  const serviceScheme = config.servicePublicScheme || (tls ? 'https' : 'http');
+  const services = new ServiceEndpointService({
+    endpoints: new ServiceEndpointStore(redis),
+    store,
+    workspaceStore,
+    workspaces,
+    links: serviceLinks,
+    urlBase: () => ({ domain: config.serviceDomain, scheme: serviceScheme, port: config.servicePublicPort || ownHttpPort }),
+    note: (id, message) => lifecycle!.note(id, message),
+    log,
+  });
   publicServer.addService(
     openShellDefinition,
-    openShellImplementation(authenticator, sandboxes, exec, lifecycle, watch, log, { sessions: ssh, forward }, configService, door),
+    openShellImplementation(authenticator, sandboxes, exec, lifecycle, watch, log, { sessions: ssh, forward }, configService, door, services),
   );
   const sandboxMetrics = new SandboxMetrics({
     replicaId: config.replicaId,
@@ -246,7 +265,7 @@ export async function startReplica(config: ReplicaConfig, opts: { authenticator?
     log,
   });
   sandboxMetrics.start();
-  publicServer.addService(sandgateDefinition, sandgateImplementation(authenticator, log, sandboxMetrics));
+  publicServer.addService(sandgateDefinition, sandgateImplementation(authenticator, log, sandboxMetrics, services));
   publicServer.addService(serviceDefinition('sandgate.v1.SupervisorGateway'), {
     Control: (call: ControlCall) => sessions.handleControl(call),
     ExecChannel: (call: ExecChannelCall) => sessions.handleExecChannel(call),
@@ -295,16 +314,28 @@ export async function startReplica(config: ReplicaConfig, opts: { authenticator?
     replicaId: config.replicaId,
     metrics,
     debugBreaks: [...config.debugBreaks],
+    serviceProxy: new ServiceProxy({
+      services,
+      links: serviceLinks,
+      authenticator,
+      workspaces,
+      router,
+      domain: config.serviceDomain,
+      secureCookies: serviceScheme === 'https',
+      log,
+      metrics,
+    }),
     ready: async () => {
       const pong = await redis.ping();
       const ok = pong === 'PONG' && registered;
       return { ok, detail: ok ? 'redis reachable, replica registered' : `redis=${pong} registered=${registered}` };
     },
   });
-  await registerRest(http, { authenticator, sandboxes, exec, lifecycle, watch, ssh, router, store, workspaces, log, metrics });
+  await registerRest(http, { authenticator, sandboxes, exec, lifecycle, watch, ssh, router, store, workspaces, services, log, metrics });
   await http.listen({ host: config.host, port: config.httpPort });
   const httpAddress = http.server.address();
   const httpPort = typeof httpAddress === 'object' && httpAddress ? httpAddress.port : config.httpPort;
+  ownHttpPort = httpPort;
   const httpUrl = `${tls ? 'https' : 'http'}://${urlHost(config.host)}:${httpPort}`;
   log.info('replica listening', { grpcAddress, peerAddress, httpUrl, supervisorEndpoint, tls: tls !== null, mtls: Boolean(tls?.clientCa) });
 

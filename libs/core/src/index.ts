@@ -13,3 +13,4 @@ export * from './policy-merge.ts';
 export * from './egress.ts';
 export * from './principal.ts';
 export * from './workspace-rules.ts';
+export * from './service-routing.ts';

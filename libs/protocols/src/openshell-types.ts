@@ -303,3 +303,51 @@ export interface ListWorkspaceMembersRequest {
 export interface ListWorkspaceMembersResponse {
   members: WorkspaceMember[];
 }
+
+/** openshell.v1.ServiceEndpoint: one exposed service of a sandbox (openshell-v1-more.md §7.2). */
+export interface ServiceEndpoint {
+  metadata?: ObjectMeta;
+  sandbox_id?: string;
+  sandbox_name?: string;
+  service_name?: string;
+  target_port?: number;
+  domain?: boolean;
+}
+
+/** openshell.v1.ServiceEndpointResponse: the endpoint and its URL (computed per response). */
+export interface ServiceEndpointResponse {
+  endpoint?: ServiceEndpoint;
+  url?: string;
+}
+
+export interface ExposeServiceRequest {
+  sandbox?: string;
+  service?: string;
+  target_port?: number;
+  domain?: boolean;
+  workspace?: string;
+}
+
+export interface GetServiceRequest {
+  sandbox?: string;
+  service?: string;
+  workspace?: string;
+}
+
+export interface ListServicesRequest {
+  sandbox?: string;
+  limit?: number;
+  offset?: number;
+  workspace?: string;
+  all_workspaces?: boolean;
+}
+
+export type DeleteServiceRequest = GetServiceRequest;
+
+export interface ListServicesResponse {
+  services: ServiceEndpointResponse[];
+}
+
+export interface DeleteServiceResponse {
+  deleted?: boolean;
+}

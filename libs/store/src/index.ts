@@ -10,3 +10,4 @@ export * from './tokens.ts';
 export * from './peer-secret.ts';
 export * from './workspaces.ts';
 export * from './usage.ts';
+export * from './service-endpoints.ts';

@@ -62,4 +62,8 @@ export const keys = {
   workspaceSandboxes: (name: string) => `sg:wssbx:${name}`,
   /** Sorted set, expiring: live execs of one workspace across replicas (member = exec id, score = heartbeat ms). */
   workspaceExecs: (name: string) => `sg:wsexec:${name}`,
+  /** Hash: a sandbox's exposed-service endpoints: `pb:<key>` encoded openshell.v1.ServiceEndpoint, `rv:<key>` its resource_version. */
+  sandboxServices: (sandboxId: string) => `sg:svc:${sandboxId}`,
+  /** Sorted set: a workspace's endpoint keys (`<sandbox>[--<service>]`), score = created_at_ms (listing order: creation, then name). */
+  workspaceServices: (workspace: string) => `sg:svcs:${workspace}`,
 } as const;

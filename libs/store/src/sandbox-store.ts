@@ -24,7 +24,7 @@ const REMOVE = luaScript('remove-sandbox');
 const CreateResult = { nameTaken: 0, created: 1, workspaceMissing: -1, workspaceTerminating: -2, atQuota: -3 } as const;
 /** What update-sandbox-2 answers when it did not write (otherwise the new resource_version, >= 0). */
 const UpdateResult = { gone: -1, conflict: -2 } as const;
-/** What remove-sandbox-9 answers. */
+/** What remove-sandbox-11 answers. */
 const RemoveResult = { absent: 0, removed: 1 } as const;
 
 export interface StoredSandbox {
@@ -234,7 +234,7 @@ export class SandboxStore {
       this.redis,
       [
         keys.sandbox(id), keys.sandboxName(workspace, name), keys.sandboxIndex(), keys.owner(id), keys.fence(id), keys.events(id), keys.logs(id),
-        keys.workspaceSandboxes(workspace), keys.usage(id),
+        keys.workspaceSandboxes(workspace), keys.usage(id), keys.sandboxServices(id), keys.workspaceServices(workspace),
       ],
       [id, EVENTS_TTL_AFTER_DELETE_MS, EVENTS_MAXLEN],
     );

@@ -1,5 +1,5 @@
 // The access rule, applied by everything that reaches into a running sandbox: exec, attaching to
-// the main process, CreateSshSession and ForwardTcp. The rule itself (phase × live session) is
+// the main process, CreateSshSession, ForwardTcp and exposed services. The rule itself (phase × live session) is
 // libs/core's decideAccess; this is where the record and the session's liveness are looked up.
 import { GatewayError, Code, Phase, decideAccess, notFound, mayUseWorkspace, requestedWorkspace, type Principal } from '@sandgate/core';
 import type { Sandbox } from '@sandgate/protocols';
@@ -17,11 +17,20 @@ export async function requireAccess(deps: AccessDeps, sandboxId: string, scope: 
   // Workspace scoping before the phase rule: another workspace's sandbox is NOT_FOUND, never
   // FAILED_PRECONDITION (which would say it exists).
   const record = await scope.workspaces.visible(scope.caller, found);
+  await requireServing(deps, record);
+  return record;
+}
+
+/**
+ * The phase half of the rule alone, for a record whose workspace scoping is settled elsewhere
+ * (the exposed-service proxy: a signed link carries no caller). FAILED_PRECONDITION when the
+ * sandbox is not serving.
+ */
+export async function requireServing(deps: Pick<AccessDeps, 'sessionLive'>, record: StoredSandbox): Promise<void> {
   const phase = record.sandbox.status?.phase;
   // A Ready sandbox is judged without the session lookup, so the common case costs one read.
-  const decision = decideAccess(phase, phase === Phase.READY ? true : await deps.sessionLive(sandboxId));
+  const decision = decideAccess(phase, phase === Phase.READY ? true : await deps.sessionLive(record.sandbox.metadata!.id!));
   if (!decision.allowed) throw new GatewayError(Code.FAILED_PRECONDITION, decision.message);
-  return record;
 }
 
 /**

@@ -20,6 +20,7 @@ import type { WorkspaceService } from '../workspaces/workspace-service.ts';
 import { gatewayInfo } from './gateway-info.ts';
 import type { SandboxMetrics } from '../sandboxes/sandbox-metrics.ts';
 import type { GetSandboxUsageRequest } from '@sandgate/protocols';
+import type { ServiceEndpointService, ServiceLinkRequest } from '../services/service-endpoints.ts';
 
 export const openShellDefinition = serviceDefinition('openshell.v1.OpenShell');
 
@@ -72,6 +73,7 @@ export function openShellImplementation(
   ssh?: { sessions: SshService; forward: TcpForwardService },
   config?: ConfigService,
   door?: { workspaces: WorkspaceService; driverName: string },
+  services?: ServiceEndpointService,
 ): UntypedServiceImplementation {
   // Handlers before the gate: each takes (call, callback, caller) or (call, caller).
   const implemented: Record<string, (call: never, callback: never, caller: Principal) => void> = {
@@ -108,6 +110,12 @@ export function openShellImplementation(
     implemented.RemoveWorkspaceMember = unary(log, (req: Parameters<WorkspaceService['removeMember']>[0], caller) => ws.removeMember(req, caller));
     implemented.ListWorkspaceMembers = unary(log, (req: Parameters<WorkspaceService['listMembers']>[0], caller) => ws.listMembers(req, caller));
   }
+  if (services) {
+    implemented.ExposeService = unary(log, (req: Parameters<ServiceEndpointService['expose']>[0], caller) => services.expose(req, caller));
+    implemented.GetService = unary(log, (req: Parameters<ServiceEndpointService['get']>[0], caller) => services.get(req, caller));
+    implemented.ListServices = unary(log, (req: Parameters<ServiceEndpointService['list']>[0], caller) => services.list(req, caller));
+    implemented.DeleteService = unary(log, (req: Parameters<ServiceEndpointService['delete']>[0], caller) => services.delete(req, caller));
+  }
   const service: UntypedServiceImplementation = {};
   for (const method of Object.keys(openShellDefinition)) {
     const def = openShellDefinition[method]!;
@@ -124,10 +132,20 @@ export function openShellImplementation(
 export const sandgateDefinition = serviceDefinition('sandgate.v1.Sandgate');
 
 /** sandgate.v1.Sandgate, sandgate's own public calls: behind the same gate as OpenShell's. */
-export function sandgateImplementation(authenticator: Authenticator, log: Logger, usage: SandboxMetrics): UntypedServiceImplementation {
-  return {
+export function sandgateImplementation(authenticator: Authenticator, log: Logger, usage: SandboxMetrics, services?: ServiceEndpointService): UntypedServiceImplementation {
+  const out: UntypedServiceImplementation = {
     GetSandboxUsage: gated('sandgate.v1.Sandgate/GetSandboxUsage', authenticator, log, true, unary(log, (req: GetSandboxUsageRequest, caller) => usage.getUsage(req, caller)) as never) as never,
   };
+  if (services) {
+    out.CreateServiceLink = gated(
+      'sandgate.v1.Sandgate/CreateServiceLink',
+      authenticator,
+      log,
+      true,
+      unary(log, (req: ServiceLinkRequest, caller) => services.createLink(req, caller)) as never,
+    ) as never;
+  }
+  return out;
 }
 
 /** GetCurrentUserResponse: the identity the gate established (upstream's field sources). */

@@ -16,6 +16,7 @@ import type { WatchService } from '../../sandboxes/watch-service.ts';
 import type { SshService } from '../../ssh/ssh-service.ts';
 import type { ExecRouter } from '../../relay/exec-router.ts';
 import type { WorkspaceAccess } from '../access.ts';
+import type { ServiceEndpointService } from '../../services/service-endpoints.ts';
 import { GATEWAY_VERSION } from '../openshell-service.ts';
 import { sandboxRoutes } from './sandboxes.ts';
 import { execRoutes } from './exec.ts';
@@ -35,6 +36,8 @@ export interface RestDeps {
   router: ExecRouter;
   store: SandboxStore;
   workspaces: WorkspaceAccess;
+  /** Exposed services' records and signed links (helper D). */
+  services: ServiceEndpointService;
   log: Logger;
   metrics: Metrics;
 }

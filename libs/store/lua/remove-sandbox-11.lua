@@ -2,9 +2,12 @@
   Removes a sandbox record and everything keyed by it, and its id from its workspace's sandbox
   set (the quota and DeleteWorkspace's check stay exact). The event stream gets a final
   'deleted' entry and then expires: watchers see the end, and nothing of the sandbox stays for long.
+  Its exposed-service endpoints go with it (openshell-v1-more.md §7.2), out of the workspace's
+  endpoint listing too, in the same call: no endpoint outlives its sandbox, even for a moment.
   KEYS[1] record hash, KEYS[2] name index, KEYS[3] id set, KEYS[4] owner hash,
   KEYS[5] fence counter, KEYS[6] event stream, KEYS[7] log stream,
-  KEYS[8] workspace sandbox set (sg:wssbx:{ws}), KEYS[9] usage hash (sg:usage:{id})
+  KEYS[8] workspace sandbox set (sg:wssbx:{ws}), KEYS[9] usage hash (sg:usage:{id}),
+  KEYS[10] the sandbox's endpoints (sg:svc:{id}), KEYS[11] the workspace's endpoint listing (sg:svcs:{ws})
   ARGV[1] id
   ARGV[2] how long the event stream lingers after the delete (ms)
   ARGV[3] event stream max length (approximate trim)
@@ -13,7 +16,10 @@
 local existed = redis.call('EXISTS', KEYS[1])
 local id = ARGV[1]
 if redis.call('GET', KEYS[2]) == id then redis.call('DEL', KEYS[2]) end
-redis.call('DEL', KEYS[1], KEYS[4], KEYS[5], KEYS[7], KEYS[9])
+for _, field in ipairs(redis.call('HKEYS', KEYS[10])) do
+  if string.sub(field, 1, 3) == 'pb:' then redis.call('ZREM', KEYS[11], string.sub(field, 4)) end
+end
+redis.call('DEL', KEYS[1], KEYS[4], KEYS[5], KEYS[7], KEYS[9], KEYS[10])
 redis.call('SREM', KEYS[3], id)
 redis.call('SREM', KEYS[8], id)
 if existed == 1 then
