@@ -21,6 +21,7 @@ describe('up', () => {
   it('prints the endpoint and a first command', () => {
     expect(upBanner({ grpcAddress: '127.0.0.1:8080', httpUrl: 'http://127.0.0.1:8081' }, 'private, 127.0.0.1:6000')).toBe(
       'sandgate is up: gRPC 127.0.0.1:8080, HTTP http://127.0.0.1:8081 (redis: private, 127.0.0.1:6000)\n' +
+        'HTTP API: http://127.0.0.1:8081/v1 (OpenAPI http://127.0.0.1:8081/openapi.json, docs http://127.0.0.1:8081/docs)\n' +
         'try:  sandgate sandbox create --name demo --detach -- sleep infinity && sandgate sandbox exec demo -- echo hi\n',
     );
     expect(upBanner({ grpcAddress: '127.0.0.1:9000', httpUrl: 'http://127.0.0.1:9001' }, 'x')).toContain(

@@ -44,6 +44,8 @@ export function upBanner(replica: Pick<RunningReplica, 'grpcAddress' | 'httpUrl'
   return (
     `sandgate is up: gRPC ${grpc}, HTTP ${replica.httpUrl} (redis: ${redis})\n` +
     config +
+    // The HTTP API takes the same bearer tokens (`sandgate token create` mints one for curl).
+    `HTTP API: ${replica.httpUrl}/v1 (OpenAPI ${replica.httpUrl}/openapi.json, docs ${replica.httpUrl}/docs)\n` +
     `try:  ${prefix}sandgate sandbox create --name demo --detach -- sleep infinity && sandgate sandbox exec demo -- echo hi\n`
   );
 }

@@ -7,8 +7,9 @@ import { Writable } from 'node:stream';
 import { isUtf8 } from 'node:buffer';
 import type { FastifyInstance } from 'fastify';
 import { Type, type Static } from '@sinclair/typebox';
-import type { ExecSandboxEvent, ExecSandboxRequest } from '@sandgate/protocols';
-import { Code, EXIT_TIMEOUT, GatewayError } from '@sandgate/core';
+import type { ExecSandboxRequest } from '@sandgate/protocols';
+import type { ClientExecEvent } from '../../exec/exec-service.ts';
+import { Code, GatewayError } from '@sandgate/core';
 import type { RestDeps } from './index.ts';
 import { ERROR_RESPONSES, ErrorSchema, NameParams, WorkspaceField, authenticate, callerOf } from './common.ts';
 import { HttpStatusError } from './errors.ts';
@@ -124,6 +125,8 @@ class UnaryExecCall extends Writable {
   readonly request: ExecSandboxRequest;
   cancelled = false;
   exitCode: number | null = null;
+  /** The supervisor's own word (ExecService passes Exit.timed_out on): not guessed from 124. */
+  timedOut = false;
   private readonly output: OutputCollector;
   private readonly onOverflow: () => void;
 
@@ -134,9 +137,12 @@ class UnaryExecCall extends Writable {
     this.onOverflow = onOverflow;
   }
 
-  override _write(ev: ExecSandboxEvent, _enc: BufferEncoding, done: (err?: Error | null) => void): void {
+  override _write(ev: ClientExecEvent, _enc: BufferEncoding, done: (err?: Error | null) => void): void {
     const kept = (ev.stdout?.data ? this.output.add('stdout', ev.stdout.data) : true) && (ev.stderr?.data ? this.output.add('stderr', ev.stderr.data) : true);
-    if (ev.exit) this.exitCode = ev.exit.exit_code ?? 0;
+    if (ev.exit) {
+      this.exitCode = ev.exit.exit_code ?? 0;
+      this.timedOut = ev.exit.timed_out ?? false;
+    }
     done();
     if (!kept && !this.cancelled) this.onOverflow();
   }
@@ -183,6 +189,7 @@ export function execRoutes(app: FastifyInstance, deps: RestDeps): void {
         stdin,
       };
       const output = new OutputCollector(cap);
+      let timedOut = false;
       const exitCode = await new Promise<number>((resolve, reject) => {
         let settled = false;
         const settle = (fn: () => void) => {
@@ -219,14 +226,14 @@ export function execRoutes(app: FastifyInstance, deps: RestDeps): void {
         if (reply.raw.destroyed) return clientGone();
         call.on('error', (err: unknown) => settle(() => reject(err)));
         call.on('finish', () =>
-          settle(() => (call.exitCode === null ? reject(new GatewayError(Code.UNAVAILABLE, 'exec ended without an exit status')) : resolve(call.exitCode))),
+          settle(() => (call.exitCode === null ? reject(new GatewayError(Code.UNAVAILABLE, 'exec ended without an exit status')) : ((timedOut = call.timedOut), resolve(call.exitCode)))),
         );
         deps.exec.handleUnary(call as never, caller);
       });
       const encoding = body.output_encoding ?? 'utf8';
       const result: ExecResult = {
         exit_code: exitCode,
-        timed_out: (body.timeout_seconds ?? 0) > 0 && exitCode === EXIT_TIMEOUT,
+        timed_out: timedOut,
         ...encodeStream('stdout', output.take('stdout'), encoding),
         ...encodeStream('stderr', output.take('stderr'), encoding),
       };
