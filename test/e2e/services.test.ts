@@ -184,8 +184,8 @@ describe('an exposed service through every replica', () => {
       req.end();
     });
     expect(answer.status).toBe(404);
-    // fastify's JSON, not the proxy's plain text.
-    expect(answer.body).toContain('"statusCode":404');
+    // The API's JSON error shape (its /v1 not-found handler), not the proxy's plain text.
+    expect(answer.body).toContain('"code":"NOT_FOUND"');
   });
 });
 
