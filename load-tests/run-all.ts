@@ -60,6 +60,12 @@ const BENCHES: Bench[] = [
   // Issue 14: an exposed service's streamed response through the owner vs another replica.
   { id: 'service-proxy', args: ['--mib', '256', '--repetitions', '5', '--warmup', '1'], quickArgs: ['--mib', '32', '--repetitions', '2', '--warmup', '0'], timeoutMs: 300_000 },
   {
+    id: 'file-transfer',
+    args: ['--mib', '256', '--repetitions', '5', '--warmup', '1'],
+    quickArgs: ['--mib', '32', '--repetitions', '2', '--warmup', '0'],
+    timeoutMs: 420_000,
+  },
+  {
     id: 'session-scale',
     args: ['--levels', '1000,2500,5000,10000', '--window', '10', '--settle', '5', '--max-ramp', '30'],
     quickArgs: ['--levels', '200,500', '--window', '3', '--settle', '2', '--max-ramp', '15'],

@@ -25,6 +25,8 @@ export const COMMANDS: Record<string, () => Promise<CommandModule>> = {
   'sandbox exec': () => import('./commands/sandbox-exec.ts'),
   'sandbox connect': () => import('./commands/sandbox-connect.ts'),
   'sandbox ssh-config': () => import('./commands/sandbox-ssh-config.ts'),
+  'sandbox upload': () => import('./commands/sandbox-files.ts').then((m) => ({ run: m.runUpload, OPTIONS: m.OPTIONS })),
+  'sandbox download': () => import('./commands/sandbox-files.ts').then((m) => ({ run: m.runDownload, OPTIONS: m.OPTIONS })),
   'sandbox policy': () => import('./commands/sandbox-policy.ts'),
   'ssh-proxy': () => import('./commands/ssh-proxy.ts'),
   'forward start': () => import('./commands/forward.ts'),

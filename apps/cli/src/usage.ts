@@ -30,6 +30,8 @@ Usage:
   sandgate sandbox stop NAME           stop it, keeping its files
   sandgate sandbox start NAME          start a stopped sandbox again
   sandgate sandbox ssh-config NAME     print an OpenSSH Host block for ssh, scp, sftp
+  sandgate sandbox upload NAME LOCAL [REMOTE]    copy a file or directory into the sandbox
+  sandgate sandbox download NAME REMOTE [LOCAL]  copy a file or directory out of it
   sandgate sandbox policy NAME [flags] the policy in force, or --policy FILE to replace it live
   sandgate ssh-proxy [flags]           OpenSSH ProxyCommand over ForwardTcp
   sandgate forward start NAME LOCAL_PORT[:REMOTE_PORT]  a local port to a port in the sandbox
@@ -64,6 +66,8 @@ Run 'sandgate COMMAND --help' for a command's flags.
   sandgate sandbox stop NAME [--workspace W] [-o json]
   sandgate sandbox start NAME [--workspace W] [-o json]
   sandgate sandbox ssh-config NAME [--workspace W]
+  sandgate sandbox upload NAME LOCAL [REMOTE] [--workspace W]
+  sandgate sandbox download NAME REMOTE [LOCAL] [--workspace W]
   sandgate sandbox policy NAME [--workspace W] [--policy FILE] [-o json]
 
 ${GLOBAL_FLAGS}
@@ -278,6 +282,29 @@ _PER_SANDBOX); it mints one more session token per 3 concurrent connections.
 
 Flags:
   --bind ADDR     local address to listen on (default 127.0.0.1)
+  --workspace W   the sandbox's workspace (default: your own)
+${GLOBAL_FLAGS}
+`,
+  'sandbox upload': `Usage: sandgate sandbox upload NAME LOCAL [REMOTE]
+
+Copies LOCAL into the sandbox through the gateway (no SSH or sftp-server needed). REMOTE is
+absolute or relative to the sandbox's working directory (/sandbox); default: LOCAL's name there.
+A file appears at REMOTE only complete (an interrupted upload leaves nothing). A directory is
+sent as a tar and extracted into REMOTE. LOCAL - reads stdin (REMOTE required).
+Paths with '..', or leading out of /sandbox and /tmp (symbolic links included), are refused.
+
+Flags:
+  --workspace W   the sandbox's workspace (default: your own)
+${GLOBAL_FLAGS}
+`,
+  'sandbox download': `Usage: sandgate sandbox download NAME REMOTE [LOCAL]
+
+Copies REMOTE out of the sandbox through the gateway. A file is written to LOCAL (default:
+REMOTE's name in the current directory; into it if LOCAL is a directory; - for stdout). A
+directory arrives as a tar and is extracted into LOCAL (created if needed); entries that would
+land outside LOCAL or write through a symbolic link are refused.
+
+Flags:
   --workspace W   the sandbox's workspace (default: your own)
 ${GLOBAL_FLAGS}
 `,

@@ -44,6 +44,7 @@ import { WorkspaceService } from './workspaces/workspace-service.ts';
 import { WorkspaceAccess } from './api/access.ts';
 import { buildHttp } from './api/http.ts';
 import { registerRest } from './api/rest/index.ts';
+import { FileService } from './files/file-service.ts';
 import { LifecycleService } from './sandboxes/lifecycle-service.ts';
 import { WatchService } from './sandboxes/watch-service.ts';
 import { ConfigService } from './sandboxes/config-service.ts';
@@ -265,7 +266,8 @@ export async function startReplica(config: ReplicaConfig, opts: { authenticator?
     log,
   });
   sandboxMetrics.start();
-  publicServer.addService(sandgateDefinition, sandgateImplementation(authenticator, log, sandboxMetrics, services));
+  const files = new FileService({ store, router, workspaces, log });
+  publicServer.addService(sandgateDefinition, sandgateImplementation(authenticator, log, sandboxMetrics, services, files));
   publicServer.addService(serviceDefinition('sandgate.v1.SupervisorGateway'), {
     Control: (call: ControlCall) => sessions.handleControl(call),
     ExecChannel: (call: ExecChannelCall) => sessions.handleExecChannel(call),
@@ -331,7 +333,7 @@ export async function startReplica(config: ReplicaConfig, opts: { authenticator?
       return { ok, detail: ok ? 'redis reachable, replica registered' : `redis=${pong} registered=${registered}` };
     },
   });
-  await registerRest(http, { authenticator, sandboxes, exec, lifecycle, watch, ssh, router, store, workspaces, services, log, metrics });
+  await registerRest(http, { authenticator, sandboxes, exec, lifecycle, watch, ssh, router, store, workspaces, services, log, metrics, files });
   await http.listen({ host: config.host, port: config.httpPort });
   const httpAddress = http.server.address();
   const httpPort = typeof httpAddress === 'object' && httpAddress ? httpAddress.port : config.httpPort;

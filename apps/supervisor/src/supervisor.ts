@@ -8,6 +8,7 @@ import { findTaggedProcesses, killExecTree } from './kill-tree.ts';
 import { MainAttach } from './main-attach.ts';
 import { SshServer } from './ssh/ssh-server.ts';
 import { openTcpChannel } from './ssh/tcp-channel.ts';
+import { openFileChannel } from './file-transfer.ts';
 import type { MainExit } from './main-process.ts';
 import type { RelayedTracing } from '@sandgate/telemetry/otel';
 import type { SpanHelpers } from './exec-runner.ts';
@@ -98,6 +99,11 @@ export class Supervisor {
   private openTcp(open: TcpOpen, conn: GatewayConnection): void {
     if (this.shuttingDown) {
       this.control.reportTcpOpenFailed(conn, open.channel_id ?? '', 'supervisor is shutting down');
+      return;
+    }
+    // A file transfer rides a TCP channel but dials nothing: the file worker streams it, as the workload.
+    if (open.file) {
+      openFileChannel(open, conn, { launcher: this.workload?.launcher, workdir: process.cwd(), log: this.log });
       return;
     }
     openTcpChannel(open, conn, {

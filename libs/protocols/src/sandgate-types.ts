@@ -81,6 +81,8 @@ export interface TcpOpen {
   sandbox_id?: string;
   ssh?: Record<string, never>;
   tcp?: { host?: string; port?: number };
+  /** Not a connection: a file streamed in or out by the supervisor (FileTarget in the .proto). */
+  file?: FileTarget;
   service_id?: string;
   /** W3C trace context of the call this channel serves. */
   trace_context?: StringMap;
@@ -93,6 +95,47 @@ export interface TcpFrame {
   data?: Buffer;
   eof?: Record<string, never>;
   error?: PathError;
+  /** File channels only: what the supervisor opened (read) or wrote (write). */
+  file_info?: FileInfo;
+}
+
+/** A file transfer over a TCP channel: read (download) or write (upload), a file or a tar of a directory. */
+export interface FileTarget {
+  path?: string;
+  write?: boolean;
+  archive?: boolean;
+}
+
+export interface FileInfo {
+  /** The absolute path inside the sandbox. */
+  path?: string;
+  /** The bytes are a tar of a directory. */
+  archive?: boolean;
+  /** Read: the file's size when opened (absent for a tar). Write: the bytes received. */
+  size?: number;
+}
+
+/** sandgate.v1.Sandgate/UploadFile and DownloadFile. */
+export interface FileRequest {
+  sandbox_id?: string;
+  path?: string;
+  archive?: boolean;
+}
+
+export interface UploadFileFrame {
+  start?: FileRequest;
+  data?: Buffer;
+}
+
+export interface FileTransferResult {
+  path?: string;
+  bytes?: number;
+  archive?: boolean;
+}
+
+export interface DownloadFileFrame {
+  info?: FileInfo;
+  data?: Buffer;
 }
 
 /** sandgate.v1.Sandgate/GetSandboxUsage. */

@@ -21,6 +21,8 @@ import { gatewayInfo } from './gateway-info.ts';
 import type { SandboxMetrics } from '../sandboxes/sandbox-metrics.ts';
 import type { GetSandboxUsageRequest } from '@sandgate/protocols';
 import type { ServiceEndpointService, ServiceLinkRequest } from '../services/service-endpoints.ts';
+import type { FileService } from '../files/file-service.ts';
+import { downloadFileHandler, uploadFileHandler } from '../files/file-grpc.ts';
 
 export const openShellDefinition = serviceDefinition('openshell.v1.OpenShell');
 
@@ -132,7 +134,13 @@ export function openShellImplementation(
 export const sandgateDefinition = serviceDefinition('sandgate.v1.Sandgate');
 
 /** sandgate.v1.Sandgate, sandgate's own public calls: behind the same gate as OpenShell's. */
-export function sandgateImplementation(authenticator: Authenticator, log: Logger, usage: SandboxMetrics, services?: ServiceEndpointService): UntypedServiceImplementation {
+export function sandgateImplementation(
+  authenticator: Authenticator,
+  log: Logger,
+  usage: SandboxMetrics,
+  services?: ServiceEndpointService,
+  files?: FileService,
+): UntypedServiceImplementation {
   const out: UntypedServiceImplementation = {
     GetSandboxUsage: gated('sandgate.v1.Sandgate/GetSandboxUsage', authenticator, log, true, unary(log, (req: GetSandboxUsageRequest, caller) => usage.getUsage(req, caller)) as never) as never,
   };
@@ -144,6 +152,11 @@ export function sandgateImplementation(authenticator: Authenticator, log: Logger
       true,
       unary(log, (req: ServiceLinkRequest, caller) => services.createLink(req, caller)) as never,
     ) as never;
+  }
+  if (files) {
+    // File transfers (files/file-grpc.ts), behind the same gate.
+    out.UploadFile = gated('sandgate.v1.Sandgate/UploadFile', authenticator, log, true, uploadFileHandler(files, log) as never) as never;
+    out.DownloadFile = gated('sandgate.v1.Sandgate/DownloadFile', authenticator, log, false, downloadFileHandler(files, log) as never) as never;
   }
   return out;
 }

@@ -83,7 +83,7 @@ export class TcpForwardService {
     call.once('data', (first: TcpFrame) => {
       call.pause();
       const open = first.open;
-      if (!open?.sandbox_id || !open.channel_id || (!open.ssh && !open.tcp)) {
+      if (!open?.sandbox_id || !open.channel_id || (!open.ssh && !open.tcp && !open.file)) {
         endWithError(call, new GatewayError(Code.INVALID_ARGUMENT, 'first peer frame must be open with sandbox_id, channel_id and a target'));
         return;
       }
@@ -92,7 +92,7 @@ export class TcpForwardService {
       const { span, ctx } = startSpan('sandgate.Peer/Tcp', {
         kind: SpanKind.SERVER,
         parent: extractContext(open.trace_context),
-        attributes: { [TraceAttr.sandboxId]: open.sandbox_id, [TraceAttr.channelId]: open.channel_id, 'sandgate.tcp.target': open.ssh ? 'ssh' : 'tcp' },
+        attributes: { [TraceAttr.sandboxId]: open.sandbox_id, [TraceAttr.channelId]: open.channel_id, 'sandgate.tcp.target': open.ssh ? 'ssh' : open.file ? 'file' : 'tcp' },
       });
       if (span.isRecording()) {
         open.trace_context = injectContext(ctx);

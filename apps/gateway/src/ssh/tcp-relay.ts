@@ -85,7 +85,7 @@ export function relayForward(client: ServerCall, path: TcpPath, clientError: (er
 /** At the owner replica: the entry replica's peer link ↔ the supervisor's TcpChannel. */
 export function spliceTcp(call: ServerCall, path: TcpPath): void {
   const up = path.stream;
-  pump(up, call, (f: TcpFrame) => (f.data || f.eof || f.error ? f : null));
+  pump(up, call, (f: TcpFrame) => (f.data || f.eof || f.error || f.file_info ? f : null));
   pump(call, up, (f: TcpFrame) => (f.data || f.eof ? f : null));
   up.on('end', () => {
     // Close the supervisor's side only after the entry replica has been handed everything.

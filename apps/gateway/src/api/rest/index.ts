@@ -17,6 +17,7 @@ import type { SshService } from '../../ssh/ssh-service.ts';
 import type { ExecRouter } from '../../relay/exec-router.ts';
 import type { WorkspaceAccess } from '../access.ts';
 import type { ServiceEndpointService } from '../../services/service-endpoints.ts';
+import type { FileService } from '../../files/file-service.ts';
 import { GATEWAY_VERSION } from '../openshell-service.ts';
 import { sandboxRoutes } from './sandboxes.ts';
 import { execRoutes } from './exec.ts';
@@ -40,6 +41,8 @@ export interface RestDeps {
   services: ServiceEndpointService;
   log: Logger;
   metrics: Metrics;
+  /** File transfers (the same instance as the gRPC calls'); absent: fileRoutes makes one. */
+  files?: FileService;
 }
 
 /** Registers /openapi.json, /docs and every /v1 route on `app` (await before listen). */
