@@ -3,6 +3,8 @@
 // (resuming with Last-Event-ID), watches and deletes it. And the door, attacked: no token or a
 // garbage one on every /v1 route, another workspace's sandbox, unknown fields, an output past
 // its cap, a client killed mid-exec (no process may be left behind).
+import fs from 'node:fs';
+import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Validator } from '@seriousme/openapi-schema-validator';
 import { Cluster } from '../harness/cluster.ts';
@@ -255,9 +257,41 @@ describe('the API description', () => {
     for (const op of ['createSandbox', 'listSandboxes', 'getSandbox', 'deleteSandbox', 'stopSandbox', 'startSandbox', 'execSandbox', 'getSandboxLogs', 'watchSandbox']) {
       expect(JSON.stringify(doc.json.paths)).toContain(`"operationId":"${op}"`);
     }
+    // Every operation it describes is exercised by an e2e test: the table names the file and the
+    // call in it, so a new route without a test (or a test that stopped calling it) fails here.
+    const described = new Set<string>();
+    for (const item of Object.values<Record<string, { operationId?: string }>>(doc.json.paths)) {
+      for (const op of Object.values(item)) if (op?.operationId) described.add(op.operationId);
+    }
+    expect([...described].sort()).toEqual(Object.keys(EXERCISED_BY).sort());
+    for (const [op, [file, call]] of Object.entries(EXERCISED_BY)) {
+      expect(fs.readFileSync(path.join(import.meta.dirname, file), 'utf8'), `${op} is exercised in ${file}`).toContain(call);
+    }
     const docs = await curl('GET', `${lb.httpUrl}/docs/`);
     expect(docs.status).toBe(200);
     expect(docs.headers['content-type']).toContain('text/html');
     expect(docs.body.toLowerCase()).toContain('swagger');
   });
 });
+
+/** Each operation of /openapi.json: the e2e test file that calls it and the call as written there. */
+const EXERCISED_BY: Record<string, [file: string, call: string]> = {
+  createSandbox: ['http-api.test.ts', "curl('POST', `${base}/sandboxes`"],
+  listSandboxes: ['http-api.test.ts', "curl('GET', `${base}/sandboxes?label_selector"],
+  getSandbox: ['http-api.test.ts', "curl('GET', `${base}/sandboxes/${NAME}`"],
+  deleteSandbox: ['http-api.test.ts', "curl('DELETE', `${base}/sandboxes/${NAME}`"],
+  stopSandbox: ['http-api.test.ts', "curl('POST', `${base}/sandboxes/${NAME}/stop`, { token })"],
+  startSandbox: ['http-api.test.ts', "curl('POST', `${base}/sandboxes/${NAME}/start`, { token })"],
+  execSandbox: ['http-api.test.ts', "curl('POST', `${base}/sandboxes/${opts.name ?? NAME}/exec`"],
+  getSandboxLogs: ['http-api.test.ts', 'new CurlSse(`${base}/sandboxes/${NAME}/logs?follow=true`'],
+  watchSandbox: ['http-api.test.ts', 'new CurlSse(`${base}/sandboxes/${NAME}/events`'],
+  execWebSocket: ['exec-ws.test.ts', '/v1/sandboxes/${name}/exec/ws'],
+  uploadFile: ['files.test.ts', "fetch(filesUrl(upVia, 'big.bin'), { method: 'PUT'"],
+  downloadFile: ['files.test.ts', "fetch(filesUrl(downVia, 'big.bin'), { headers: auth() })"],
+  exposeService: ['services.test.ts', "api('PUT', '/sandboxes/svcapp/services/rest'"],
+  getService: ['services.test.ts', "api('GET', '/sandboxes/svcapp/services/rest')"],
+  listSandboxServices: ['services.test.ts', "api('GET', '/sandboxes/svcapp/services')"],
+  listServices: ['services.test.ts', "api('GET', '/services')"],
+  createServiceLink: ['services.test.ts', "api('POST', '/sandboxes/svcapp/services/rest/links'"],
+  deleteService: ['services.test.ts', "api('DELETE', '/sandboxes/svcapp/services/rest')"],
+};
