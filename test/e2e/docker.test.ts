@@ -1,6 +1,10 @@
 // Issue 6 acceptance: the docker driver behind three replicas, against a real dockerd.
 // .ci/run starts dockerd and builds the sandbox image; without an engine this file fails loudly.
 import { execFileSync, spawnSync } from 'node:child_process';
+import { createHash, randomBytes } from 'node:crypto';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Redis } from 'ioredis';
 import { status as grpcStatus } from '@grpc/grpc-js';
@@ -11,6 +15,7 @@ import { Cluster, repoRoot, runCli } from '../harness/cluster.ts';
 import { startRedis, type TestRedis } from '../harness/redis.ts';
 import { openShellClient, unaryCall } from '../harness/grpc-client.ts';
 import { waitFor } from '../harness/wait.ts';
+import { SERVICE_APP, serviceHost, serviceRequest } from '../harness/service-app.ts';
 
 let redis: TestRedis;
 let r: Redis;
@@ -172,4 +177,53 @@ describe('docker driver through the gateway', () => {
     const err = (await unaryCall(openShellClient(gw(0)), 'GetSandbox', { name: 'dk-many-0' }).catch((e: unknown) => e)) as { code: number };
     expect(err.code).toBe(grpcStatus.NOT_FOUND);
   }, 360_000);
+
+  it('files and an exposed service work in a container, through every replica (issue 14)', async () => {
+    // The workload runs the bind-mounted node (the image has no other interpreter) as its web app.
+    await create('dk-http', ['--', '/opt/sandgate/node/bin/node', '-e', SERVICE_APP, '8000']);
+    const httpUrl = (i: number) => cluster.replicas[i]!.httpUrl;
+    const auth = { authorization: `Bearer ${cluster.token}` };
+
+    // A file in through one replica and out through each of the others, byte-identical, owned by
+    // the workload's uid inside the container.
+    const body = randomBytes(3 * 1024 * 1024 + 17);
+    const sha = (b: Buffer) => createHash('sha256').update(b).digest('hex');
+    const url = (i: number, p: string) => `${httpUrl(i)}/v1/sandboxes/dk-http/files?path=${encodeURIComponent(p)}`;
+    const put = await fetch(url(0, 'data.bin'), { method: 'PUT', headers: auth, body });
+    expect(put.status, await put.clone().text()).toBe(201);
+    for (const i of [1, 2]) {
+      const got = await fetch(url(i, '/sandbox/data.bin'), { headers: auth });
+      expect(got.status).toBe(200);
+      expect(sha(Buffer.from(await got.arrayBuffer()))).toBe(sha(body));
+    }
+    const owner = await runCli(['sandbox', 'exec', 'dk-http', '--', 'stat', '-c', '%u', '/sandbox/data.bin'], { gateway: gw(1) });
+    expect(owner.stdout.toString().trim()).toBe('10001');
+    // The path rules hold in a container too: a symlink out of the sandbox is refused.
+    await runCli(['sandbox', 'exec', 'dk-http', '--', 'ln', '-s', '/etc', '/sandbox/etc-link'], { gateway: gw(0) });
+    expect((await fetch(url(2, 'etc-link/passwd'), { headers: auth })).status).toBe(403);
+    // A directory with the CLI: up through one replica, down through another.
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'dk-files-'));
+    fs.mkdirSync(path.join(dir, 'tree/sub'), { recursive: true });
+    fs.writeFileSync(path.join(dir, 'tree/sub/a.txt'), 'in a container\n');
+    expect((await runCli(['sandbox', 'upload', 'dk-http', path.join(dir, 'tree'), 'tree'], { gateway: gw(1) })).code).toBe(0);
+    const down = await runCli(['sandbox', 'download', 'dk-http', 'tree', path.join(dir, 'back')], { gateway: gw(2) });
+    expect(down.code, down.stderr.toString()).toBe(0);
+    expect(fs.readFileSync(path.join(dir, 'back/sub/a.txt'), 'utf8')).toBe('in a container\n');
+    fs.rmSync(dir, { recursive: true, force: true });
+
+    // The app, exposed, answers through each replica; after the stop, 412 at each.
+    const expose = await runCli(['service', 'expose', 'dk-http', '8000', 'web'], { gateway: gw(0) });
+    expect(expose.code, expose.stderr.toString()).toBe(0);
+    const web = (i: number) => serviceHost(httpUrl(i), 'default--dk-http--web');
+    await waitFor('the app in the container answers', async () => (await serviceRequest(httpUrl(1), web(1), '/hello', { headers: auth })).status === 200, 60_000, 200);
+    for (let i = 0; i < 3; i++) {
+      const res = await serviceRequest(httpUrl(i), web(i), '/hello', { headers: auth });
+      expect(res.status, `replica ${i}`).toBe(200);
+      expect(res.body.toString()).toBe('hello from the sandbox\n');
+    }
+    expect((await runCli(['sandbox', 'stop', 'dk-http'], { gateway: gw(2) })).code).toBe(0);
+    for (let i = 0; i < 3; i++) expect((await serviceRequest(httpUrl(i), web(i), '/hello', { headers: auth })).status, `replica ${i}`).toBe(412);
+    expect((await runCli(['sandbox', 'delete', 'dk-http'], { gateway: gw(1) })).code).toBe(0);
+    for (let i = 0; i < 3; i++) expect((await serviceRequest(httpUrl(i), web(i), '/hello', { headers: auth })).status, `replica ${i}`).toBe(404);
+  });
 });
