@@ -8,7 +8,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { freePorts } from './ports.ts';
 import { Redis } from 'ioredis';
-import { TokenStore } from '@sandgate/store';
+import { createRedisConnection, TokenStore } from '@sandgate/store';
 import { cliEnv, credentialsFor, registerGateway, type GatewayCredentials } from './credentials.ts';
 import { createCertificateAuthority, type CertificateAuthority, type PemPair } from '@sandgate/pki';
 import { waitFor } from './wait.ts';
@@ -123,7 +123,8 @@ export class Cluster {
 
   /** A new API token of `workspace` with `role`, made in the cluster's Redis as `sandgate token create` does. */
   async tokenFor(workspace: string, role: 'admin' | 'member' = 'member', name = ''): Promise<string> {
-    const redis = new Redis(this.redisUrl, { maxRetriesPerRequest: 2 });
+    // As the replicas connect (a Sentinel address too).
+    const redis = createRedisConnection(this.redisUrl, 'commands');
     try {
       return (await new TokenStore(redis).create({ workspace, role, name })).token;
     } finally {

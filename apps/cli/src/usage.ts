@@ -399,7 +399,8 @@ Flags:
   --grpc-port P               public gRPC port (SANDGATE_GRPC_PORT, default 8080; 0 = any)
   --http-port Q               HTTP port for /healthz, /readyz, /metrics (SANDGATE_HTTP_PORT, default 8081)
   --peer-port R               replica-to-replica port (SANDGATE_PEER_PORT, default 8082)
-  --redis URL                 Redis URL (SANDGATE_REDIS_URL, default redis://127.0.0.1:6379)
+  --redis URL                 Redis URL (SANDGATE_REDIS_URL, default redis://127.0.0.1:6379):
+                              redis://, rediss:// or redis+sentinel://H:P[,H:P…]/MASTER
   --replica-id ID             replica id (SANDGATE_REPLICA_ID, default HOSTNAME-PID-RANDOM)
   --driver local              compute driver (SANDGATE_DRIVER, default local)
   --state-dir DIR             sandbox state directory (SANDGATE_STATE_DIR, default ~/.local/state/sandgate)
@@ -421,7 +422,8 @@ SIGINT, which lets running jobs finish first. For replicas started with --no-wor
 of workers may run. Flags and variables are those of 'sandgate gateway'.
 
 Flags:
-  --redis URL                 Redis URL (SANDGATE_REDIS_URL, default redis://127.0.0.1:6379)
+  --redis URL                 Redis URL (SANDGATE_REDIS_URL, default redis://127.0.0.1:6379):
+                              redis://, rediss:// or redis+sentinel://H:P[,H:P…]/MASTER
   --worker-id ID              worker id (SANDGATE_WORKER_ID, default worker-HOSTNAME-PID-RANDOM)
   --driver local              compute driver, as on the replicas (SANDGATE_DRIVER, default local)
   --state-dir DIR             sandbox state directory, as on the replicas (SANDGATE_STATE_DIR)

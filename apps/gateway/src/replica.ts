@@ -4,6 +4,7 @@
 // can take over.
 import { Server, ServerCredentials } from '@grpc/grpc-js';
 import path from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import type { Redis } from 'ioredis';
 import { loopbackHost, serviceDefinition } from '@sandgate/protocols';
@@ -60,6 +61,9 @@ import { ServiceProxy } from './services/service-proxy.ts';
 const supervisorEntry = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../supervisor/src/main.ts');
 
 // Channelz bookkeeping costs every call and message; nothing here reads it.
+/** How long /readyz waits for Redis to answer PING before it says not ready. */
+const READY_PING_TIMEOUT_MS = 2000;
+
 const GRPC_SERVER_OPTIONS = {
   'grpc.enable_channelz': 0,
   'grpc.keepalive_time_ms': 10_000,
@@ -328,7 +332,9 @@ export async function startReplica(config: ReplicaConfig, opts: { authenticator?
       metrics,
     }),
     ready: async () => {
-      const pong = await redis.ping();
+      // Bounded: a primary frozen mid-failover holds a PING until the Sentinels move us off it,
+      // and a probe that hangs tells a load balancer nothing.
+      const pong = await Promise.race([redis.ping(), sleep(READY_PING_TIMEOUT_MS).then(() => `no answer within ${READY_PING_TIMEOUT_MS} ms`)]);
       const ok = pong === 'PONG' && registered;
       return { ok, detail: ok ? 'redis reachable, replica registered' : `redis=${pong} registered=${registered}` };
     },

@@ -14,3 +14,4 @@ export * from './egress.ts';
 export * from './principal.ts';
 export * from './workspace-rules.ts';
 export * from './service-routing.ts';
+export * from './redis-address.ts';

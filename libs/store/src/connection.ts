@@ -1,5 +1,6 @@
 // Redis connections for the apps, so that connection policy lives with the rest of Redis.
 import { readFileSync } from 'node:fs';
+import { parseRedisAddress } from '@sandgate/core';
 import { Redis, type Command } from 'ioredis';
 
 /**
@@ -28,13 +29,36 @@ export function redisTlsOptions(url: string, tlsCa: string | undefined): { tls?:
   return { tls: { ca: tlsCa } };
 }
 
-/** Credentials (the URL's user and password) go with the URL: ioredis sends AUTH user password. */
+/**
+ * A connection to the Redis `url` names (parseRedisAddress: one server, or the primary behind
+ * Sentinels). Credentials go with the URL: ioredis sends AUTH user password.
+ *
+ * Sentinel mode: ioredis asks the Sentinels for the primary on every (re)connect, watches their
+ * +switch-master announcements (failoverDetector) so a failover moves the connection at once, and
+ * a READONLY reply (a demoted primary, e.g. one that was frozen through the failover and came back
+ * as a replica) reconnects and resends the command to the new primary. Lua scripts need nothing
+ * more: LuaScript.run falls back to EVAL when the new primary has not seen a script.
+ */
 export function createRedisConnection(url: string, purpose: RedisPurpose, opts: RedisConnectionOptions = {}): Redis {
-  return new Redis(url, {
+  const common = {
     maxRetriesPerRequest: purpose === 'jobs-worker' ? null : 2,
     lazyConnect: opts.lazyConnect ?? false,
     ...(opts.connectionName ? { connectionName: opts.connectionName } : {}),
-    ...redisTlsOptions(url, opts.tlsCa),
+  };
+  const address = parseRedisAddress(url);
+  if (address.mode === 'single') return new Redis(url, { ...common, ...redisTlsOptions(url, opts.tlsCa) });
+  if (opts.tlsCa) throw new Error('a Redis CA (--redis-ca / SANDGATE_REDIS_CA) needs a rediss:// Redis URL (TLS to Sentinels is not supported)');
+  return new Redis({
+    ...common,
+    sentinels: address.sentinels,
+    name: address.masterName,
+    db: address.db,
+    ...(address.username ? { username: address.username } : {}),
+    ...(address.password ? { password: address.password } : {}),
+    ...(address.sentinelUsername ? { sentinelUsername: address.sentinelUsername } : {}),
+    ...(address.sentinelPassword ? { sentinelPassword: address.sentinelPassword } : {}),
+    failoverDetector: true,
+    reconnectOnError: (err: Error) => (err.message.startsWith('READONLY') ? 2 : false),
   });
 }
 

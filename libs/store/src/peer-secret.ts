@@ -4,6 +4,7 @@
 // holds the cluster's data already; whoever does not (someone on the network, a workload) can
 // neither read the secret nor compute it.
 import { hkdfSync } from 'node:crypto';
+import { parseRedisAddress } from '@sandgate/core';
 
 export const NO_PEER_SECRET =
   'no peer secret: set SANDGATE_PEER_SECRET (the same value on every replica and worker), or give Redis a password ' +
@@ -13,10 +14,10 @@ export const NO_PEER_SECRET =
 const HKDF_SALT = 'sandgate peer secret';
 const HKDF_INFO = 'sandgate peer link v2';
 
-/** The password of a `redis://` or `rediss://` URL, decoded ('' when it carries none). */
+/** The data nodes' password a Redis address carries, decoded ('' when it carries none). */
 export function redisPassword(url: string): string {
   try {
-    return decodeURIComponent(new URL(url).password);
+    return parseRedisAddress(url).password;
   } catch {
     return '';
   }

@@ -291,6 +291,8 @@ describe('peer secret', () => {
     expect(Buffer.from(derived, 'base64url')).toHaveLength(32);
     expect(resolvePeerSecret('', 'redis://:p%40ss@h:1')).toBe(derivePeerSecret('p@ss'));
     expect(resolvePeerSecret('', 'redis://sandgate:pw2@127.0.0.1:6379')).not.toBe(derived);
+    // Behind Sentinels: the data nodes' password, never the Sentinels' own.
+    expect(resolvePeerSecret('', 'redis+sentinel://sandgate:pw@s1:26379,s2:26379/mymaster?sentinelPassword=other')).toBe(derived);
   });
 
   it('refuses to exist without a secret or a Redis password, saying what to set', () => {

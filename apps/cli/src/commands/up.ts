@@ -1,6 +1,7 @@
 // sandgate up: the embedded default. One replica with its workers and, unless a Redis URL is
 // given, a private redis-server; everything stops on SIGINT/SIGTERM.
 import { execFileSync } from 'node:child_process';
+import { redactRedisAddress } from '@sandgate/core';
 import type { RunningReplica } from '@sandgate/gateway';
 import { DEFAULT_GATEWAY } from '../args.ts';
 import type { CommandContext } from '../context.ts';
@@ -16,6 +17,7 @@ import os from 'node:os';
 
 /** A Redis URL fit for printing: any password replaced by `***`. */
 export function redactRedisUrl(url: string): string {
+  if (url.startsWith('redis+sentinel://')) return redactRedisAddress(url);
   try {
     const u = new URL(url);
     if (u.password) u.password = '***';

@@ -1,0 +1,223 @@
+// A Redis Sentinel group per test: one primary, its replicas and three Sentinels (Debian's
+// redis-server, run in sentinel mode as redis-sentinel is), each on a free port, so a test can
+// kill the primary and watch a real failover. Locked like the single test Redis: the data nodes
+// take only the `sandgate` ACL user with a random password (the replicas and the Sentinels log in
+// as it too), and the Sentinels have a password of their own.
+import { spawn, type ChildProcess } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { Redis } from 'ioredis';
+import { freePorts } from './ports.ts';
+import { TEST_REDIS_USER } from './redis.ts';
+import { waitFor } from './wait.ts';
+
+export const SENTINEL_MASTER = 'sgmaster';
+
+export interface SentinelGroup {
+  /** `redis+sentinel://sandgate:PASSWORD@127.0.0.1:P1,…/sgmaster?sentinelPassword=…`: what the replicas get. */
+  url: string;
+  password: string;
+  /** Every data node's port (the first is the initial primary). */
+  dataPorts: number[];
+  sentinelPorts: number[];
+  /** The port the Sentinels name as the primary now. */
+  primaryPort(): Promise<number>;
+  /** A plain client of one data node (not following failovers). */
+  node(port: number): Redis;
+  /** Waits until every live replica has everything the primary has written. */
+  waitReplicated(): Promise<void>;
+  /** Sends a signal to the data node on `port` (SIGKILL: it is gone for good; SIGSTOP/SIGCONT: frozen, thawed). */
+  signal(port: number, sig: NodeJS.Signals): void;
+  /** Waits until the Sentinels name a primary other than `port` and it answers as a primary. */
+  waitFailover(fromPort: number, timeoutMs?: number): Promise<number>;
+  stop(): Promise<void>;
+}
+
+export interface SentinelGroupOptions {
+  /** Replicas of the primary (default 2). */
+  replicas?: number;
+  /** Sentinel down-after-milliseconds (default 1000). */
+  downAfterMs?: number;
+  /** Sentinel failover-timeout (default 4000). */
+  failoverTimeoutMs?: number;
+}
+
+export async function startSentinelGroup(opts: SentinelGroupOptions = {}): Promise<SentinelGroup> {
+  const replicaCount = opts.replicas ?? 2;
+  const ports = await freePorts(replicaCount + 1 + 3);
+  const dataPorts = ports.slice(0, replicaCount + 1);
+  const sentinelPorts = ports.slice(replicaCount + 1);
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'sg-sentinel-'));
+  const password = randomBytes(18).toString('base64url');
+  const sentinelPassword = randomBytes(18).toString('base64url');
+  const procs = new Map<number, ChildProcess>();
+  const clients: Redis[] = [];
+
+  const dataArgs = (port: number, primary: number | null) => [
+    '--port', String(port),
+    '--bind', '127.0.0.1',
+    '--dir', mkdtempSync(path.join(dir, `data-${port}-`)),
+    '--save', '',
+    '--appendonly', 'no',
+    '--daemonize', 'no',
+    '--user', 'default', 'on', `>${randomBytes(24).toString('hex')}`, '~*', '&*', '+@all',
+    '--user', TEST_REDIS_USER, 'on', `>${password}`, '~*', '&*', '+@all',
+    // Every node may become a replica after a failover, so every node knows how to log in to a primary.
+    '--masteruser', TEST_REDIS_USER,
+    '--masterauth', password,
+    ...(primary === null ? [] : ['--replicaof', '127.0.0.1', String(primary)]),
+  ];
+  for (const [i, port] of dataPorts.entries()) {
+    procs.set(port, spawn('redis-server', dataArgs(port, i === 0 ? null : dataPorts[0]!), { stdio: 'ignore' }));
+  }
+  const node = (port: number): Redis => {
+    const c = new Redis({ host: '127.0.0.1', port, username: TEST_REDIS_USER, password, maxRetriesPerRequest: 1, retryStrategy: () => null, lazyConnect: false });
+    c.on('error', () => undefined);
+    clients.push(c);
+    return c;
+  };
+  for (const port of dataPorts) {
+    await waitFor(`redis-server :${port} to answer`, async () => {
+      const c = node(port);
+      try {
+        return (await c.ping()) === 'PONG';
+      } catch {
+        return false;
+      } finally {
+        c.disconnect();
+      }
+    });
+  }
+
+  for (const port of sentinelPorts) {
+    const conf = path.join(dir, `sentinel-${port}.conf`);
+    // Sentinel rewrites its file as it learns the group, so it is a file of its own.
+    writeFileSync(
+      conf,
+      [
+        `port ${port}`,
+        'bind 127.0.0.1',
+        `dir ${dir}`,
+        `requirepass ${sentinelPassword}`,
+        `sentinel monitor ${SENTINEL_MASTER} 127.0.0.1 ${dataPorts[0]} 2`,
+        `sentinel auth-user ${SENTINEL_MASTER} ${TEST_REDIS_USER}`,
+        `sentinel auth-pass ${SENTINEL_MASTER} ${password}`,
+        `sentinel sentinel-pass ${sentinelPassword}`,
+        `sentinel down-after-milliseconds ${SENTINEL_MASTER} ${opts.downAfterMs ?? 1000}`,
+        `sentinel failover-timeout ${SENTINEL_MASTER} ${opts.failoverTimeoutMs ?? 4000}`,
+        `sentinel parallel-syncs ${SENTINEL_MASTER} 1`,
+        '',
+      ].join('\n'),
+    );
+    procs.set(port, spawn('redis-server', [conf, '--sentinel'], { stdio: 'ignore' }));
+  }
+  const sentinel = (port: number): Redis => {
+    // Retries: a Sentinel may not listen yet when its client is made.
+    const c = new Redis({ host: '127.0.0.1', port, password: sentinelPassword, maxRetriesPerRequest: 1, retryStrategy: () => 100 });
+    c.on('error', () => undefined);
+    clients.push(c);
+    return c;
+  };
+  const sentinels = sentinelPorts.map(sentinel);
+
+  const primaryPort = async (): Promise<number> => {
+    for (const s of sentinels) {
+      try {
+        const addr = (await s.call('SENTINEL', 'get-master-addr-by-name', SENTINEL_MASTER)) as [string, string] | null;
+        if (addr) return Number(addr[1]);
+      } catch {
+        // this Sentinel is not up yet: ask the next
+      }
+    }
+    throw new Error('no Sentinel names a primary');
+  };
+  const killAll = async () => {
+    for (const c of clients) c.disconnect();
+    await Promise.all(
+      [...procs.values()].map(
+        (p) =>
+          new Promise<void>((resolve) => {
+            if (p.exitCode !== null || p.signalCode !== null) return resolve();
+            p.once('exit', () => resolve());
+            p.kill('SIGCONT');
+            p.kill('SIGKILL');
+          }),
+      ),
+    );
+    rmSync(dir, { recursive: true, force: true });
+  };
+  // Up when every Sentinel knows the others and the replicas (so a failover can be agreed on).
+  await waitFor(
+    'the Sentinels to know each other and the replicas',
+    async () => {
+      for (const s of sentinels) {
+        try {
+          const master = (await s.call('SENTINEL', 'master', SENTINEL_MASTER)) as string[];
+          const field = (name: string) => Number(master[master.indexOf(name) + 1]);
+          if (field('num-other-sentinels') < 2 || field('num-slaves') < replicaCount) return false;
+        } catch {
+          return false;
+        }
+      }
+      return true;
+    },
+    30_000,
+    200,
+  ).catch(async (err: unknown) => {
+    await killAll();
+    throw err;
+  });
+
+  const isPrimary = async (port: number): Promise<boolean> => {
+    const c = node(port);
+    try {
+      return ((await c.call('ROLE')) as [string])[0] === 'master';
+    } catch {
+      return false;
+    } finally {
+      c.disconnect();
+    }
+  };
+
+  return {
+    url: `redis+sentinel://${TEST_REDIS_USER}:${password}@${sentinelPorts.map((p) => `127.0.0.1:${p}`).join(',')}/${SENTINEL_MASTER}?sentinelPassword=${sentinelPassword}`,
+    password,
+    dataPorts,
+    sentinelPorts,
+    primaryPort,
+    node,
+    async waitReplicated() {
+      const primary = await primaryPort();
+      const p = node(primary);
+      try {
+        const offset = Number(/master_repl_offset:(\d+)/.exec((await p.info('replication')) as string)?.[1]);
+        await waitFor('the replicas to catch up with the primary', async () => {
+          const info = (await p.info('replication')) as string;
+          const offsets = [...info.matchAll(/^slave\d+:.*offset=(\d+)/gm)].map((m) => Number(m[1]));
+          return offsets.length > 0 && offsets.every((o) => o >= offset);
+        });
+      } finally {
+        p.disconnect();
+      }
+    },
+    signal(port, sig) {
+      procs.get(port)?.kill(sig);
+    },
+    async waitFailover(fromPort, timeoutMs = 30_000) {
+      let now = fromPort;
+      await waitFor(
+        `the Sentinels to promote a replica in place of :${fromPort}`,
+        async () => {
+          now = await primaryPort().catch(() => fromPort);
+          return now !== fromPort && (await isPrimary(now));
+        },
+        timeoutMs,
+        100,
+      );
+      return now;
+    },
+    stop: killAll,
+  };
+}
