@@ -21,6 +21,8 @@ export interface TestRedis {
   client(): Redis;
   /** Stops the server (SIGTERM: it writes its append-only file) and starts it again on the same port and data. */
   restart(): Promise<void>;
+  /** `kill -9` of the server, keeping its data directory: restart() brings it back. */
+  kill(): Promise<void>;
   stop(): Promise<void>;
 }
 
@@ -101,6 +103,9 @@ export async function startRedis(opts: RedisOptions = {}): Promise<TestRedis> {
       await exit(proc, 'SIGTERM');
       proc = spawn('redis-server', args, { stdio: 'ignore' });
       await waitForPing(url, tlsCa);
+    },
+    async kill() {
+      await exit(proc, 'SIGKILL');
     },
     async stop() {
       for (const c of clients) c.disconnect();

@@ -50,6 +50,7 @@ describe('resolveReplicaConfig', () => {
       advertiseHost: CONFIG_DEFAULTS.host,
       heartbeatIntervalMs: CONFIG_DEFAULTS.heartbeatIntervalMs,
       heartbeatMisses: CONFIG_DEFAULTS.heartbeatMisses,
+      drainTimeoutMs: 10_000,
       ownerTtlMs: CONFIG_DEFAULTS.ownerTtlMs,
       maxExecsPerSandbox: CONFIG_DEFAULTS.maxExecsPerSandbox,
       provisionTimeoutMs: CONFIG_DEFAULTS.provisionTimeoutMs,
@@ -128,6 +129,16 @@ describe('resolveReplicaConfig', () => {
     expect(() => resolveReplicaConfig([], { SANDGATE_SSH_SESSION_TTL_SECONDS: '-1' }, facts)).toThrow(/SANDGATE_SSH_SESSION_TTL_SECONDS must be a whole number/);
     expect(() => resolveReplicaConfig([], { SANDGATE_SSH_SESSION_TTL_SECONDS: '1.5' }, facts)).toThrow(/whole number/);
     expect(() => resolveReplicaConfig([], { SANDGATE_LOG_LEVEL: 'loud' }, facts)).toThrow(/SANDGATE_LOG_LEVEL must be one of debug, info, warn, error/);
+  });
+
+  it('takes a Sentinel address and refuses what it cannot serve, naming the flag or variable', () => {
+    const sentinel = 'redis+sentinel://sandgate:pw@10.0.0.1:26379,10.0.0.2:26379/mymaster';
+    expect(resolveReplicaConfig(['--redis', sentinel], {}, facts).redisUrl).toBe(sentinel);
+    expect(() => resolveReplicaConfig(['--redis', 'redis+sentinel://10.0.0.1:26379'], {}, facts)).toThrow(/--redis: redis\+sentinel:\/\/ names no master/);
+    expect(() => resolveReplicaConfig([], { SANDGATE_REDIS_URL: 'redis+cluster://a:1,b:2' }, facts)).toThrow(/SANDGATE_REDIS_URL: Redis Cluster .* is not supported yet/);
+    expect(() => resolveReplicaConfig([], { SANDGATE_REDIS_URL: 'localhost:6379' }, facts)).toThrow(/SANDGATE_REDIS_URL: .*unknown scheme/);
+    expect(resolveReplicaConfig([], { SANDGATE_DRAIN_TIMEOUT_MS: '2500' }, facts).drainTimeoutMs).toBe(2500);
+    expect(() => resolveReplicaConfig([], { SANDGATE_DRAIN_TIMEOUT_MS: '0' }, facts)).toThrow(/SANDGATE_DRAIN_TIMEOUT_MS must be between 1/);
   });
 
   it('exposes debug faults only with SANDGATE_DEBUG_UNSAFE=1', () => {

@@ -25,6 +25,8 @@ export interface ReplicaConfig {
   workers: boolean;
   heartbeatIntervalMs: number;
   heartbeatMisses: number;
+  /** The most a graceful stop (SIGTERM) may take, whatever Redis does; then what is left is closed. */
+  drainTimeoutMs: number;
   ownerTtlMs: number;
   maxExecsPerSandbox: number;
   provisionTimeoutMs: number;
@@ -286,6 +288,12 @@ export const REPLICA_OPTIONS: Specs = {
     env: 'SANDGATE_HEARTBEAT_MISSES',
     default: '3',
     description: 'silent heartbeat intervals after which a supervisor session is closed',
+    parse: positiveInt,
+  },
+  drainTimeoutMs: {
+    env: 'SANDGATE_DRAIN_TIMEOUT_MS',
+    default: '10000',
+    description: 'the most a graceful stop (SIGTERM) takes: past it, connections are closed and the sessions\' keys left to expire, even with Redis unreachable',
     parse: positiveInt,
   },
   ownerTtlMs: {

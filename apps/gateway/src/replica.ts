@@ -347,26 +347,53 @@ export async function startReplica(config: ReplicaConfig, opts: { authenticator?
   const httpUrl = `${tls ? 'https' : 'http'}://${urlHost(config.host)}:${httpPort}`;
   log.info('replica listening', { grpcAddress, peerAddress, httpUrl, supervisorEndpoint, tls: tls !== null, mtls: Boolean(tls?.clientCa) });
 
+  // A graceful stop, bounded: with Redis gone, releasing sessions, closing BullMQ and
+  // deregistering can each wait on reconnects without end, and an operator's SIGTERM must still
+  // end the process. Past drainTimeoutMs everything left is dropped; the sessions' ownership keys
+  // and the replica's registration expire on their own (ownerTtlMs) and the supervisors reconnect
+  // elsewhere, as after a crash.
+  const abort = () => {
+    worker?.abort();
+    scheduler.abort();
+    router.close();
+    peerPort.close();
+    publicServer.forceShutdown();
+    http.server.closeAllConnections();
+    void http.close().catch(() => undefined);
+    redis.disconnect();
+  };
   let closing: Promise<void> | undefined;
   const close = () => {
     closing ??= (async () => {
-      clearInterval(heartbeatTimer);
-      stopDebugReminder();
-      sandboxMetrics.close();
-      ssh.close();
-      execSlots.close();
-      await worker?.close();
-      await sessions.drain();
-      await scheduler.close().catch(() => undefined);
-      await replicas.remove(config.replicaId).catch(() => undefined);
-      router.close();
-      peerPort.close();
-      await Promise.all([shutdownGrpc(publicServer), http.close()]);
-      redis.disconnect();
-      await metrics.shutdown();
-      log.info('replica stopped');
+      const deadline = new AbortController();
+      const outcome = await Promise.race([
+        drain().then(() => 'drained' as const),
+        sleep(config.drainTimeoutMs, 'deadline' as const, { signal: deadline.signal }).catch(() => 'drained' as const),
+      ]);
+      deadline.abort();
+      if (outcome === 'deadline') {
+        log.warn('drain deadline passed: dropping what is left (the sessions\' keys expire on their own)', { drainTimeoutMs: config.drainTimeoutMs });
+        abort();
+      }
+      log.info('replica stopped', { drained: outcome === 'drained' });
     })();
     return closing;
+  };
+  const drain = async () => {
+    clearInterval(heartbeatTimer);
+    stopDebugReminder();
+    sandboxMetrics.close();
+    ssh.close();
+    execSlots.close();
+    await worker?.close();
+    await sessions.drain();
+    await scheduler.close().catch(() => undefined);
+    await replicas.remove(config.replicaId).catch(() => undefined);
+    router.close();
+    peerPort.close();
+    await Promise.all([shutdownGrpc(publicServer), http.close()]);
+    redis.disconnect();
+    await metrics.shutdown();
   };
 
   return { replicaId: config.replicaId, grpcAddress, httpUrl, peerAddress, close };

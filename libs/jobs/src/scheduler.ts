@@ -142,6 +142,13 @@ export class JobScheduler {
     await this.queue.close().catch(() => undefined);
     await closeConnection(this.connection);
   }
+
+  /** Drops the connection now (a drain past its deadline, Redis unreachable). */
+  abort(): void {
+    clearInterval(this.depthTimer);
+    void this.queue.disconnect().catch(() => undefined);
+    this.connection.disconnect();
+  }
 }
 
 /** QUIT (pending replies first); a connection that cannot say goodbye (Redis down) is dropped. */

@@ -20,6 +20,8 @@ export interface JobProcessors {
 export interface RunningWorker {
   /** Stops taking jobs, waits for the running ones, then closes its Redis connections. */
   close(): Promise<void>;
+  /** Drops everything now (a drain past its deadline): running jobs are left to their locks' expiry. */
+  abort(): void;
 }
 
 export interface JobWorkerOptions {
@@ -84,6 +86,12 @@ export function startJobWorker(redisUrl: string, processors: JobProcessors, opts
         await worker.close().catch(opts.onError);
         await closeConnection(connection);
       })()),
+    abort: () => {
+      // Another worker takes the running jobs over once their locks (lockDuration) lapse.
+      void worker.close(true).catch(() => undefined);
+      worker.disconnect().catch(() => undefined);
+      connection.disconnect();
+    },
   };
 }
 

@@ -1,0 +1,60 @@
+// Issue 17, item 4: a replica whose Redis died stops within its drain deadline when an operator
+// sends SIGTERM, as an operator would try it: `sandgate gateway` as its own process holding a live
+// supervisor session and its BullMQ worker, `kill -9` of redis-server, then SIGTERM. Before the
+// deadline existed the replica kept retrying Redis and ignored the signal. After it, the sandbox is
+// not lost: Redis and the replica come back and it serves again.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Cluster, runCli } from '../harness/cluster.ts';
+import { startRedis, type TestRedis } from '../harness/redis.ts';
+import { createSandbox } from '../harness/sandbox.ts';
+import { waitFor } from '../harness/wait.ts';
+
+const DRAIN_TIMEOUT_MS = 3000;
+
+let redis: TestRedis;
+let cluster: Cluster;
+
+beforeAll(async () => {
+  redis = await startRedis({ persistent: true });
+  cluster = await Cluster.start({ redisUrl: redis.url, replicas: 1, env: { SANDGATE_DRAIN_TIMEOUT_MS: String(DRAIN_TIMEOUT_MS) } });
+});
+
+afterAll(async () => {
+  await runCli(['sandbox', 'delete', 'drain-me'], { gateway: cluster.replicas[0]!.grpcAddress }).catch(() => undefined);
+  await cluster?.stop();
+  cluster?.cleanup();
+  await redis?.stop();
+});
+
+const gw = () => cluster.replicas[0]!.grpcAddress;
+
+async function echo(text: string): Promise<string> {
+  const res = await runCli(['sandbox', 'exec', 'drain-me', '--', 'echo', text], { gateway: gw(), timeoutMs: 20_000 });
+  return res.code === 0 ? res.stdout.toString().trim() : `exit ${res.code}: ${res.stderr.toString().trim()}`;
+}
+
+describe('SIGTERM with Redis gone', () => {
+  it('the replica exits within its drain deadline, saying what it dropped', async () => {
+    await createSandbox(gw(), 'drain-me');
+    await waitFor('drain-me serving', async () => (await echo('up')) === 'up', 30_000, 250);
+
+    await redis.kill();
+    const proc = cluster.replicas[0]!.proc!;
+    const exited = new Promise<number | null>((resolve) => proc.once('exit', (code) => resolve(code)));
+    const sent = Date.now();
+    proc.kill('SIGTERM');
+    // The bound under test, plus time for the process to act on it on a loaded machine.
+    const code = await Promise.race([exited, new Promise<'still running'>((r) => setTimeout(() => r('still running'), DRAIN_TIMEOUT_MS + 7000))]);
+    const tookMs = Date.now() - sent;
+    expect(code, `after ${tookMs} ms:\n${cluster.logs()}`).toBe(0);
+    cluster.replicas[0]!.proc = null;
+    expect(cluster.logs()).toContain('drain deadline passed');
+    expect(tookMs).toBeGreaterThanOrEqual(DRAIN_TIMEOUT_MS - 100);
+  });
+
+  it('nothing is lost: Redis and the replica come back, the sandbox serves again', async () => {
+    await redis.restart();
+    await cluster.startReplica(0);
+    await waitFor('drain-me serving again', async () => (await echo('back')) === 'back', 60_000, 500);
+  });
+});
