@@ -71,6 +71,8 @@ const BENCHES: Bench[] = [
     quickArgs: ['--levels', '200,500', '--window', '3', '--settle', '2', '--max-ramp', '15'],
     timeoutMs: 420_000,
   },
+  // Issue 17: Redis bytes per sandbox record, live session and SSH session; a delete leaves nothing.
+  { id: 'redis-memory', args: ['--sandboxes', '1000'], quickArgs: ['--sandboxes', '200'], timeoutMs: 120_000 },
 ];
 
 interface Outcome {

@@ -44,6 +44,8 @@ export const keys = {
   counter: (name: ClusterCounterName) => `sg:metrics:${name}`,
   /** Hash, expiring: one SSH session (`sbx`, `run`, `exp`, `rev`, `created`), by the token's digest. */
   sshSession: (digest: string) => `sg:ssh:${digest}`,
+  /** Sorted set, expiring with its last session: a sandbox's SSH sessions (member = token digest, score = the session key's expiry ms, +inf = none), removed with the record. */
+  sandboxSshSessions: (sandboxId: string) => `sg:sshsbx:${sandboxId}`,
   /** Sorted set, expiring: live forwards on one token (member = forward id, score = heartbeat ms). */
   forwardsByToken: (digest: string) => `sg:sshfwd:tok:${digest}`,
   /** Sorted set, expiring: live forwards to one sandbox (member = forward id, score = heartbeat ms). */

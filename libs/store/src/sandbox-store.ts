@@ -24,7 +24,7 @@ const REMOVE = luaScript('remove-sandbox');
 const CreateResult = { nameTaken: 0, created: 1, workspaceMissing: -1, workspaceTerminating: -2, atQuota: -3 } as const;
 /** What update-sandbox-2 answers when it did not write (otherwise the new resource_version, >= 0). */
 const UpdateResult = { gone: -1, conflict: -2 } as const;
-/** What remove-sandbox-11 answers. */
+/** What remove-sandbox-n answers. */
 const RemoveResult = { absent: 0, removed: 1 } as const;
 
 export interface StoredSandbox {
@@ -228,15 +228,22 @@ export class SandboxStore {
     );
   }
 
-  /** Removes the record and everything keyed by it. Returns whether it existed. */
+  /**
+   * Removes the record and everything keyed by it, SSH sessions included, in one script call.
+   * Returns whether it existed. The sessions' keys are passed as read from the sandbox's session
+   * index just before; the script also removes any session created in between (from the index).
+   */
   async remove(id: string, workspace: string, name: string): Promise<boolean> {
+    const digests = await this.redis.zrange(keys.sandboxSshSessions(id), '0', '-1');
     const existed = await REMOVE.run(
       this.redis,
       [
         keys.sandbox(id), keys.sandboxName(workspace, name), keys.sandboxIndex(), keys.owner(id), keys.fence(id), keys.events(id), keys.logs(id),
         keys.workspaceSandboxes(workspace), keys.usage(id), keys.sandboxServices(id), keys.workspaceServices(workspace),
+        keys.forwardsBySandbox(id), keys.sandboxSshSessions(id),
+        ...digests.flatMap((d) => [keys.sshSession(d), keys.forwardsByToken(d)]),
       ],
-      [id, EVENTS_TTL_AFTER_DELETE_MS, EVENTS_MAXLEN],
+      [id, EVENTS_TTL_AFTER_DELETE_MS, EVENTS_MAXLEN, keys.sshSession(''), keys.forwardsByToken(''), ...digests],
     );
     return existed === RemoveResult.removed;
   }

@@ -1,5 +1,6 @@
 // SSH session tokens (CreateSshSession / RevokeSshSession) and the live ForwardTcp connections
-// counted against them. Tokens live in Redis so any replica can check one; the connection caps
+// counted against them. Tokens live in Redis so any replica can check one, each listed in its
+// sandbox's session index so the sandbox's delete removes them all (remove-sandbox-n); the connection caps
 // are counted in Redis too, so they hold across replicas, and crash-safely: each live forward is a
 // member of two sorted sets scored by its last heartbeat, and members whose replica stopped
 // refreshing them (it crashed) are ignored and pruned once they are older than `staleMs`.
@@ -23,11 +24,14 @@ export interface SshSessionRecord {
 /** How long a session's key outlives its expiry, so a late use says "expired" rather than "not found". */
 const EXPIRED_GRACE_MS = 3_600_000;
 
+const CREATE = luaScript('create-ssh-session');
 const REVOKE = luaScript('revoke-ssh-session');
 const ACQUIRE = luaScript('acquire-forward');
 const HEARTBEAT = luaScript('heartbeat-forwards');
 const LIVE = luaScript('live-forwards');
 
+/** What create-ssh-session-3 answers. */
+const CreateResult = { sandboxGone: 0, created: 1 } as const;
 /** What revoke-ssh-session-1 answers. */
 const RevokeResult = { absent: 0, revoked: 1 } as const;
 /** What acquire-forward-2 answers. */
@@ -60,20 +64,21 @@ export class SshSessionStore {
     this.keyTtlMs = this.staleMs * 4;
   }
 
-  async create(token: string, rec: SshSessionRecord): Promise<void> {
-    const key = sessionKey(token);
-    const multi = this.redis
-      .multi()
-      .hset(key, {
-        sbx: rec.sandboxId,
-        run: String(rec.runStartedAtMs),
-        exp: String(rec.expiresAtMs),
-        rev: rec.revoked ? '1' : '0',
-        created: String(rec.createdAtMs),
-      });
-    // A session that never expires stays until revoked; its sandbox's next run voids it anyway.
-    if (rec.expiresAtMs > 0) multi.pexpireat(key, rec.expiresAtMs + EXPIRED_GRACE_MS);
-    await multi.exec();
+  /**
+   * Stores the session, listed in its sandbox's session index so the sandbox's delete removes it.
+   * false (nothing written) when the sandbox's record is gone: a session is never stored for a
+   * sandbox already deleted, even one whose delete ran since the caller read the record.
+   */
+  async create(token: string, rec: SshSessionRecord): Promise<boolean> {
+    const digest = tokenDigest(token);
+    // A session that never expires stays until its sandbox's delete (revoking marks it; its sandbox's next run voids it).
+    const keyExpiresAtMs = rec.expiresAtMs > 0 ? rec.expiresAtMs + EXPIRED_GRACE_MS : 0;
+    const result = await CREATE.run(
+      this.redis,
+      [keys.sshSession(digest), keys.sandbox(rec.sandboxId), keys.sandboxSshSessions(rec.sandboxId)],
+      [digest, rec.sandboxId, String(rec.runStartedAtMs), String(rec.expiresAtMs), rec.revoked ? '1' : '0', String(rec.createdAtMs), String(keyExpiresAtMs)],
+    );
+    return result === CreateResult.created;
   }
 
   async get(token: string): Promise<SshSessionRecord | null> {

@@ -12,6 +12,7 @@ afterEach(() => vi.restoreAllMocks());
 describe('SshSessionStore', () => {
   it('stores a session under the token digest, reads it back, and revokes it', async () => {
     const store = new SshSessionStore(client);
+    await client.hset(keys.sandbox('sbx'), 'rv', '0'); // a session is stored only while its sandbox's record exists
     const expiresAtMs = Date.now() + 60_000;
     await store.create('tok-1', { sandboxId: 'sbx', runStartedAtMs: 42, expiresAtMs, revoked: false, createdAtMs: 1 });
     expect(keys.sshSession(tokenDigest('tok-1'))).toBe(`sg:ssh:${tokenDigest('tok-1')}`);
@@ -26,6 +27,7 @@ describe('SshSessionStore', () => {
 
   it('a session that never expires has no key TTL', async () => {
     const store = new SshSessionStore(client);
+    await client.hset(keys.sandbox('sbx'), 'rv', '0');
     await store.create('tok-forever', { sandboxId: 'sbx', runStartedAtMs: 1, expiresAtMs: 0, revoked: false, createdAtMs: 1 });
     expect(await client.pttl(keys.sshSession(tokenDigest('tok-forever')))).toBe(-1);
   });

@@ -90,13 +90,15 @@ export class SshService {
     const token = randomUUID();
     const now = Date.now();
     const expiresAtMs = this.deps.ttlSeconds > 0 ? now + this.deps.ttlSeconds * 1000 : 0;
-    await this.deps.sessions.create(token, {
+    const stored = await this.deps.sessions.create(token, {
       sandboxId,
       runStartedAtMs: record.runStartedAtMs,
       expiresAtMs,
       revoked: false,
       createdAtMs: now,
     });
+    // Deleted since it was read: NOT_FOUND, as if the delete had come first.
+    if (!stored) throw notFound();
     this.deps.metrics.inc('sandgate_ssh_sessions_created_total');
     return {
       sandbox_id: sandboxId,
