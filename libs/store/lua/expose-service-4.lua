@@ -2,7 +2,7 @@
   ExposeService's upsert (openshell-v1-more.md §7.3): creates the endpoint `key` of a sandbox, or
   replaces it if its resource_version is still the one the caller read (compare-and-set). Only
   while the sandbox record exists and its workspace is not being deleted, so an endpoint never
-  outlives its sandbox (remove-sandbox-11 deletes them in the same call as the record).
+  outlives its sandbox (remove-sandbox-n deletes them in the same call as the record).
   KEYS[1] sandbox record (sg:sbx:{id})
   KEYS[2] the sandbox's endpoints (sg:svc:{id}): `pb:<key>` encoded ServiceEndpoint, `rv:<key>`
   KEYS[3] the workspace's endpoint listing (sg:svcs:{ws}): member key, score created_at_ms
