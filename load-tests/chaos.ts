@@ -54,7 +54,8 @@ type InvariantId = keyof typeof INVARIANTS;
 /**
  * The invariant each debug fault must break in a negative run. `exec-timeout` has none here: it
  * only removes the supervisor's own timer, which the exec-deadline backstop covers (tested in
- * test/e2e/exec-backstop.test.ts).
+ * test/e2e/exec-backstop.test.ts). Nor has `redis-wait`: the chaos suite runs one Redis without
+ * replicas, so there is no failover to lose a write in; test/e2e/redis-wait.test.ts is its negative.
  */
 const BREAK_TARGETS: Partial<Record<DebugBreak, InvariantId>> = {
   fencing: 'owner-records',

@@ -14,6 +14,7 @@ import { TEST_REDIS_USER } from './redis.ts';
 import { waitFor } from './wait.ts';
 
 export const SENTINEL_MASTER = 'sgmaster';
+const REPLICATION_USER = 'replication';
 
 export interface SentinelGroup {
   /** `redis+sentinel://sandgate:PASSWORD@127.0.0.1:P1,…/sgmaster?sentinelPassword=…`: what the replicas get. */
@@ -28,6 +29,12 @@ export interface SentinelGroup {
   node(port: number): Redis;
   /** Waits until every live replica has everything the primary has written. */
   waitReplicated(): Promise<void>;
+  /**
+   * Cuts the replicas off the primary (their replication login switched off, their links killed):
+   * writes then reach the primary alone. restoreReplication() lets them back in.
+   */
+  cutReplication(): Promise<void>;
+  restoreReplication(): Promise<void>;
   /** Sends a signal to the data node on `port` (SIGKILL: it is gone for good; SIGSTOP/SIGCONT: frozen, thawed). */
   signal(port: number, sig: NodeJS.Signals): void;
   /** Waits until the Sentinels name a primary other than `port` and it answers as a primary. */
@@ -51,6 +58,8 @@ export async function startSentinelGroup(opts: SentinelGroupOptions = {}): Promi
   const sentinelPorts = ports.slice(replicaCount + 1);
   const dir = mkdtempSync(path.join(os.tmpdir(), 'sg-sentinel-'));
   const password = randomBytes(18).toString('base64url');
+  // Replicas log in to their primary as a user of their own, so a test can cut replication alone.
+  const replicationPassword = randomBytes(18).toString('base64url');
   const sentinelPassword = randomBytes(18).toString('base64url');
   const procs = new Map<number, ChildProcess>();
   const clients: Redis[] = [];
@@ -64,9 +73,10 @@ export async function startSentinelGroup(opts: SentinelGroupOptions = {}): Promi
     '--daemonize', 'no',
     '--user', 'default', 'on', `>${randomBytes(24).toString('hex')}`, '~*', '&*', '+@all',
     '--user', TEST_REDIS_USER, 'on', `>${password}`, '~*', '&*', '+@all',
+    '--user', REPLICATION_USER, 'on', `>${replicationPassword}`, '~*', '&*', '+@all',
     // Every node may become a replica after a failover, so every node knows how to log in to a primary.
-    '--masteruser', TEST_REDIS_USER,
-    '--masterauth', password,
+    '--masteruser', REPLICATION_USER,
+    '--masterauth', replicationPassword,
     ...(primary === null ? [] : ['--replicaof', '127.0.0.1', String(primary)]),
   ];
   for (const [i, port] of dataPorts.entries()) {
@@ -200,6 +210,22 @@ export async function startSentinelGroup(opts: SentinelGroupOptions = {}): Promi
         });
       } finally {
         p.disconnect();
+      }
+    },
+    async cutReplication() {
+      const p = node(await primaryPort());
+      try {
+        await p.call('ACL', 'SETUSER', REPLICATION_USER, 'off');
+        await p.call('CLIENT', 'KILL', 'USER', REPLICATION_USER);
+      } finally {
+        p.disconnect();
+      }
+    },
+    async restoreReplication() {
+      for (const port of dataPorts) {
+        const c = node(port);
+        await c.call('ACL', 'SETUSER', REPLICATION_USER, 'on').catch(() => undefined); // a dead node: nothing to restore
+        c.disconnect();
       }
     },
     signal(port, sig) {

@@ -76,6 +76,8 @@ describe('resolveReplicaConfig', () => {
       servicePublicScheme: '',
       servicePublicPort: 0,
       redisCa: '',
+      redisMinReplicas: 0,
+      redisWaitTimeoutMs: 1000,
       logLevel: 'info',
       debugBreaks: new Set(),
       // No OTEL_* variables: /metrics only, no OTLP push.

@@ -70,6 +70,10 @@ export interface ReplicaConfig {
   servicePublicPort: number;
   /** PEM file of the CA a `rediss://` Redis presents; empty: the system's CAs. */
   redisCa: string;
+  /** Redis replicas that must hold an acknowledged write (WAIT) before the client hears of it; 0: no check. */
+  redisMinReplicas: number;
+  /** How long an acknowledged write waits for them before UNAVAILABLE. */
+  redisWaitTimeoutMs: number;
   logLevel: LogLevel;
   /** Debug faults switched on (only ever non-empty with SANDGATE_DEBUG_UNSAFE=1). */
   debugBreaks: ReadonlySet<DebugBreak>;
@@ -465,6 +469,18 @@ export const REPLICA_OPTIONS: Specs = {
     default: { text: "the system's CAs", compute: () => '' },
     description: 'PEM CA of a `rediss://` Redis',
     parse: anyString,
+  },
+  redisMinReplicas: {
+    env: 'SANDGATE_REDIS_MIN_REPLICAS',
+    default: '0',
+    description: 'Redis replicas that must have a write a client is told succeeded (create, delete, stop, start, token, ownership claim; WAIT) before the answer, else UNAVAILABLE; 0: no check (one Redis)',
+    parse: integer(0, 100, 'a whole number'),
+  },
+  redisWaitTimeoutMs: {
+    env: 'SANDGATE_REDIS_WAIT_TIMEOUT_MS',
+    default: '1000',
+    description: 'how long such a write waits for SANDGATE_REDIS_MIN_REPLICAS replicas',
+    parse: positiveInt,
   },
   logLevel: {
     env: 'SANDGATE_LOG_LEVEL',

@@ -16,6 +16,7 @@ import {
   loadRedisCa,
   OwnershipStore,
   ReplicaRegistry,
+  ReplicationGuard,
   resolvePeerSecret,
   SandboxFeed,
   SandboxLogStore,
@@ -137,6 +138,11 @@ export async function startReplica(config: ReplicaConfig, opts: { authenticator?
   const ownership = new OwnershipStore(redis, config.ownerTtlMs, { fencing: !config.debugBreaks.has('fencing') });
   const replicas = new ReplicaRegistry(redis, config.ownerTtlMs);
   const driver = createDriver(config);
+  // On `redis`, the connection every acknowledged write goes through (WAIT counts per connection).
+  const replication = new ReplicationGuard(redis, {
+    minReplicas: config.debugBreaks.has('redis-wait') ? 0 : config.redisMinReplicas,
+    timeoutMs: config.redisWaitTimeoutMs,
+  });
 
   const logs = new SandboxLogStore(redis);
   // BullMQ gets its own connections (workers block on Redis), named after the replica.
@@ -156,6 +162,7 @@ export async function startReplica(config: ReplicaConfig, opts: { authenticator?
     heartbeatMisses: config.heartbeatMisses,
     maxExecsPerSandbox: config.maxExecsPerSandbox,
     disconnectGraceMs: 5_000,
+    replication,
     reports: {
       mainExit: (id, instance, code, oomKilled) => lifecycle!.mainProcessExited(id, instance, code, oomKilled),
       terminalFinal: (id, instance) => lifecycle!.terminalFinal(id, instance),
@@ -202,6 +209,7 @@ export async function startReplica(config: ReplicaConfig, opts: { authenticator?
     provisionTimeoutMs: config.provisionTimeoutMs,
     debugBreaks: config.debugBreaks,
     workspaces,
+    replication,
     log,
     metrics,
   });
@@ -213,6 +221,7 @@ export async function startReplica(config: ReplicaConfig, opts: { authenticator?
     lifecycle,
     workspaces,
     maxSandboxesPerWorkspace: config.maxSandboxesPerWorkspace,
+    replication,
     log,
     metrics,
   });

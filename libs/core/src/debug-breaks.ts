@@ -14,6 +14,7 @@ export const DEBUG_BREAKS = {
   'exec-timeout': { side: 'supervisor', removes: "the supervisor's own exec timer: only the gateway's exec-deadline job (the backstop) ends a timed exec" },
   'supervisor-reconnect': { side: 'supervisor', removes: 'reconnecting: a supervisor that lost an established control session stays disconnected' },
   'owner-hints': { side: 'replica', removes: "dropping stale owner hints: a cached owner is trusted forever (no TTL, no forget, no fresh look-up after 'not here')" },
+  'redis-wait': { side: 'replica', removes: 'waiting for Redis replicas (WAIT) before acknowledging a write: a failover can lose an acknowledged create' },
   'retriable-errors': { side: 'replica', removes: 'retriable relay failures: an exec or forward call whose path broke gets INTERNAL instead of UNAVAILABLE' },
 } as const satisfies Record<string, { side: 'replica' | 'supervisor'; removes: string }>;
 

@@ -11,3 +11,4 @@ export * from './peer-secret.ts';
 export * from './workspaces.ts';
 export * from './usage.ts';
 export * from './service-endpoints.ts';
+export * from './replication.ts';

@@ -3,7 +3,7 @@
 // fresh gateway has to come from somewhere). A token is printed once, by `create`, and never again.
 import { UsageError, parseCommand, parseOutput, type Env } from '../args.ts';
 import type { CommandContext } from '../context.ts';
-import { ConfigError, readOption, REPLICA_OPTIONS } from '@sandgate/gateway/config';
+import { ConfigError, readOption, REPLICA_OPTIONS, type OptionSpec } from '@sandgate/gateway/config';
 import { DEFAULT_WORKSPACE } from '@sandgate/core';
 import { EXIT_FAILURE } from '../errors.ts';
 import { formatJson, formatTable } from '../output.ts';
@@ -57,10 +57,29 @@ function redisCa(flag: string | undefined, env: Env): string {
   return readOption(REPLICA_OPTIONS.redisCa, flag, env)?.value.trim() ?? '';
 }
 
-type Stores = { tokens: import('@sandgate/store').TokenStore; workspaces: import('@sandgate/store').WorkspaceStore };
+type Stores = {
+  tokens: import('@sandgate/store').TokenStore;
+  workspaces: import('@sandgate/store').WorkspaceStore;
+  /** Confirms a write reached SANDGATE_REDIS_MIN_REPLICAS replicas, as the replicas do. */
+  replication: import('@sandgate/store').ReplicationGuard;
+};
 
-async function withTokens<T>(url: string, ca: string, fn: (stores: Stores) => Promise<T>): Promise<T> {
-  const { createRedisConnection, loadRedisCa, TokenStore, WorkspaceStore } = await import('@sandgate/store');
+/** SANDGATE_REDIS_MIN_REPLICAS and SANDGATE_REDIS_WAIT_TIMEOUT_MS, as the replicas read them. */
+function replicationPolicy(env: Env): { minReplicas: number; timeoutMs: number } {
+  const read = <T>(spec: OptionSpec<T>): T => {
+    const given = readOption(spec, undefined, env);
+    try {
+      return spec.parse(given?.value ?? (spec.default as string), given?.what ?? 'default');
+    } catch (err) {
+      if (err instanceof ConfigError) throw new UsageError(err.message);
+      throw err;
+    }
+  };
+  return { minReplicas: read(REPLICA_OPTIONS.redisMinReplicas), timeoutMs: read(REPLICA_OPTIONS.redisWaitTimeoutMs) };
+}
+
+async function withTokens<T>(url: string, ca: string, fn: (stores: Stores) => Promise<T>, env: Env = {}): Promise<T> {
+  const { createRedisConnection, loadRedisCa, ReplicationGuard, TokenStore, WorkspaceStore } = await import('@sandgate/store');
   const { redactRedisUrl } = await import('./up.ts');
   const redis = createRedisConnection(url, 'commands', { lazyConnect: true, connectionName: 'sandgate:token-cli', tlsCa: loadRedisCa(ca) });
   redis.on('error', () => undefined); // reported by the command that fails
@@ -69,7 +88,7 @@ async function withTokens<T>(url: string, ca: string, fn: (stores: Stores) => Pr
       // The URL carries the Redis password: never print it.
       throw new Error(`cannot reach Redis at ${redactRedisUrl(url)}: ${err.message}`);
     });
-    return await fn({ tokens: new TokenStore(redis), workspaces: new WorkspaceStore(redis) });
+    return await fn({ tokens: new TokenStore(redis), workspaces: new WorkspaceStore(redis), replication: new ReplicationGuard(redis, replicationPolicy(env)) });
   } finally {
     redis.disconnect();
   }
@@ -85,14 +104,16 @@ export async function runCreate(argv: string[], ctx: CommandContext): Promise<nu
   const role = parseRole(values.role);
   const ttlMs = values.ttl === undefined ? 0 : parseDuration(values.ttl, '--ttl');
   const url = redisUrl(values.redis, ctx.env);
-  const { token, record } = await withTokens(url, redisCa(values['redis-ca'], ctx.env), async ({ tokens, workspaces }) => {
+  const { token, record } = await withTokens(url, redisCa(values['redis-ca'], ctx.env), async ({ tokens, workspaces, replication }) => {
     // A token for a workspace that does not exist would authenticate a caller who can do nothing
     // (every create there is refused): say so now. `default` exists once any replica has started.
     if (workspace !== DEFAULT_WORKSPACE && !(await workspaces.get(workspace))) {
       throw new UsageError(`workspace '${workspace}' not found: create it first (sandgate workspace create --name ${workspace})`, 'token create');
     }
-    return tokens.create({ workspace, role, name: values.name ?? '', ttlMs });
-  });
+    const made = await tokens.create({ workspace, role, name: values.name ?? '', ttlMs });
+    await replication.confirm('the token');
+    return made;
+  }, ctx.env);
   // stdout: the token and only the token (`export SANDGATE_TOKEN=$(sandgate token create …)`).
   write(`${token}\n`);
   process.stderr.write(
@@ -126,7 +147,17 @@ export async function runRevoke(argv: string[], ctx: CommandContext): Promise<nu
     throw new UsageError(positionals.length === 0 ? 'a token ID (from `sandgate token list`) or the token itself is required' : `unexpected argument '${positionals[1]}'`, 'token revoke');
   }
   const target = positionals[0]!;
-  const revoked = await withTokens(redisUrl(values.redis, ctx.env), redisCa(values['redis-ca'], ctx.env), ({ tokens }) => tokens.revoke(target));
+  const revoked = await withTokens(
+    redisUrl(values.redis, ctx.env),
+    redisCa(values['redis-ca'], ctx.env),
+    async ({ tokens, replication }) => {
+      const done = await tokens.revoke(target);
+      // A revoke a failover could undo would let the token back in.
+      if (done) await replication.confirm('the revoke');
+      return done;
+    },
+    ctx.env,
+  );
   if (!revoked) {
     process.stderr.write(`error: no live token ${target.startsWith('sgt_') ? 'matches the token given' : `with id '${target}'`} (see 'sandgate token list')\n`);
     return EXIT_FAILURE;

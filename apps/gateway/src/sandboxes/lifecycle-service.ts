@@ -29,7 +29,7 @@ import {
   parseResources,
   workloadUserFor,
 } from '@sandgate/core';
-import { policyInForce, type SandboxLogStore, type SandboxStore, type StoredSandbox } from '@sandgate/store';
+import { policyInForce, type ReplicationGuard, type SandboxLogStore, type SandboxStore, type StoredSandbox } from '@sandgate/store';
 import type { ComputeDriver, GatewayTls, LaunchSpec } from '@sandgate/compute';
 import type { JobScheduler, LifecycleTransitions } from '@sandgate/jobs';
 import type { Logger, Metrics } from '@sandgate/telemetry';
@@ -53,6 +53,8 @@ export interface LifecycleDeps {
   debugBreaks: ReadonlySet<DebugBreak>;
   /** Workspace scoping of Stop/StartSandbox; the job worker, which serves no caller, has none. */
   workspaces?: WorkspaceAccess;
+  /** Confirms a write the caller is about to be told of reached enough Redis replicas; the job worker, which answers no caller, has none. */
+  replication?: ReplicationGuard;
   log: Logger;
   metrics: Metrics;
 }
@@ -183,6 +185,7 @@ export class LifecycleService implements LifecycleTransitions {
     await this.transition(id, (s) => onDeleteRequested(s, now()));
     await this.deps.scheduler.deleteSandbox(id);
     await this.finishDelete(id);
+    await this.deps.replication?.confirm('the delete');
     return true;
   }
 
@@ -214,6 +217,7 @@ export class LifecycleService implements LifecycleTransitions {
       // A finished run keeps its compute; stopping it only ends access to it.
       await this.deps.store.mutate(id, (cur) => ({ sandbox: cur.sandbox, extra: { cred: '' } }));
       await this.deps.revokeSessions(id, 'sandbox stopped');
+      await this.deps.replication?.confirm('the stop');
       return { sandbox: rec.sandbox };
     }
     await this.transition(id, () => plan.status, { cred: '' });
@@ -222,12 +226,14 @@ export class LifecycleService implements LifecycleTransitions {
     await this.deps.driver.stop(id, rec.compute);
     const stopped = await this.transition(id, (s) => onStopped(s, now()));
     this.note(id, 'sandbox stopped');
+    await this.deps.replication?.confirm('the stop');
     return { sandbox: stopped?.sandbox ?? rec.sandbox };
   }
 
   async start(req: StartSandboxRequest, caller: Principal): Promise<SandboxResponse> {
     const rec = await this.byName(req.name, req.workspace, caller);
     const started = await this.launchNewRun(rec, 'start requested', true);
+    await this.deps.replication?.confirm('the start');
     return { sandbox: started?.sandbox ?? rec.sandbox };
   }
 

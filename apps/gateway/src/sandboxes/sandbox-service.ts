@@ -26,7 +26,7 @@ import {
   requireName,
   validateCreate,
 } from '@sandgate/core';
-import type { SandboxStore } from '@sandgate/store';
+import type { ReplicationGuard, SandboxStore } from '@sandgate/store';
 import type { ComputeDriver } from '@sandgate/compute';
 import type { Logger, Metrics } from '@sandgate/telemetry';
 import { newCredential } from '../sessions/credentials.ts';
@@ -45,6 +45,8 @@ export interface SandboxServiceDeps {
   workspaces: WorkspaceAccess;
   /** Sandboxes per workspace (`--max-sandboxes-per-workspace`); 0 = no limit. */
   maxSandboxesPerWorkspace: number;
+  /** Confirms the create reached enough Redis replicas before the caller hears of it. */
+  replication: ReplicationGuard;
   log: Logger;
   metrics: Metrics;
 }
@@ -112,6 +114,8 @@ export class SandboxService {
         sandbox: cur.sandbox,
         extra: { compute: JSON.stringify(handle), runstart: String(now) },
       }));
+      // Before the answer: an acknowledged create must outlive a Redis failover (else undone below).
+      await this.deps.replication.confirm('the create');
       this.deps.lifecycle.note(id, `sandbox created (driver ${driver.name})`);
       this.deps.lifecycle.watchLaunch(id);
       this.deps.metrics.inc('sandgate_sandboxes_created_total');
@@ -123,7 +127,8 @@ export class SandboxService {
       // deadline (already durable) or the reconcile sweep ends it; the compute goes either way.
       await store.remove(id, workspace, sandbox.metadata!.name!).catch((e: unknown) => log.warn('could not remove the record of a failed create', { sandboxId: id, err: e }));
       await driver.delete(id, null).catch(() => undefined);
-      // Redis unreachable (restarting, failing over) is not the request's fault: retriable.
+      // Redis unreachable (restarting, failing over) or its replicas behind is not the request's fault: retriable.
+      if (err instanceof GatewayError && err.code === Code.UNAVAILABLE) throw err;
       if (isRedisUnavailable(err)) throw new GatewayError(Code.UNAVAILABLE, 'create sandbox failed: the gateway cannot reach its Redis right now; retry');
       throw new GatewayError(Code.INTERNAL, `create sandbox failed: ${err instanceof Error ? err.message : String(err)}`);
     }

@@ -6,7 +6,7 @@ import { randomUUID } from 'node:crypto';
 import type { ServerDuplexStream } from '@grpc/grpc-js';
 import { MetadataKey, type ExecFrame, type ExecStart, type GatewayMessage, type SupervisorMessage, type TcpFrame, type TcpOpen } from '@sandgate/protocols';
 import { GatewayError, Code, onSupervisorConnected, onSupervisorDisconnected, type LifecycleStatus } from '@sandgate/core';
-import { policyInForce, type OwnershipStore, type SandboxStore } from '@sandgate/store';
+import { policyInForce, type OwnershipStore, type ReplicationGuard, type SandboxStore } from '@sandgate/store';
 import { relaySpans, tracingEnabled, type Logger, type Metrics } from '@sandgate/telemetry';
 import { verifyCredential } from './credentials.ts';
 import { PendingRequests } from './pending.ts';
@@ -65,6 +65,8 @@ export interface SessionDeps {
   maxExecsPerSandbox: number;
   /** How long a released session may stay gone before the sandbox leaves Ready. */
   disconnectGraceMs: number;
+  /** Confirms the claim (its fence) reached enough Redis replicas before the session is accepted. */
+  replication?: ReplicationGuard;
   /** Durable handling of the supervisor's reports; acknowledged only once these resolve. */
   reports: {
     mainExit(sandboxId: string, instanceId: string, exitCode: number, oomKilled: boolean): Promise<void>;
@@ -221,6 +223,10 @@ export class SessionRegistry {
       if (!next) return { sandbox: cur.sandbox, extra };
       return { sandbox: { ...cur.sandbox, status: { ...(next as object), exit_code: next.exit_code } as typeof cur.sandbox.status }, extra };
     });
+
+    // A fence a failover could take back would be issued again to the next claim: fencing needs
+    // the claim replicated before the session acts on it (UNAVAILABLE: the supervisor retries).
+    await this.deps.replication?.confirm('the ownership claim');
 
     // Two hellos of one sandbox may overlap here (a supervisor reconnecting while its previous
     // hello is still being accepted): whichever finishes last, the later claim — the higher

@@ -1,0 +1,44 @@
+// Acknowledged writes that survive a failover. Redis replicates asynchronously: a primary that
+// dies right after acknowledging a write can take it along, and the replica promoted in its place
+// never saw it. A write a client is told succeeded (a create, delete, stop, start, token, an
+// ownership claim) is therefore confirmed with WAIT before the answer goes out: at least
+// `minReplicas` replicas have everything this connection wrote so far (WAIT counts per
+// connection, and the write went first on the same one), or the caller gets UNAVAILABLE and may
+// retry. 0 (one Redis, no replicas: `sandgate up`) turns the check off.
+//
+// WAIT blocks the connection it runs on until enough replicas answer or the timeout passes; with
+// healthy replicas that is one round trip to them, and only when fewer than `minReplicas` are
+// reachable does it hold the connection for `timeoutMs`.
+import type { Redis } from 'ioredis';
+import { Code, GatewayError } from '@sandgate/core';
+
+export interface ReplicationPolicy {
+  /** Replicas that must have a write before it is acknowledged; 0: no check. */
+  minReplicas: number;
+  /** How long to wait for them. */
+  timeoutMs: number;
+}
+
+export class ReplicationGuard {
+  private readonly redis: Redis;
+  readonly policy: ReplicationPolicy;
+
+  constructor(redis: Redis, policy: ReplicationPolicy) {
+    this.redis = redis;
+    this.policy = policy;
+  }
+
+  /** Resolves once `minReplicas` replicas hold every write made so far on this connection; else UNAVAILABLE naming `what`. */
+  async confirm(what: string): Promise<void> {
+    const { minReplicas, timeoutMs } = this.policy;
+    if (minReplicas <= 0) return;
+    const acknowledged = Number(await this.redis.call('WAIT', minReplicas, timeoutMs));
+    if (acknowledged < minReplicas) {
+      throw new GatewayError(
+        Code.UNAVAILABLE,
+        `${what} reached ${acknowledged} of the ${minReplicas} Redis replica(s) required (SANDGATE_REDIS_MIN_REPLICAS) within ${timeoutMs} ms, ` +
+          'so a failover could lose it; retry when the replicas are back',
+      );
+    }
+  }
+}

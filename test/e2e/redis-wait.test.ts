@@ -1,0 +1,119 @@
+// Issue 17, item 3: no acknowledged write lost to a Redis failover. Replication is asynchronous,
+// so a primary that acknowledges a write and dies before its replicas have it takes the write
+// along. With SANDGATE_REDIS_MIN_REPLICAS=1 a replica waits (WAIT) until a replica holds a create,
+// delete, stop, start, token or ownership claim before the client hears it succeeded, and answers
+// UNAVAILABLE otherwise. The negative half runs the same failover against a replica started with
+// the `redis-wait` debug fault: its create is acknowledged and then lost, which is exactly what
+// the guard prevents.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { keys } from '@sandgate/store';
+import { status as grpcStatus } from '@grpc/grpc-js';
+import { Cluster, runCli } from '../harness/cluster.ts';
+import { openShellClient, unaryCall } from '../harness/grpc-client.ts';
+import { startSentinelGroup, type SentinelGroup } from '../harness/redis-sentinel.ts';
+import { killSupervisor } from '../harness/sandbox.ts';
+import { waitFor } from '../harness/wait.ts';
+
+let group: SentinelGroup;
+/** Guarded: every acknowledged write waits for one replica (500 ms at most). */
+let guarded: Cluster;
+/** The same, with the `redis-wait` debug fault: writes are acknowledged by the primary alone. */
+let unguarded: Cluster;
+const lostIds: string[] = [];
+
+beforeAll(async () => {
+  group = await startSentinelGroup({ replicas: 2 });
+  const env = { SANDGATE_REDIS_MIN_REPLICAS: '1', SANDGATE_REDIS_WAIT_TIMEOUT_MS: '500' };
+  guarded = await Cluster.start({ redisUrl: group.url, replicas: 1, env });
+  unguarded = await Cluster.start({ redisUrl: group.url, replicas: 1, env: { ...env, SANDGATE_DEBUG_BREAK: 'redis-wait', SANDGATE_DEBUG_UNSAFE: '1' } });
+}, 90_000);
+
+afterAll(async () => {
+  await group?.restoreReplication().catch(() => undefined);
+  for (const cluster of [guarded, unguarded]) {
+    const list = await runCli(['sandbox', 'list', '-o', 'json'], { gateway: cluster.replicas[0]!.grpcAddress }).catch(() => null);
+    if (list?.code === 0) {
+      for (const sb of (JSON.parse(list.stdout.toString()) as { sandboxes: { metadata: { name: string } }[] }).sandboxes) {
+        await runCli(['sandbox', 'delete', sb.metadata.name], { gateway: cluster.replicas[0]!.grpcAddress });
+      }
+    }
+  }
+  // A lost record leaves its supervisor with nothing to answer to.
+  for (const id of lostIds) await killSupervisor(id).catch(() => 0);
+  for (const cluster of [guarded, unguarded]) {
+    await cluster?.stop();
+    cluster?.cleanup();
+  }
+  await group?.stop();
+});
+
+const gw = (cluster: Cluster) => cluster.replicas[0]!.grpcAddress;
+
+async function create(cluster: Cluster, name: string): Promise<{ code: number; id: string; stderr: string }> {
+  const res = await runCli(['sandbox', 'create', '--name', name, '--detach', '-o', 'json', '--', 'sleep', 'infinity'], { gateway: gw(cluster), timeoutMs: 30_000 });
+  const id = res.code === 0 ? (JSON.parse(res.stdout.toString()) as { metadata: { id: string } }).metadata.id : '';
+  return { code: res.code ?? -1, id, stderr: res.stderr.toString() };
+}
+
+describe('acknowledged writes wait for a Redis replica', () => {
+  it('with the replicas in step, creates, stops, starts and deletes are acknowledged', async () => {
+    const made = await create(guarded, 'wait-ok');
+    expect(made.code, made.stderr).toBe(0);
+    for (const verb of ['stop', 'start', 'delete']) {
+      const res = await runCli(['sandbox', verb, 'wait-ok'], { gateway: gw(guarded), timeoutMs: 30_000 });
+      expect(res.code, `${verb}: ${res.stderr.toString()}`).toBe(0);
+    }
+  });
+
+  it('with the replicas cut off, a create and a token are refused UNAVAILABLE, saying why, and the create is undone', async () => {
+    await group.cutReplication();
+    try {
+      const refused = await unaryCall(openShellClient(gw(guarded)), 'CreateSandbox', { name: 'wait-refused', spec: { command: ['sleep', 'infinity'] } }).then(
+        () => null,
+        (err: { code: number; details: string }) => err,
+      );
+      expect(refused?.code).toBe(grpcStatus.UNAVAILABLE);
+      expect(refused?.details).toContain('the create reached 0 of the 1 Redis replica(s) required (SANDGATE_REDIS_MIN_REPLICAS) within 500 ms');
+      // Undone: no record (the client was told it failed, and it did).
+      const get = await runCli(['sandbox', 'get', 'wait-refused'], { gateway: gw(guarded) });
+      expect(get.code).not.toBe(0);
+
+      const token = await runCli(['token', 'create', '--redis', group.url, '--workspace', 'default'], {
+        gateway: gw(guarded),
+        env: { SANDGATE_REDIS_MIN_REPLICAS: '1', SANDGATE_REDIS_WAIT_TIMEOUT_MS: '500' },
+      });
+      expect(token.code).not.toBe(0);
+      expect(token.stderr.toString()).toContain('the token reached 0 of the 1 Redis replica(s) required');
+    } finally {
+      await group.restoreReplication();
+    }
+    await group.waitReplicated();
+  });
+
+  it('without the guard (redis-wait debug fault) a create acknowledged while the replicas were cut off is lost in a failover', async () => {
+    await group.cutReplication();
+    const lost = await create(unguarded, 'wait-lost');
+    // Acknowledged by the primary alone...
+    expect(lost.code, lost.stderr).toBe(0);
+    lostIds.push(lost.id);
+    const old = await group.primaryPort();
+    expect(await group.node(old).exists(keys.sandbox(lost.id))).toBe(1);
+    // ...which dies; the Sentinels promote a replica that never saw it.
+    group.signal(old, 'SIGKILL');
+    await group.restoreReplication();
+    const promoted = await group.waitFailover(old);
+    expect(await group.node(promoted).exists(keys.sandbox(lost.id))).toBe(0);
+    await waitFor(
+      'the lost sandbox to be unknown to both replicas',
+      async () => {
+        for (const cluster of [guarded, unguarded]) {
+          const get = await runCli(['sandbox', 'get', 'wait-lost'], { gateway: gw(cluster) });
+          if (get.code === 0 || !/not found/i.test(get.stderr.toString())) return false;
+        }
+        return true;
+      },
+      30_000,
+      500,
+    );
+  });
+});
