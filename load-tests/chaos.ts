@@ -249,6 +249,9 @@ async function main(): Promise<void> {
     tls: !values['no-tls'],
     env: {
       SANDGATE_LOG_LEVEL: 'info',
+      // The lost record's compute must be gone before the run ends: quarantined at the first
+      // sweep, deleted once seen orphaned this long (the default, 60 s, outlasts a short run).
+      SANDGATE_ORPHAN_GRACE_MS: '15000',
       ...(breaks.length ? { SANDGATE_DEBUG_BREAK: breaks.join(','), SANDGATE_DEBUG_UNSAFE: '1' } : {}),
     },
   });

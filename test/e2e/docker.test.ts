@@ -11,6 +11,7 @@ import { status as grpcStatus } from '@grpc/grpc-js';
 import Docker from 'dockerode';
 import { DEFAULT_DOCKER_NETWORK, DockerDriver, ensureSandboxNetwork } from '@sandgate/compute';
 import { SandboxPhase } from '@sandgate/protocols';
+import { OrphanQuarantine } from '@sandgate/store';
 import { Cluster, repoRoot, runCli } from '../harness/cluster.ts';
 import { startRedis, type TestRedis } from '../harness/redis.ts';
 import { openShellClient, unaryCall } from '../harness/grpc-client.ts';
@@ -36,7 +37,8 @@ beforeAll(async () => {
   // Sandbox containers are on sandgate's bridge, not the host's network: the replicas listen on
   // the bridge's host address (which the host itself reaches too), not on loopback only.
   const { gateway } = await ensureSandboxNetwork(new Docker(), DEFAULT_DOCKER_NETWORK);
-  cluster = await Cluster.start({ redisUrl: redis.url, replicas: 3, driver: 'docker', host: gateway });
+  // A short orphan grace, so the stray container below is quarantined, then removed, within the test.
+  cluster = await Cluster.start({ redisUrl: redis.url, replicas: 3, driver: 'docker', host: gateway, env: { SANDGATE_ORPHAN_GRACE_MS: '3000' } });
 }, 180_000);
 
 afterAll(async () => {
@@ -130,7 +132,7 @@ describe('docker driver through the gateway', () => {
     client.close();
   });
 
-  it('reconciles: a container removed behind its back marks the record; a labelled container without a record is removed', async () => {
+  it('reconciles: a container removed behind its back marks the record; a labelled container without a record is quarantined, then removed', async () => {
     const sb = await create('dk-gone');
     docker('rm', '-f', labelled(sb.metadata.id)[0]!);
     const marked = await waitFor('record marked', async () => {
@@ -142,7 +144,12 @@ describe('docker driver through the gateway', () => {
 
     // A stray container with sandgate's labels and no record.
     docker('run', '-d', '--label', 'sandgate.managed=true', '--label', 'sandgate.sandbox-id=stray-1', 'sandgate-sandbox:latest', 'sleep', 'infinity');
+    // First sighting: quarantined (its record may only look missing), the container left running.
+    await waitFor('stray container quarantined', async () => (await new OrphanQuarantine(r).list()).has('stray-1'), 60_000, 200);
+    expect(labelled('stray-1')).toHaveLength(1);
+    // Seen without a record for the whole grace period: removed, and out of quarantine.
     await waitFor('stray container removed', () => labelled('stray-1').length === 0, 60_000, 500);
+    await waitFor('quarantine emptied', async () => !(await new OrphanQuarantine(r).list()).has('stray-1'), 30_000, 500);
   });
 
   it('20 concurrent creates all reach Ready and delete cleanly, leaving nothing behind', async () => {

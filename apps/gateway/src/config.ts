@@ -74,6 +74,8 @@ export interface ReplicaConfig {
   redisMinReplicas: number;
   /** How long an acknowledged write waits for them before UNAVAILABLE. */
   redisWaitTimeoutMs: number;
+  /** How long the reconcile sweep keeps compute without a record in quarantine before deleting it. */
+  orphanGraceMs: number;
   logLevel: LogLevel;
   /** Debug faults switched on (only ever non-empty with SANDGATE_DEBUG_UNSAFE=1). */
   debugBreaks: ReadonlySet<DebugBreak>;
@@ -481,6 +483,12 @@ export const REPLICA_OPTIONS: Specs = {
     default: '1000',
     description: 'how long such a write waits for SANDGATE_REDIS_MIN_REPLICAS replicas',
     parse: positiveInt,
+  },
+  orphanGraceMs: {
+    env: 'SANDGATE_ORPHAN_GRACE_MS',
+    default: '60000',
+    description: 'how long the reconcile sweep must see compute without a record before it deletes it (until then it is quarantined: counted and logged); 0: at once',
+    parse: nonNegativeInt,
   },
   logLevel: {
     env: 'SANDGATE_LOG_LEVEL',

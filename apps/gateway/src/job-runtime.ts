@@ -1,7 +1,7 @@
 // The durable job workers wired to this package's services: the same code inside a replica
 // (unless --no-workers) and in a standalone `sandgate worker` (worker.ts).
 import type { Redis } from 'ioredis';
-import { ClusterCounters, type SandboxStore } from '@sandgate/store';
+import { ClusterCounters, OrphanQuarantine, type SandboxStore } from '@sandgate/store';
 import type { ComputeDriver } from '@sandgate/compute';
 import type { Logger, Metrics } from '@sandgate/telemetry';
 import type { DebugBreak } from '@sandgate/core';
@@ -28,7 +28,14 @@ export interface JobRuntimeDeps {
  */
 export async function runJobWorker(
   processId: string,
-  config: { redisUrl: string; debugBreaks: ReadonlySet<DebugBreak>; /** PEM CA of a rediss:// Redis ('' for none). */ redisTlsCa?: string },
+  config: {
+    redisUrl: string;
+    debugBreaks: ReadonlySet<DebugBreak>;
+    /** PEM CA of a rediss:// Redis ('' for none). */
+    redisTlsCa?: string;
+    /** How long compute must be seen without a record before the reconcile sweep deletes it. */
+    orphanGraceMs: number;
+  },
   deps: JobRuntimeDeps,
 ): Promise<RunningWorker> {
   await deps.scheduler.ensureReconcile();
@@ -41,6 +48,8 @@ export async function runJobWorker(
     sessionLive: (id) => deps.router.sessionLive(id),
     incrementCounter: (name, by) => new ClusterCounters(deps.redis).incr(name, by),
     debugBreaks: config.debugBreaks,
+    orphans: new OrphanQuarantine(deps.redis),
+    orphanGraceMs: config.orphanGraceMs,
     log: deps.log,
     metrics: deps.metrics,
   });

@@ -5,7 +5,7 @@
 // instance that has moved on.
 import { Phase, mainProcessFinished, onComputeVanished, onProvisioningTimeout, type LifecycleStatus, type DebugBreak } from '@sandgate/core';
 import type { ComputeDriver } from '@sandgate/compute';
-import { ClusterCounter, type ClusterCounterName, type SandboxStore, type StoredSandbox } from '@sandgate/store';
+import { ClusterCounter, type ClusterCounterName, type OrphanQuarantine, type SandboxStore, type StoredSandbox } from '@sandgate/store';
 import type { Logger, Metrics } from '@sandgate/telemetry';
 import type { JobScheduler } from './scheduler.ts';
 import type { JobProcessors } from './worker.ts';
@@ -48,6 +48,10 @@ export interface JobDeps {
   incrementCounter(name: ClusterCounterName, by: number): Promise<void>;
   /** Debug faults (negative chaos runs only; empty otherwise): `reconcile` skips the sweep. */
   debugBreaks: ReadonlySet<DebugBreak>;
+  /** Where the sweep keeps orphaned compute's first sightings (libs/store's OrphanQuarantine). */
+  orphans: Pick<OrphanQuarantine, 'sight'>;
+  /** How long compute must be seen without a record before the sweep deletes it (0: at once). */
+  orphanGraceMs: number;
   log: Logger;
   metrics: Metrics;
 }
@@ -109,8 +113,8 @@ export function jobProcessors(deps: JobDeps): JobProcessors {
 }
 
 /**
- * The repeatable sweep: compute without a record is removed; a record whose compute vanished is
- * marked; deletes interrupted by a crash are finished; finalized ephemeral sandboxes whose
+ * The repeatable sweep: compute without a record is quarantined, and removed once it has been
+ * seen so for `orphanGraceMs`; a record whose compute vanished is marked; deletes interrupted by a crash are finished; finalized ephemeral sandboxes whose
  * cleanup job was lost get one.
  */
 async function reconcile(deps: JobDeps): Promise<unknown> {
@@ -121,6 +125,7 @@ async function reconcile(deps: JobDeps): Promise<unknown> {
   const computeById = new Map(compute.map((c) => [c.sandboxId, c]));
   const recordIds = new Set<string>();
   let orphans = 0;
+  let quarantined = 0;
   let vanished = 0;
   let resumed = 0;
   let ephemeral = 0;
@@ -161,11 +166,27 @@ async function reconcile(deps: JobDeps): Promise<unknown> {
       }
     }
   }
-  for (const c of compute) {
-    if (recordIds.has(c.sandboxId)) continue;
+  // Compute without a record. The record may only look missing (a Redis failover in progress,
+  // a primary back with stale data): deleting at first sight would destroy a live sandbox, so it
+  // is quarantined first and deleted once seen orphaned for the whole grace period.
+  const orphaned = compute.filter((c) => !recordIds.has(c.sandboxId));
+  const sweptAt = Date.now();
+  const firstSeen = await deps.orphans.sight(orphaned.map((c) => c.sandboxId), sweptAt);
+  for (const c of orphaned) {
+    const since = firstSeen.get(c.sandboxId) ?? sweptAt;
+    if (sweptAt - since < deps.orphanGraceMs) {
+      if (since === sweptAt) {
+        deps.metrics.inc('sandgate_orphans_total', 1, { action: 'quarantined' });
+        deps.log.warn('compute without a record quarantined: deleted if still without one after the grace period', { sandboxId: c.sandboxId, graceMs: deps.orphanGraceMs });
+      }
+      quarantined++;
+      continue;
+    }
     await deps.driver.delete(c.sandboxId, c.handle).catch(() => undefined);
+    deps.metrics.inc('sandgate_orphans_total', 1, { action: 'deleted' });
+    deps.log.warn('compute without a record deleted', { sandboxId: c.sandboxId, orphanedForMs: sweptAt - since });
     orphans++;
   }
   if (orphans || vanished || interrupted) deps.log.warn('reconcile repaired state', { orphans, vanished, resumed, ephemeral, interrupted });
-  return { orphans, vanished, resumed, ephemeral, interrupted };
+  return { orphans, quarantined, vanished, resumed, ephemeral, interrupted };
 }

@@ -12,3 +12,4 @@ export * from './workspaces.ts';
 export * from './usage.ts';
 export * from './service-endpoints.ts';
 export * from './replication.ts';
+export * from './orphans.ts';

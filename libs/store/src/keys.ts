@@ -26,6 +26,8 @@ export const keys = {
   sandboxName: (workspace: string, name: string) => `sg:sbxname:${workspace}:${name}`,
   /** Set: every sandbox id (listing). */
   sandboxIndex: () => 'sg:sbxs',
+  /** Sorted set: compute the reconcile sweep found without a record (member = sandbox id, score = first seen ms), deleted after a grace period. */
+  orphans: () => 'sg:orphans',
   /** Hash, expiring: the replica holding the sandbox's supervisor session (`replica`, `session`, `fence`, `instance`). */
   owner: (id: string) => `sg:own:${id}`,
   /** Stream: every snapshot of the sandbox (`rv`, `pb`), then `deleted`; trimmed, expires after delete. */

@@ -64,6 +64,7 @@ const DESCRIPTIONS: Readonly<Record<string, string>> = {
   sandgate_failovers_total: 'Sessions this replica took over from an owner whose lease had lapsed',
   sandgate_queue_jobs: 'Durable jobs in the queue by state (cached, read every few seconds)',
   sandgate_job_failures_total: 'Failed job attempts',
+  sandgate_orphans_total: 'Compute the reconcile sweep found without a record: quarantined at first sight, deleted after the grace period',
   sandgate_sandboxes: 'Sandbox records by phase, fleet-wide (counted periodically)',
   sandgate_sandbox_cpu_seconds_total: 'CPU time used by a sandbox this replica owns, from its compute driver',
   sandgate_sandbox_memory_bytes: 'Memory in use by a sandbox this replica owns, from its compute driver',
