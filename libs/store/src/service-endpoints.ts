@@ -1,5 +1,5 @@
 // Exposed-service endpoints in Redis (openshell-v1-more.md §7.2). A sandbox's endpoints live in one
-// hash keyed by the sandbox id, so deleting the sandbox (remove-sandbox-11) takes them in the same
+// hash keyed by the sandbox id, so deleting the sandbox (remove-sandbox-n) takes them in the same
 // call; a sorted set per workspace lists the keys oldest first, then by name (ZRANGE's order for
 // equal scores). Writes are Lua: the upsert is a compare-and-set on the record's resource_version.
 import type { Redis } from 'ioredis';

@@ -1,6 +1,6 @@
 // Per-sandbox CPU and memory as the owner replica last read them from its compute driver. The
 // owner publishes (all its sandboxes at once per interval, each only while its record exists:
-// remove-sandbox-11 deletes the key with the record); any replica
+// remove-sandbox-n deletes the key with the record); any replica
 // reads, so `sandgate sandbox get` answers through whichever replica it reached. Expiring: a
 // sandbox nobody owns any more stops having figures instead of keeping stale ones.
 import type { Redis } from 'ioredis';

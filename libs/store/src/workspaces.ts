@@ -1,5 +1,5 @@
 // Workspaces (openshell-v1-more.md §10): the records, their members, the set of sandboxes each
-// holds (kept in step by create-sandbox-7 / remove-sandbox-11) and the live execs each runs, counted
+// holds (kept in step by create-sandbox-7 / remove-sandbox-n) and the live execs each runs, counted
 // across replicas like the SSH forward caps: a sorted set scored by heartbeat, so the slots of a
 // replica that crashed stop counting once they are stale.
 import { randomUUID } from 'node:crypto';
