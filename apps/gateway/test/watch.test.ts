@@ -11,7 +11,7 @@ import { WatchService } from '../src/sandboxes/watch-service.ts';
 import { WorkspaceAccess } from '../src/api/access.ts';
 import { startRedis, type TestRedis } from '@sandgate/test-harness/redis';
 import { openShellClient, type AnyClient } from '@sandgate/test-harness/grpc-client';
-import { waitFor } from '@sandgate/test-harness/wait';
+import { sleep, waitFor } from '@sandgate/test-harness/wait';
 
 let redis: TestRedis;
 let client: Redis;
@@ -78,8 +78,12 @@ describe('WatchSandbox', () => {
 
     const logs = new SandboxLogStore(client);
     const message = 'x'.repeat(64 * 1024);
-    for (let i = 0; i < 200 && !watches.get(id)?.sawBackpressure; i++) {
+    // How much it takes depends on how far the client's and the server's buffers stretch (12.5 MiB
+    // was not always enough): feed until the stream pushes back, pausing now and then so the
+    // follower keeps up, up to 125 MiB.
+    for (let i = 0; i < 2000 && !watches.get(id)?.sawBackpressure; i++) {
       await logs.append(id, { timestamp_ms: Date.now(), level: 'INFO', target: 't', source: 'sandbox', message });
+      if (i % 100 === 99) await sleep(100);
     }
     await waitFor('the stream to push back', () => watches.get(id)?.sawBackpressure);
 
