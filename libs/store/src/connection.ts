@@ -48,7 +48,7 @@ export function createRedisConnection(url: string, purpose: RedisPurpose, opts: 
   const address = parseRedisAddress(url);
   if (address.mode === 'single') return new Redis(url, { ...common, ...redisTlsOptions(url, opts.tlsCa) });
   if (opts.tlsCa) throw new Error('a Redis CA (--redis-ca / SANDGATE_REDIS_CA) needs a rediss:// Redis URL (TLS to Sentinels is not supported)');
-  return new Redis({
+  return restartedUnlessClosed(new Redis({
     ...common,
     sentinels: address.sentinels,
     name: address.masterName,
@@ -59,7 +59,43 @@ export function createRedisConnection(url: string, purpose: RedisPurpose, opts: 
     ...(address.sentinelPassword ? { sentinelPassword: address.sentinelPassword } : {}),
     failoverDetector: true,
     reconnectOnError: (err: Error) => (err.message.startsWith('READONLY') ? 2 : false),
+  }));
+}
+
+/**
+ * ioredis (6.0) ends a Sentinel connection for good when the failover detector's disconnect lands
+ * while the connection is still asking the Sentinels where the primary is: the connect attempt
+ * rejects ("Connection is closed.") and the client goes to `end` instead of retrying. The chaos
+ * suite caught a replica's job queue connection dead that way after a failover (nothing could be
+ * enqueued any more). So a connection that ends without having been closed on purpose is
+ * connected again, and so are its duplicates (BullMQ's blocking connections).
+ */
+function restartedUnlessClosed(redis: Redis): Redis {
+  let closedOnPurpose = false;
+  const target = redis as unknown as {
+    disconnect(reconnect?: boolean): void;
+    quit(...args: unknown[]): Promise<'OK'>;
+    duplicate(...args: unknown[]): Redis;
+  };
+  const disconnect = target.disconnect.bind(redis);
+  const quit = target.quit.bind(redis);
+  const duplicate = target.duplicate.bind(redis);
+  target.disconnect = (reconnect = false) => {
+    if (!reconnect) closedOnPurpose = true;
+    disconnect(reconnect);
+  };
+  target.quit = (...args) => {
+    closedOnPurpose = true;
+    return quit(...args);
+  };
+  target.duplicate = (...args) => restartedUnlessClosed(duplicate(...args));
+  redis.on('end', () => {
+    if (closedOnPurpose) return;
+    setTimeout(() => {
+      if (!closedOnPurpose && redis.status === 'end') redis.connect().catch(() => undefined); // retried at the next 'end'
+    }, 100).unref();
   });
+  return redis;
 }
 
 /** The PEM file `--redis-ca` names ('' for none), read once at start; a bad path says which option to fix. */
