@@ -6,7 +6,13 @@
 // records sampled per replica incarnation, live processes), printed with counts; exit 1 if any
 // invariant fails. Bounded in time, loopback only, seeded for reproducibility.
 //
-//   npm run chaos -- [--duration 300] [--seed 42] [--workers 6] [--break NAME ...]
+//   npm run chaos -- [--duration 300] [--seed 42] [--workers 6] [--redis single|sentinel] [--break NAME ...]
+//
+// `--redis sentinel` runs the replicas on a Sentinel group (one primary, two replicas, three
+// Sentinels) with SANDGATE_REDIS_MIN_REPLICAS=1, and replaces the Redis restart with a failover:
+// the primary is cut off from its replicas, creates are attempted meanwhile, then the primary is
+// killed (-9), a replica promoted, and the old node brought back as a replica. Invariant
+// `acknowledged-creates`: every create acknowledged to a client is still there with its compute.
 //
 // `--break NAME` (repeatable; `--no-fencing`/`--no-jobs` are aliases) starts the replicas with a
 // debug fault that removes one safety mechanism (SANDGATE_DEBUG_BREAK=NAME SANDGATE_DEBUG_UNSAFE=1):
@@ -23,13 +29,14 @@ import { parseArgs } from 'node:util';
 import type { ServiceError } from '@grpc/grpc-js';
 import { DEBUG_BREAKS, isDebugBreak, type DebugBreak } from '@sandgate/core';
 import { SandboxPhase } from '@sandgate/protocols';
-import { keys, SandboxStore } from '@sandgate/store';
+import { createRedisConnection, keys, SandboxStore } from '@sandgate/store';
 import { LocalDriver } from '@sandgate/compute';
 import { Cluster, repoRoot, runCli } from '../test/harness/cluster.ts';
 import { cliEnv, credentialsFor, registerGateway } from '../test/harness/credentials.ts';
 import { startHaproxy } from '../test/harness/haproxy.ts';
 import { freePort } from '../test/harness/ports.ts';
 import { startRedis } from '../test/harness/redis.ts';
+import { startSentinelGroup, type SentinelGroup } from '../test/harness/redis-sentinel.ts';
 import { openShellClient, unaryCall, type AnyClient } from '../test/harness/grpc-client.ts';
 import { pidsMatching } from '../test/harness/sandbox.ts';
 import { sleep, waitFor } from '../test/harness/wait.ts';
@@ -48,14 +55,15 @@ const INVARIANTS = {
   calls: 'every call succeeded or failed with UNAVAILABLE; no wrong result, no hang',
   failover: 'sandboxes of a dead replica are reachable again',
   scenarios: 'every chaos scenario really happened (preconditions held)',
+  'acknowledged-creates': 'every create acknowledged to a client is still there, with its compute (--redis sentinel)',
 } as const;
 type InvariantId = keyof typeof INVARIANTS;
 
 /**
  * The invariant each debug fault must break in a negative run. `exec-timeout` has none here: it
  * only removes the supervisor's own timer, which the exec-deadline backstop covers (tested in
- * test/e2e/exec-backstop.test.ts). Nor has `redis-wait`: the chaos suite runs one Redis without
- * replicas, so there is no failover to lose a write in; test/e2e/redis-wait.test.ts is its negative.
+ * test/e2e/exec-backstop.test.ts). `redis-wait` needs `--redis sentinel` (one Redis has no failover
+ * to lose a write in).
  */
 const BREAK_TARGETS: Partial<Record<DebugBreak, InvariantId>> = {
   fencing: 'owner-records',
@@ -66,6 +74,7 @@ const BREAK_TARGETS: Partial<Record<DebugBreak, InvariantId>> = {
   'supervisor-reconnect': 'failover',
   'owner-hints': 'reachable',
   'retriable-errors': 'calls',
+  'redis-wait': 'acknowledged-creates',
 };
 
 const { values } = parseArgs({
@@ -77,6 +86,7 @@ const { values } = parseArgs({
     // must stay failed), so CI gives those a shorter limit than the positive run needs none of.
     'quiesce-limit': { type: 'string', default: '45' },
     break: { type: 'string', multiple: true, default: [] },
+    redis: { type: 'string', default: 'single' },
     'no-fencing': { type: 'boolean', default: false },
     'no-jobs': { type: 'boolean', default: false },
     // TLS is on by default (replicas, supervisors, clients, the balancer's health checks).
@@ -104,6 +114,15 @@ for (const b of breakNames) {
   }
 }
 const breaks = [...new Set(breakNames)] as DebugBreak[];
+const redisMode = values.redis;
+if (redisMode !== 'single' && redisMode !== 'sentinel') {
+  console.error(`chaos: --redis must be single or sentinel, got '${redisMode}'`);
+  process.exit(2);
+}
+if (breaks.includes('redis-wait') && redisMode !== 'sentinel') {
+  console.error('chaos: --break redis-wait needs --redis sentinel (one Redis has no failover to lose a write in)');
+  process.exit(2);
+}
 const rng = seeded(seed);
 
 /** Client-side deadline of every call: no answer by then is a hang. */
@@ -239,11 +258,17 @@ async function main(): Promise<void> {
   const t0 = Date.now();
   const ledger = new Ledger(t0);
   console.log(`chaos: seed=${seed} duration=${durationMs / 1000}s workers=${workers}${breaks.length ? ` NEGATIVE RUN --break ${breaks.join(',')} (${breaks.map((b) => DEBUG_BREAKS[b].removes).join('; ')})` : ''}`);
-  const redis = await startRedis({ persistent: true });
-  const r = redis.client();
+  // One Redis (restarted once), or a Sentinel group (failed over once).
+  const single = redisMode === 'single' ? await startRedis({ persistent: true }) : null;
+  const group: SentinelGroup | null = redisMode === 'sentinel' ? await startSentinelGroup({ replicas: 2 }) : null;
+  const redisUrl = single?.url ?? group!.url;
+  console.log(`chaos: Redis ${single ? 'single (AOF, restarted once)' : 'Sentinel group: primary, 2 replicas, 3 Sentinels; SANDGATE_REDIS_MIN_REPLICAS=1'}`);
+  // As the replicas connect: through the Sentinels, following a failover.
+  const r = single ? single.client() : createRedisConnection(redisUrl, 'commands');
+  r.on('error', () => undefined);
   const lbPort = await freePort();
   const cluster = await Cluster.start({
-    redisUrl: redis.url,
+    redisUrl,
     replicas: 3,
     supervisorEndpoint: `127.0.0.1:${lbPort}`,
     tls: !values['no-tls'],
@@ -252,6 +277,7 @@ async function main(): Promise<void> {
       // The lost record's compute must be gone before the run ends: quarantined at the first
       // sweep, deleted once seen orphaned this long (the default, 60 s, outlasts a short run).
       SANDGATE_ORPHAN_GRACE_MS: '15000',
+      ...(group ? { SANDGATE_REDIS_MIN_REPLICAS: '1' } : {}),
       ...(breaks.length ? { SANDGATE_DEBUG_BREAK: breaks.join(','), SANDGATE_DEBUG_UNSAFE: '1' } : {}),
     },
   });
@@ -280,6 +306,20 @@ async function main(): Promise<void> {
   };
   let seq = 0;
   const ephemeralIds: string[] = [];
+  /** Sandboxes whose create a client was told succeeded and that nobody deletes (--redis sentinel). */
+  const acknowledged: { id: string; name: string }[] = [];
+  /** A create through the balancer: acknowledged ones are remembered, refusals go to the ledger. */
+  const createKept = async (name: string): Promise<boolean> => {
+    try {
+      const res = await unaryCall<{ sandbox: { metadata: { id: string } } }>(clients[0]!, 'CreateSandbox', { name, spec: { command: ['sleep', 'infinity'] } });
+      acknowledged.push({ id: res.sandbox.metadata.id, name });
+      ledger.record('create-kept', 'ok');
+      return true;
+    } catch (err) {
+      ledger.record('create-kept', ...tuple(classifyError(err, false)));
+      return false;
+    }
+  };
   const pendingChecks: Promise<void>[] = [];
   const failovers: number[] = [];
   let sshDir = '';
@@ -350,6 +390,8 @@ async function main(): Promise<void> {
       });
       ephemeralIds.push(res.sandbox.metadata.id);
     }
+    // ---- an acknowledged create in calm weather: it must outlive the failover to come
+    if (group && !(await createKept('kept-calm'))) throw new Error('the calm create was refused');
     // ---- a create interrupted after its record was written (its replica died before launching)
     {
       const template = (await store.get(pool[0]!.id))!.sandbox;
@@ -516,6 +558,29 @@ async function main(): Promise<void> {
         await sleep(between(rng, 4_000, 7_000));
         if (Date.now() >= stopAt - 15_000) break;
         const elapsed = 1 - (stopAt - Date.now()) / durationMs;
+        // Before the long freeze in a short run, so both fit before the quiet end.
+        if (!redisRestarted && elapsed >= (durationMs < 60_000 ? 0 : 0.4) && group) {
+          redisRestarted = true;
+          // The write-loss window asynchronous replication leaves, made wide on purpose: the
+          // primary loses its replicas (their replication login is switched off), creates are
+          // attempted meanwhile (guarded, they are refused UNAVAILABLE; with `--break redis-wait`
+          // the primary alone acknowledges them), then the primary dies and a replica that never
+          // saw them is promoted. The old node comes back, empty, as a replica.
+          owners.ignoreDeletionsUntil = Number.POSITIVE_INFINITY;
+          const old = await group.primaryPort();
+          console.log(`[${secs(t0)}] Redis primary :${old} cut off from its replicas; creating meanwhile`);
+          await group.cutReplication();
+          const attempts = await Promise.all([1, 2].map((i) => createKept(`kept-cut-${i}`)));
+          console.log(`[${secs(t0)}] kill -9 of the Redis primary :${old} (${attempts.filter(Boolean).length}/${attempts.length} creates acknowledged while cut off)`);
+          group.signal(old, 'SIGKILL');
+          await group.restoreReplication();
+          const promoted = await group.waitFailover(old, 60_000).catch(() => null);
+          if (promoted !== null) await group.restartNode(old, promoted);
+          console.log(`[${secs(t0)}] Redis primary now :${promoted ?? 'none'}; :${old} back as its replica`);
+          owners.ignoreDeletionsUntil = Date.now() + OWNER_TTL_MS + 5_000;
+          scenario('redis primary failover', promoted !== null, `${attempts.filter(Boolean).length}/${attempts.length} creates acknowledged while cut off`);
+          continue;
+        }
         if (!longFreezeDone && elapsed >= freezeAt) {
           // A replica holding sessions stalls (a GC pause, a VM migration) long enough for its
           // supervisors to give up on it and claim anew elsewhere; then it wakes up still
@@ -557,13 +622,13 @@ async function main(): Promise<void> {
           if (breaks.includes('fencing')) break;
           continue;
         }
-        if (!redisRestarted && elapsed >= 0.4) {
+        if (!redisRestarted && elapsed >= 0.4 && single) {
           redisRestarted = true;
           console.log(`[${secs(t0)}] restart redis`);
           // Records lost in the restart are Redis's doing, not a stale owner's: only the gap
           // limit judges them.
           owners.ignoreDeletionsUntil = Number.POSITIVE_INFINITY;
-          await redis.restart();
+          await single.restart();
           owners.ignoreDeletionsUntil = Date.now() + OWNER_TTL_MS + 5_000;
           scenario('redis restart', true);
           continue;
@@ -691,7 +756,22 @@ async function main(): Promise<void> {
     // A check only means something if its scenario ran: the long freeze must have moved sessions,
     // the special scenarios must have happened, and the workload must have killed SSH sessions
     // mid-session and timed out execs.
-    const required = ['long freeze of an owner', 'record lost under live compute', 'create interrupted before launch', ...(durationMs >= 60_000 ? ['redis restart'] : [])];
+    const required = [
+      'long freeze of an owner',
+      'record lost under live compute',
+      'create interrupted before launch',
+      ...(group ? ['redis primary failover'] : durationMs >= 60_000 ? ['redis restart'] : []),
+    ];
+    if (group) {
+      // Judged on the end state: the record, and a supervisor process of it running.
+      const lost = [];
+      for (const k of acknowledged) if (!(await store.get(k.id)) || !end.live.has(k.id)) lost.push(k.name);
+      results.push([
+        'acknowledged-creates',
+        lost.length === 0,
+        `${acknowledged.length - lost.length}/${acknowledged.length} acknowledged creates there with their compute${lost.length ? `; lost: ${lost.join(', ')}` : ''}`,
+      ]);
+    }
     const finishedEphemerals = ephemeralIds.length - end.neverRan;
     scenario('ephemeral sandboxes that ran', finishedEphemerals > 0, `${finishedEphemerals}`);
     required.push('ephemeral sandboxes that ran');
@@ -745,7 +825,9 @@ async function main(): Promise<void> {
     await lb.stop();
     await cluster.stop();
     cluster.cleanup();
-    await redis.stop();
+    await single?.stop();
+    if (group) r.disconnect(); // (single.stop() closes its own clients)
+    await group?.stop();
   }
 }
 

@@ -35,6 +35,8 @@ export interface SentinelGroup {
    */
   cutReplication(): Promise<void>;
   restoreReplication(): Promise<void>;
+  /** Starts the (dead) data node on `port` again, empty, as a replica of the primary on `primary`. */
+  restartNode(port: number, primary: number): Promise<void>;
   /** Sends a signal to the data node on `port` (SIGKILL: it is gone for good; SIGSTOP/SIGCONT: frozen, thawed). */
   signal(port: number, sig: NodeJS.Signals): void;
   /** Waits until the Sentinels name a primary other than `port` and it answers as a primary. */
@@ -230,6 +232,21 @@ export async function startSentinelGroup(opts: SentinelGroupOptions = {}): Promi
     },
     signal(port, sig) {
       procs.get(port)?.kill(sig);
+    },
+    async restartNode(port, primary) {
+      const old = procs.get(port);
+      if (old && old.exitCode === null && old.signalCode === null) throw new Error(`redis-server :${port} is still running`);
+      procs.set(port, spawn('redis-server', dataArgs(port, primary), { stdio: 'ignore' }));
+      await waitFor(`redis-server :${port} back`, async () => {
+        const c = node(port);
+        try {
+          return (await c.ping()) === 'PONG';
+        } catch {
+          return false;
+        } finally {
+          c.disconnect();
+        }
+      });
     },
     async waitFailover(fromPort, timeoutMs = 30_000) {
       let now = fromPort;
