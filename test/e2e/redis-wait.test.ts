@@ -8,10 +8,10 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { keys } from '@sandgate/store';
 import { status as grpcStatus } from '@grpc/grpc-js';
-import { Cluster, runCli } from '../harness/cluster.ts';
+import { Cluster, repoRoot, runCli } from '../harness/cluster.ts';
 import { openShellClient, unaryCall } from '../harness/grpc-client.ts';
 import { startSentinelGroup, type SentinelGroup } from '../harness/redis-sentinel.ts';
-import { killSupervisor } from '../harness/sandbox.ts';
+import { LocalDriver } from '@sandgate/compute';
 import { waitFor } from '../harness/wait.ts';
 
 let group: SentinelGroup;
@@ -19,7 +19,6 @@ let group: SentinelGroup;
 let guarded: Cluster;
 /** The same, with the `redis-wait` debug fault: writes are acknowledged by the primary alone. */
 let unguarded: Cluster;
-const lostIds: string[] = [];
 
 beforeAll(async () => {
   group = await startSentinelGroup({ replicas: 2 });
@@ -38,9 +37,13 @@ afterAll(async () => {
       }
     }
   }
-  // A lost record leaves its supervisor with nothing to answer to.
-  for (const id of lostIds) await killSupervisor(id).catch(() => 0);
   for (const cluster of [guarded, unguarded]) {
+    // A lost record's compute has nothing left to delete it (the sweep would, after its grace
+    // period): the driver removes whatever runs in the cluster's state directory.
+    if (cluster) {
+      const driver = new LocalDriver({ stateDir: cluster.stateDir, supervisorEntry: `${repoRoot}/apps/supervisor/src/main.ts` });
+      for (const c of await driver.list()) await driver.delete(c.sandboxId, c.handle).catch(() => undefined);
+    }
     await cluster?.stop();
     cluster?.cleanup();
   }
@@ -95,7 +98,6 @@ describe('acknowledged writes wait for a Redis replica', () => {
     const lost = await create(unguarded, 'wait-lost');
     // Acknowledged by the primary alone...
     expect(lost.code, lost.stderr).toBe(0);
-    lostIds.push(lost.id);
     const old = await group.primaryPort();
     expect(await group.node(old).exists(keys.sandbox(lost.id))).toBe(1);
     // ...which dies; the Sentinels promote a replica that never saw it.
