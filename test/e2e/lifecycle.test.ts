@@ -7,7 +7,7 @@ import { Phase } from '@sandgate/core';
 import { Cluster, runCli } from '../harness/cluster.ts';
 import { startRedis, type TestRedis } from '../harness/redis.ts';
 import { openShellClient, unaryCall, type AnyClient } from '../harness/grpc-client.ts';
-import { createSandbox, killSupervisor, ownerOf } from '../harness/sandbox.ts';
+import { createSandbox, deleteAllSandboxes, killSupervisor, ownerOf } from '../harness/sandbox.ts';
 import { waitFor } from '../harness/wait.ts';
 
 let redis: TestRedis;
@@ -22,12 +22,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   // Leave nothing behind: delete whatever the tests left.
-  const list = await runCli(['sandbox', 'list', '-o', 'json'], { gateway: gw(0) }).catch(() => null);
-  if (list?.code === 0) {
-    for (const sb of (JSON.parse(list.stdout.toString()) as { sandboxes: { metadata: { name: string } }[] }).sandboxes) {
-      await runCli(['sandbox', 'delete', sb.metadata.name], { gateway: gw(0) });
-    }
-  }
+  if (cluster) await deleteAllSandboxes(gw(0));
   await cluster?.stop();
   cluster?.cleanup();
   await redis?.stop();

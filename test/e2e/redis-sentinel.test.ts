@@ -9,7 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { keys } from '@sandgate/store';
 import { Cluster, httpGet, runCli } from '../harness/cluster.ts';
 import { startSentinelGroup, type SentinelGroup } from '../harness/redis-sentinel.ts';
-import { createSandbox } from '../harness/sandbox.ts';
+import { createSandbox, deleteAllSandboxes } from '../harness/sandbox.ts';
 import { sleep, waitFor } from '../harness/wait.ts';
 
 let group: SentinelGroup;
@@ -24,12 +24,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   // Leave no sandbox behind: a supervisor outlives its replicas.
-  const list = await runCli(['sandbox', 'list', '-o', 'json'], { gateway: gw(0) }).catch(() => null);
-  if (list?.code === 0) {
-    for (const sb of (JSON.parse(list.stdout.toString()) as { sandboxes: { metadata: { name: string } }[] }).sandboxes) {
-      await runCli(['sandbox', 'delete', sb.metadata.name], { gateway: gw(0) });
-    }
-  }
+  if (cluster) await deleteAllSandboxes(gw(0));
   await cluster?.stop();
   cluster?.cleanup();
   await group?.stop();

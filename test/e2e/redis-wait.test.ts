@@ -12,6 +12,7 @@ import { Cluster, repoRoot, runCli } from '../harness/cluster.ts';
 import { openShellClient, unaryCall } from '../harness/grpc-client.ts';
 import { startSentinelGroup, type SentinelGroup } from '../harness/redis-sentinel.ts';
 import { LocalDriver } from '@sandgate/compute';
+import { deleteAllSandboxes } from '../harness/sandbox.ts';
 import { waitFor } from '../harness/wait.ts';
 
 let group: SentinelGroup;
@@ -29,14 +30,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await group?.restoreReplication().catch(() => undefined);
-  for (const cluster of [guarded, unguarded]) {
-    const list = await runCli(['sandbox', 'list', '-o', 'json'], { gateway: cluster.replicas[0]!.grpcAddress }).catch(() => null);
-    if (list?.code === 0) {
-      for (const sb of (JSON.parse(list.stdout.toString()) as { sandboxes: { metadata: { name: string } }[] }).sandboxes) {
-        await runCli(['sandbox', 'delete', sb.metadata.name], { gateway: cluster.replicas[0]!.grpcAddress });
-      }
-    }
-  }
+  for (const cluster of [guarded, unguarded]) if (cluster) await deleteAllSandboxes(gw(cluster));
   for (const cluster of [guarded, unguarded]) {
     // A lost record's compute has nothing left to delete it (the sweep would, after its grace
     // period): the driver removes whatever runs in the cluster's state directory.

@@ -90,8 +90,8 @@ export async function startSentinelGroup(opts: SentinelGroupOptions = {}): Promi
     clients.push(c);
     return c;
   };
-  for (const port of dataPorts) {
-    await waitFor(`redis-server :${port} to answer`, async () => {
+  const answers = (port: number) =>
+    waitFor(`redis-server :${port} to answer`, async () => {
       const c = node(port);
       try {
         return (await c.ping()) === 'PONG';
@@ -101,7 +101,7 @@ export async function startSentinelGroup(opts: SentinelGroupOptions = {}): Promi
         c.disconnect();
       }
     });
-  }
+  for (const port of dataPorts) await answers(port);
 
   for (const port of sentinelPorts) {
     const conf = path.join(dir, `sentinel-${port}.conf`);
@@ -237,16 +237,7 @@ export async function startSentinelGroup(opts: SentinelGroupOptions = {}): Promi
       const old = procs.get(port);
       if (old && old.exitCode === null && old.signalCode === null) throw new Error(`redis-server :${port} is still running`);
       procs.set(port, spawn('redis-server', dataArgs(port, primary), { stdio: 'ignore' }));
-      await waitFor(`redis-server :${port} back`, async () => {
-        const c = node(port);
-        try {
-          return (await c.ping()) === 'PONG';
-        } catch {
-          return false;
-        } finally {
-          c.disconnect();
-        }
-      });
+      await answers(port);
     },
     async waitFailover(fromPort, timeoutMs = 30_000) {
       let now = fromPort;

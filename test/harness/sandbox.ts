@@ -16,6 +16,15 @@ export async function createSandbox(gateway: string, name: string, command: stri
   return { id: sb.metadata.id, name: sb.metadata.name };
 }
 
+/** Deletes every sandbox `gateway` lists (a test's clean-up: a supervisor outlives its replicas); best effort. */
+export async function deleteAllSandboxes(gateway: string): Promise<void> {
+  const list = await runCli(['sandbox', 'list', '-o', 'json'], { gateway }).catch(() => null);
+  if (list?.code !== 0) return;
+  for (const sb of (JSON.parse(list.stdout.toString()) as { sandboxes: { metadata: { name: string } }[] }).sandboxes) {
+    await runCli(['sandbox', 'delete', sb.metadata.name], { gateway }).catch(() => undefined);
+  }
+}
+
 /** The replica id named by the sandbox's owner record, waiting until there is one. */
 export async function ownerOf(redis: Redis, sandboxId: string): Promise<string> {
   return waitFor(`owner record of ${sandboxId}`, async () => (await redis.hget(keys.owner(sandboxId), 'replica')) ?? undefined);
