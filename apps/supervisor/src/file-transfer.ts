@@ -19,7 +19,7 @@ import { Code } from '@sandgate/core';
 import type { Logger } from '@sandgate/telemetry/log';
 import type { GatewayConnection } from './control-session.ts';
 import { launchCommand } from './exec-process.ts';
-import type { WorkloadLauncher } from './workload/launcher.ts';
+import { SAFE_PATH, type WorkloadLauncher } from './workload/launcher.ts';
 import { REPORT_PREFIX, type WorkerReport, type WorkerSpec } from './file-paths.ts';
 
 type TcpChannelCall = grpc.ClientDuplexStream<TcpFrame, TcpFrame>;
@@ -120,7 +120,8 @@ class FileChannel {
     }
     this.conn.signal.addEventListener('abort', onConnAbort, { once: true });
 
-    const cmd = launchCommand({ argv: [process.execPath, '--no-warnings', WORKER_ENTRY, JSON.stringify(this.spec)], env: { PATH: process.env.PATH ?? '/usr/bin:/bin' }, launcher: this.deps.launcher });
+    // PATH: the launcher's fixed one, not the supervisor's environment (node runs by absolute path).
+    const cmd = launchCommand({ argv: [process.execPath, '--no-warnings', WORKER_ENTRY, JSON.stringify(this.spec)], env: { PATH: SAFE_PATH }, launcher: this.deps.launcher });
     let worker: ChildProcess;
     try {
       worker = spawn(cmd.file, cmd.args, { cwd: this.spec.workdir, env: cmd.env, stdio: 'pipe', detached: true });

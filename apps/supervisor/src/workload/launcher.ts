@@ -29,7 +29,7 @@ import { EXEC_ID_ENV } from '../config.ts';
 export const WRAPPER_NAME = 'sandgate-workload';
 /** The exit status when the wrapper could not confine the process (it then never runs it). */
 export const EXIT_CONFINE_FAILED = 125;
-const SAFE_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
+export const SAFE_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
 /** Higher than the supervisor's 0: the OOM killer takes workload processes first. */
 export const WORKLOAD_OOM_SCORE_ADJ = 500;
 
