@@ -18,7 +18,7 @@ let client: Redis;
 let server: Server;
 let grpc: AnyClient;
 /** Per sandbox id: the server side of its watch, and the watch's end. */
-const watches = new Map<string, { sawBackpressure: boolean; ended: Promise<void> }>();
+const watches = new Map<string, { sawBackpressure: boolean; ended: Promise<void>; writes: number }>();
 
 beforeAll(async () => {
   redis = await startRedis();
@@ -33,11 +33,12 @@ beforeAll(async () => {
   server = new Server();
   server.addService(serviceDefinition('openshell.v1.OpenShell'), {
     WatchSandbox: (call: ServerWritableStream<WatchSandboxRequest, SandboxStreamEvent>) => {
-      const entry = { sawBackpressure: false, ended: Promise.resolve() };
+      const entry = { sawBackpressure: false, ended: Promise.resolve(), writes: 0 };
       // Records when the stream refused more (the server is about to wait for a drain).
       const write = call.write.bind(call) as (ev: SandboxStreamEvent) => boolean;
       call.write = ((ev: SandboxStreamEvent) => {
         const ok = write(ev);
+        entry.writes++;
         if (!ok) entry.sawBackpressure = true;
         return ok;
       }) as typeof call.write;
@@ -85,7 +86,10 @@ describe('WatchSandbox', () => {
       await logs.append(id, { timestamp_ms: Date.now(), level: 'INFO', target: 't', source: 'sandbox', message });
       if (i % 100 === 99) await sleep(100);
     }
-    await waitFor('the stream to push back', () => watches.get(id)?.sawBackpressure);
+    await waitFor('the stream to push back', () => watches.get(id)?.sawBackpressure).catch((err: Error) => {
+      // Says whether the watcher wrote at all (not following) or wrote without ever being refused.
+      throw new Error(`${err.message} (the watcher wrote ${watches.get(id)?.writes ?? 0} events)`);
+    });
 
     call.cancel();
     const ended = await Promise.race([watches.get(id)!.ended.then(() => true), new Promise((r) => setTimeout(() => r(false), 5_000))]);
