@@ -1,7 +1,11 @@
 // WatchSandbox over a real gRPC server and a real redis-server: a watcher whose client went away
 // while the server waited for the stream to drain must end and release its follow connection.
+// The client is a separate process that stops itself (SIGSTOP) and is then killed (SIGKILL).
+import { spawn } from 'node:child_process';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Server, ServerCredentials, type ClientReadableStream, type ServerWritableStream } from '@grpc/grpc-js';
+import { Server, ServerCredentials, type ServerWritableStream } from '@grpc/grpc-js';
 import type { Redis } from 'ioredis';
 import { serviceDefinition, type SandboxStreamEvent, type WatchSandboxRequest } from '@sandgate/protocols';
 import { SandboxFeed, SandboxLogStore, SandboxStore, WorkspaceStore } from '@sandgate/store';
@@ -10,13 +14,13 @@ import { LOCAL_DEV_PRINCIPAL } from '@sandgate/core';
 import { WatchService } from '../src/sandboxes/watch-service.ts';
 import { WorkspaceAccess } from '../src/api/access.ts';
 import { startRedis, type TestRedis } from '@sandgate/test-harness/redis';
-import { openShellClient, type AnyClient } from '@sandgate/test-harness/grpc-client';
 import { sleep, waitFor } from '@sandgate/test-harness/wait';
 
 let redis: TestRedis;
 let client: Redis;
 let server: Server;
-let grpc: AnyClient;
+let address: string;
+const stalledWatcher = path.join(path.dirname(fileURLToPath(import.meta.url)), 'fixtures', 'stalled-watcher.ts');
 /** Per sandbox id: the server side of its watch, and the watch's end. */
 const watches = new Map<string, { sawBackpressure: boolean; ended: Promise<void>; writes: number }>();
 
@@ -49,11 +53,10 @@ beforeAll(async () => {
   const port = await new Promise<number>((resolve, reject) =>
     server.bindAsync('127.0.0.1:0', ServerCredentials.createInsecure(), (err, p) => (err ? reject(err) : resolve(p))),
   );
-  grpc = openShellClient(`127.0.0.1:${port}`);
+  address = `127.0.0.1:${port}`;
 });
 
 afterAll(async () => {
-  grpc?.close();
   server?.forceShutdown();
   await redis.stop();
 });
@@ -72,16 +75,18 @@ describe('WatchSandbox', () => {
       },
       'h',
     );
-    // The client never reads: its buffers and the HTTP/2 window fill up, the server's writes back up.
-    const call = grpc.WatchSandbox({ id, follow_logs: true, follow_status: true }) as ClientReadableStream<SandboxStreamEvent>;
-    call.on('error', () => undefined); // CANCELLED, below
+    // The client takes the first event, then stops: nothing reads its socket any more.
+    const watcher = spawn(process.execPath, ['--no-warnings', stalledWatcher, address, id], { stdio: ['ignore', 'pipe', 'inherit'] });
+    const watcherGone = new Promise((resolve) => watcher.once('exit', resolve));
+    let out = '';
+    watcher.stdout!.on('data', (b: Buffer) => (out += b.toString()));
+    await waitFor('the watcher to take its first event and stop', () => out.includes('watching\n'), 15_000);
     await waitFor('the watch to follow', async () => (await followConnections(id)) === 1);
 
     const logs = new SandboxLogStore(client);
     const message = 'x'.repeat(64 * 1024);
-    // How much it takes depends on how far the client's and the server's buffers stretch (12.5 MiB
-    // was not always enough): feed until the stream pushes back, pausing now and then so the
-    // follower keeps up, up to 125 MiB.
+    // Feed until the stream pushes back: the HTTP/2 window and the loopback socket buffers hold a
+    // few MiB at most; up to 125 MiB is fed, pausing now and then so the follower keeps up.
     for (let i = 0; i < 2000 && !watches.get(id)?.sawBackpressure; i++) {
       await logs.append(id, { timestamp_ms: Date.now(), level: 'INFO', target: 't', source: 'sandbox', message });
       if (i % 100 === 99) await sleep(100);
@@ -91,7 +96,8 @@ describe('WatchSandbox', () => {
       throw new Error(`${err.message} (the watcher wrote ${watches.get(id)?.writes ?? 0} events)`);
     });
 
-    call.cancel();
+    watcher.kill('SIGKILL');
+    await watcherGone;
     const ended = await Promise.race([watches.get(id)!.ended.then(() => true), new Promise((r) => setTimeout(() => r(false), 5_000))]);
     expect(ended, 'the watch ended after the client went away').toBe(true);
     await waitFor('the follow connection to close', async () => (await followConnections(id)) === 0, 5_000);
