@@ -305,8 +305,10 @@ describe('watch across replicas', () => {
 
 describe('provisioning deadline', () => {
   it('a sandbox whose supervisor never connects becomes Error at the deadline, even with its creator killed', async () => {
-    // A replica that hands supervisors an address nobody listens on, with a 3 s deadline.
-    const bogus = await cluster.addReplica({ supervisorEndpoint: '127.0.0.1:9', env: { SANDGATE_PROVISION_DEADLINE_SECONDS: '3' } });
+    // A replica that hands supervisors an address nobody listens on, with a 6 s deadline: long
+    // enough that the compute is still there to be seen below on a loaded machine (with 3 s it was
+    // sometimes removed first).
+    const bogus = await cluster.addReplica({ supervisorEndpoint: '127.0.0.1:9', env: { SANDGATE_PROVISION_DEADLINE_SECONDS: '6' } });
     const res = await runCli(['sandbox', 'create', '--name', 'never', '--detach', '--', 'sleep', 'infinity'], {
       gateway: gw(bogus),
       env: { SANDGATE_PROVISION_TIMEOUT: '1' },
