@@ -29,6 +29,7 @@ import { buildBwrapArgs, buildSandboxEnv, identityFilesFor, SANDBOX_MOUNT, sandb
 import { assertLimits, Cgroups, type SandboxCgroups } from './cgroups.ts';
 import { isAlive, isDead, killQuietly, listPids, readCmdline, readPidNamespace, readStat, type ProcStat } from './proc.ts';
 import { assertLaunchSpec, assertSandboxId, parseHandle, type LocalHandle } from './validate.ts';
+import { tailLines } from './docker/diagnose.ts';
 
 export interface LocalDriverOptions {
   stateDir: string;
@@ -44,7 +45,12 @@ export interface LocalDriverOptions {
   nodePath?: string;
   /** Defaults to /usr/bin/bwrap. */
   bwrapPath?: string;
-  /** How long create() watches for bwrap exiting straight away (bad mounts, missing binaries). */
+  /**
+   * How long the first launch watches for bwrap exiting straight away (a host without user
+   * namespaces, bad mounts, missing binaries). Once one launch passed, later ones do not wait:
+   * the gateway's launch watch (failureReason) and the reconcile sweep catch a sandbox that dies
+   * at start, and every create is that much faster.
+   */
   startupCheckMs?: number;
   /** How long delete() waits for the sandbox's processes to disappear before giving up. */
   deleteTimeoutMs?: number;
@@ -77,6 +83,8 @@ export class LocalDriver implements ComputeDriver {
   private readonly nodePath: string;
   private readonly bwrapPath: string;
   private readonly startupCheckMs: number;
+  /** A launch of this driver passed the start-up check: bwrap works on this host. */
+  private launchProven = false;
   private readonly deleteTimeoutMs: number;
   /** Real path of stateDir, resolved once it exists (bwrap mounts need real paths). */
   private stateRoot: string | null = null;
@@ -193,12 +201,15 @@ export class LocalDriver implements ComputeDriver {
       handle = { pid: child.pid!, startTime: startTimeOf(child.pid!), dir };
       // Persist before anything else can fail, so list()/delete() find it even if we crash now.
       await writeJsonAtomic(path.join(dir, HANDLE_FILE), handle);
-      const early = await exitWithin(child, this.startupCheckMs);
-      if (early) {
-        const tail = await readTail(path.join(dir, LOG_FILE), 2048);
-        throw new Error(
-          `sandbox ${spec.sandboxId}: launch failed, bwrap exited immediately (${early})${tail ? `: ${tail.trim()}` : ''}`,
-        );
+      if (!this.launchProven) {
+        const early = await exitWithin(child, this.startupCheckMs);
+        if (early) {
+          const tail = await readTail(path.join(dir, LOG_FILE), 2048);
+          throw new Error(
+            `sandbox ${spec.sandboxId}: launch failed, bwrap exited immediately (${early})${tail ? `: ${tail.trim()}` : ''}`,
+          );
+        }
+        this.launchProven = true;
       }
       return { ...handle };
     } catch (err) {
@@ -219,6 +230,20 @@ export class LocalDriver implements ComputeDriver {
     const dir = path.join(await this.root(), 'sandboxes', sandboxId);
     const h = parseHandle(handle) ?? (await readHandleFile(dir));
     return h && isAlive(h.pid, h.startTime) ? 'running' : 'gone';
+  }
+
+  /**
+   * Why the sandbox's processes are gone, for a launch that died before its supervisor connected
+   * (the gateway asks only then): the last lines bwrap and the supervisor wrote to the sandbox's
+   * log. null while it runs, or when it left nothing to say.
+   */
+  async failureReason(sandboxId: string, handle: ComputeHandle | null = null): Promise<string | null> {
+    assertSandboxId(sandboxId);
+    const dir = path.join(await this.root(), 'sandboxes', sandboxId);
+    const h = parseHandle(handle) ?? (await readHandleFile(dir));
+    if (h && isAlive(h.pid, h.startTime)) return null;
+    const tail = tailLines(await readTail(path.join(dir, LOG_FILE), 4096), 6, 1500);
+    return tail ? `sandbox processes exited before the supervisor connected: ${tail}` : null;
   }
 
   async delete(sandboxId: string, handle: ComputeHandle | null): Promise<boolean> {

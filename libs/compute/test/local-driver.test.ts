@@ -185,6 +185,25 @@ describe('LocalDriver input validation', () => {
     expect(cgroupDirsOf(`fails-fast-${RUN}`).filter((d) => fs.existsSync(d))).toEqual([]);
   });
 
+  it('checks only its first launch: a later one that dies at start returns at once, and failureReason says why', async () => {
+    const d = new LocalDriver({ stateDir, supervisorEntry: fakeSupervisor, startupCheckMs: 3000 });
+    const first = `proven-${RUN}`;
+    const t0 = Date.now();
+    const h1 = await d.create(spec(first));
+    expect(Date.now() - t0).toBeGreaterThanOrEqual(3000); // the first launch waited its check out
+    const later = `dies-later-${RUN}`;
+    const t1 = Date.now();
+    const h2 = await d.create(spec(later, { command: ['fake:fail-at-start', 'no such thing'] }));
+    expect(Date.now() - t1).toBeLessThan(3000); // no check: returned before the supervisor died
+    expect(await d.failureReason(first, h1)).toBeNull(); // running: nothing to explain
+    for (const end = Date.now() + 15_000; (await d.inspect(later, h2)) !== 'gone'; await sleep(50)) {
+      if (Date.now() > end) throw new Error('the later launch is still running after 15 s');
+    }
+    expect(await d.failureReason(later, h2)).toMatch(/exited before the supervisor connected: .*cannot start: no such thing/);
+    expect(await d.delete(first, h1)).toBe(true);
+    expect(await d.delete(later, h2)).toBe(true);
+  }, 30_000);
+
   it('refuses a root workload user and limits the kernel would not take, before anything is made', async () => {
     await expect(driver.create(spec('root-user', { workloadUser: { uid: 0, gid: 10001 } }))).rejects.toThrow(/workloadUser.uid must not be 0/);
     await expect(driver.create(spec('root-group', { workloadUser: { uid: 10001, gid: 0 } }))).rejects.toThrow(/workloadUser.gid must not be 0/);
