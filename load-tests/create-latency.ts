@@ -1,5 +1,5 @@
 // Create-to-first-exec latency and sustained creates per second.
-//   node load-tests/create-latency.ts [--iterations 20] [--duration 20] [--concurrency 4] [--docker-iterations 5]
+//   node load-tests/create-latency.ts [--iterations 20] [--duration 20] [--concurrency 4] [--docker-iterations 5] [--cache-iterations 20]
 //
 // One sandbox = CreateSandbox (unary) → GetSandbox polled every 10 ms until Ready (the
 // supervisor's hello was accepted) → `true` exec'd until it exits 0. Every figure is measured
@@ -7,6 +7,7 @@
 //   1. sequential: N sandboxes one after another on the local driver (p50/p90/p99);
 //   2. sustained: `--concurrency` workers creating back to back for `--duration` seconds
 //      (sandboxes stay up: that is what a burst of agents does), creates/s and failures;
+//   1b. the supervisors' compile cache: a replica with it next to one without, alternately;
 //   3. docker (only with a Docker engine AND a gateway that accepts `--driver docker`): the same
 //      sequential figure next to plain `docker run --rm IMAGE true`, interleaved.
 // Deletion is not timed into any create figure; every sandbox is deleted at the end (timed
@@ -21,7 +22,7 @@ import { openShellClient, unaryCall, type AnyClient } from '../test/harness/grpc
 import { sleep } from '../test/harness/wait.ts';
 import { summarise, ms } from './stats.ts';
 import { COMMON_OPTIONS, emitReport, fixed, now, onCleanup, runMain, type BenchReport, type BenchTable } from './bench.ts';
-import { startEnv, startGateway } from './env.ts';
+import { killLeftoverCompute, startEnv, startGateway } from './env.ts';
 import { execRun } from './exec-client.ts';
 
 export interface CreateLatencyOptions {
@@ -29,6 +30,8 @@ export interface CreateLatencyOptions {
   durationS: number;
   concurrency: number;
   dockerIterations: number;
+  /** Sandboxes per side of the compile cache comparison (0: skip it). */
+  cacheIterations: number;
   image: string;
 }
 
@@ -174,6 +177,9 @@ export async function run(opts: CreateLatencyOptions): Promise<BenchReport> {
   const retried = seq.filter((c) => c.execRetries > 0).length;
   if (retried) notes.push(`sequential: ${retried} sandbox(es) needed exec retries after Ready (an exec must work once Ready)`);
 
+  // 1b. the supervisors' compile cache, on vs off, interleaved
+  notes.push(...(await compileCachePhase(opts, redis.url, tables)));
+
   // 2. sustained
   const sustained: Created[] = [];
   const failures = new Map<string, number>();
@@ -229,11 +235,67 @@ export async function run(opts: CreateLatencyOptions): Promise<BenchReport> {
   return {
     id: 'create-latency',
     title: 'Sandbox create-to-first-exec latency and sustained creates',
-    command: `node load-tests/create-latency.ts --iterations ${opts.iterations} --duration ${opts.durationS} --concurrency ${opts.concurrency} --docker-iterations ${opts.dockerIterations}`,
+    command: `node load-tests/create-latency.ts --iterations ${opts.iterations} --duration ${opts.durationS} --concurrency ${opts.concurrency} --docker-iterations ${opts.dockerIterations} --cache-iterations ${opts.cacheIterations}`,
     tables,
     notes,
     durationMs: now() - t0,
   };
+}
+
+/**
+ * Two single local-driver replicas side by side, one giving supervisors the compile cache (the
+ * default) and one with SANDGATE_SUPERVISOR_COMPILE_CACHE=0, sandboxes created on each in turn.
+ */
+async function compileCachePhase(opts: CreateLatencyOptions, redisUrl: string, tables: BenchTable[]): Promise<string[]> {
+  if (opts.cacheIterations <= 0) return ['compile cache: skipped (--cache-iterations 0)'];
+  const sides = [
+    { label: 'compile cache on', env: { SANDGATE_SUPERVISOR_COMPILE_CACHE: '1' } },
+    { label: 'compile cache off', env: { SANDGATE_SUPERVISOR_COMPILE_CACHE: '0' } },
+  ];
+  const results = new Map<string, Created[]>();
+  const tag = `cc${process.pid.toString(36)}`;
+  for (const [i, side] of sides.entries()) {
+    const stateDir = mkdtempSync(path.join(os.tmpdir(), 'sg-bench-cache-'));
+    onCleanup(`${side.label} state dir`, () => rmSync(stateDir, { recursive: true, force: true }));
+    const gw = await startGateway({ redisUrl, driver: 'local', stateDir, replicaId: `rcache${i}`, env: side.env });
+    onCleanup(`${side.label} gateway`, () => gw.stop());
+    onCleanup(`${side.label} compute`, () => killLeftoverCompute(stateDir));
+    const client = openShellClient(gw.grpcAddress);
+    onCleanup(`${side.label} grpc client`, () => client.close());
+    const live = new Set<string>();
+    onCleanup(`${side.label} sandboxes`, () => deleteAll(client, live));
+    // The first launch pays the start-up check and starts the cache's fill; give the fill time.
+    await createToFirstExec(client, `${tag}-${i}-warm`, undefined, live);
+    await sleep(3000);
+    results.set(side.label, []);
+    Object.assign(side, { client, live });
+  }
+  for (let n = 0; n < opts.cacheIterations; n++) {
+    for (const side of sides as Array<(typeof sides)[number] & { client: AnyClient; live: Set<string> }>) {
+      results.get(side.label)!.push(await createToFirstExec(side.client, `${tag}-${side.label.endsWith('on') ? 'on' : 'off'}-${n}`, undefined, side.live));
+    }
+  }
+  const on = results.get('compile cache on')!;
+  const off = results.get('compile cache off')!;
+  const ratio = (f: (c: Created) => number) => fixed(summarise(on.map(f)).p50 / summarise(off.map(f)).p50, 2);
+  tables.push({
+    caption: `local driver, supervisors' compile cache on vs off: two single replicas, ${opts.cacheIterations} sandboxes on each, created alternately (after 1 warm-up each)`,
+    headers: LATENCY_HEADERS,
+    rows: [
+      latencyRow('cache on: CreateSandbox returned', on.map((c) => c.rpcMs)),
+      latencyRow('cache on: phase Ready', on.map((c) => c.readyMs)),
+      latencyRow('cache on: first `true` exited 0', on.map((c) => c.firstExecMs)),
+      latencyRow('cache off: CreateSandbox returned', off.map((c) => c.rpcMs)),
+      latencyRow('cache off: phase Ready', off.map((c) => c.readyMs)),
+      latencyRow('cache off: first `true` exited 0', off.map((c) => c.firstExecMs)),
+      ['p50 ratio on / off: Ready, first exec', '', `${ratio((c) => c.readyMs)}, ${ratio((c) => c.firstExecMs)}`, '', '', ''],
+    ],
+  });
+  for (const side of sides as Array<(typeof sides)[number] & { client: AnyClient; live: Set<string> }>) {
+    const del = await deleteAll(side.client, [...side.live]);
+    for (const name of side.live) if (!del.failed.some((f) => f.startsWith(`${name}:`))) side.live.delete(name);
+  }
+  return [];
 }
 
 /** The docker driver next to plain `docker run`, when both the engine and the driver are there. */
@@ -302,6 +364,7 @@ if (import.meta.main) {
       duration: { type: 'string', default: '20' },
       concurrency: { type: 'string', default: '4' },
       'docker-iterations': { type: 'string', default: '5' },
+      'cache-iterations': { type: 'string', default: '20' },
       image: { type: 'string', default: 'sandgate-sandbox:latest' },
       ...COMMON_OPTIONS,
     },
@@ -312,6 +375,7 @@ if (import.meta.main) {
       durationS: Number(values.duration),
       concurrency: Number(values.concurrency),
       dockerIterations: Number(values['docker-iterations']),
+      cacheIterations: Number(values['cache-iterations']),
       image: values.image!,
     });
     emitReport(report, values['report-json']);

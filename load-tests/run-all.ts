@@ -46,8 +46,8 @@ const BENCHES: Bench[] = [
   { id: 'kill-latency', args: [], quickArgs: ['--iterations', '10'], precondition: fileExists('kill-latency'), timeoutMs: 300_000 },
   {
     id: 'create-latency',
-    args: ['--iterations', '20', '--duration', '20', '--concurrency', '4', '--docker-iterations', '5'],
-    quickArgs: ['--iterations', '3', '--duration', '5', '--concurrency', '2', '--docker-iterations', '1'],
+    args: ['--iterations', '20', '--duration', '20', '--concurrency', '4', '--docker-iterations', '5', '--cache-iterations', '20'],
+    quickArgs: ['--iterations', '3', '--duration', '5', '--concurrency', '2', '--docker-iterations', '1', '--cache-iterations', '3'],
     timeoutMs: 300_000,
   },
   {

@@ -51,6 +51,7 @@ describe('resolveReplicaConfig', () => {
       heartbeatIntervalMs: CONFIG_DEFAULTS.heartbeatIntervalMs,
       heartbeatMisses: CONFIG_DEFAULTS.heartbeatMisses,
       drainTimeoutMs: 10_000,
+      supervisorCompileCache: true,
       ownerTtlMs: CONFIG_DEFAULTS.ownerTtlMs,
       maxExecsPerSandbox: CONFIG_DEFAULTS.maxExecsPerSandbox,
       provisionTimeoutMs: CONFIG_DEFAULTS.provisionTimeoutMs,
@@ -140,6 +141,7 @@ describe('resolveReplicaConfig', () => {
     expect(() => resolveReplicaConfig(['--redis', 'redis+sentinel://10.0.0.1:26379'], {}, facts)).toThrow(/--redis: redis\+sentinel:\/\/ names no master/);
     expect(() => resolveReplicaConfig([], { SANDGATE_REDIS_URL: 'redis+cluster://a:1,b:2' }, facts)).toThrow(/SANDGATE_REDIS_URL: Redis Cluster .* is not supported yet/);
     expect(() => resolveReplicaConfig([], { SANDGATE_REDIS_URL: 'localhost:6379' }, facts)).toThrow(/SANDGATE_REDIS_URL: .*unknown scheme/);
+    expect(resolveReplicaConfig([], { SANDGATE_SUPERVISOR_COMPILE_CACHE: '0' }, facts).supervisorCompileCache).toBe(false);
     expect(resolveReplicaConfig([], { SANDGATE_DRAIN_TIMEOUT_MS: '2500' }, facts).drainTimeoutMs).toBe(2500);
     expect(() => resolveReplicaConfig([], { SANDGATE_DRAIN_TIMEOUT_MS: '0' }, facts)).toThrow(/SANDGATE_DRAIN_TIMEOUT_MS must be between 1/);
   });

@@ -27,6 +27,8 @@ export interface ReplicaConfig {
   heartbeatMisses: number;
   /** The most a graceful stop (SIGTERM) may take, whatever Redis does; then what is left is closed. */
   drainTimeoutMs: number;
+  /** Local driver: supervisors load their code through a compile cache filled on the host. */
+  supervisorCompileCache: boolean;
   ownerTtlMs: number;
   maxExecsPerSandbox: number;
   provisionTimeoutMs: number;
@@ -301,6 +303,13 @@ export const REPLICA_OPTIONS: Specs = {
     default: '10000',
     description: 'the most a graceful stop (SIGTERM) takes: past it, connections are closed and the sessions\' keys left to expire, even with Redis unreachable',
     parse: positiveInt,
+  },
+  supervisorCompileCache: {
+    worker: true,
+    env: 'SANDGATE_SUPERVISOR_COMPILE_CACHE',
+    default: '1',
+    description: 'local driver: supervisors load their code through Node\'s compile cache, filled on the host and read-only in every sandbox (a faster start), 0 or 1',
+    parse: zeroOrOne,
   },
   ownerTtlMs: {
     env: 'SANDGATE_OWNER_TTL_MS',

@@ -97,8 +97,8 @@ async function listenForDockerSupervisors(server: Server, driver: ComputeDriver,
   }
 }
 
-export function createDriver(config: Pick<ReplicaConfig, 'driver' | 'stateDir' | 'dockerImage'>): ComputeDriver {
-  if (config.driver === 'local') return new LocalDriver({ stateDir: config.stateDir, supervisorEntry });
+export function createDriver(config: Pick<ReplicaConfig, 'driver' | 'stateDir' | 'dockerImage' | 'supervisorCompileCache'>): ComputeDriver {
+  if (config.driver === 'local') return new LocalDriver({ stateDir: config.stateDir, supervisorEntry, compileCache: config.supervisorCompileCache });
   if (config.driver === 'docker') {
     return new DockerDriver({
       stateDir: config.stateDir,

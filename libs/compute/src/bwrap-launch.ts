@@ -1,7 +1,7 @@
 // Builds the bubblewrap command line and the environment for one sandbox. Pure functions: the
 // driver does the I/O, so the exact isolation can be read (and unit-tested) in one place.
 import path from 'node:path';
-import { SANDBOX_CREDENTIAL_PATH, SANDBOX_GATEWAY_CA_PATH, type WorkloadIsolation } from '@sandgate/protocols/contract';
+import { SANDBOX_COMPILE_CACHE_PATH, SANDBOX_CREDENTIAL_PATH, SANDBOX_GATEWAY_CA_PATH, type WorkloadIsolation } from '@sandgate/protocols/contract';
 import { CONFINEMENT_CAPABILITIES, supervisorEnvironmentFor, type LaunchSpec } from './driver.ts';
 
 /** Where the sandbox sees its own work directory, and uses it as cwd and HOME. */
@@ -99,6 +99,8 @@ export interface BwrapLaunch {
   identityFiles?: { passwd: string; group: string };
   /** Host path of the gateway's CA (PEM), bound read-only at SANDBOX_GATEWAY_CA_PATH; absent: plaintext. */
   gatewayCaFile?: string;
+  /** Host directory of the supervisor's compile cache, bound read-only at SANDBOX_COMPILE_CACHE_PATH; absent: none. */
+  compileCacheDir?: string;
 }
 
 export function hostnameFor(sandboxId: string): string {
@@ -187,6 +189,8 @@ export function buildBwrapArgs(l: BwrapLaunch): string[] {
   );
   // Public (a CA certificate), read-only so nothing in the sandbox can swap the gateway's trust.
   if (l.gatewayCaFile) args.push('--ro-bind', l.gatewayCaFile, SANDBOX_GATEWAY_CA_PATH);
+  // Read-only: code cached there runs as the supervisor, so nothing in any sandbox may write it.
+  if (l.compileCacheDir) args.push('--ro-bind', l.compileCacheDir, SANDBOX_COMPILE_CACHE_PATH);
   if (l.identityFiles) {
     args.push('--ro-bind', l.identityFiles.passwd, '/etc/passwd', '--ro-bind', l.identityFiles.group, '/etc/group');
   }
@@ -215,8 +219,8 @@ export function buildBwrapArgs(l: BwrapLaunch): string[] {
  * on). Nothing comes from the replica's own environment: the contract's environment (the same as
  * the docker driver's) over the PATH and HOME a container image would otherwise supply.
  */
-export function buildSandboxEnv(spec: LaunchSpec, workload?: WorkloadIsolation): Record<string, string> {
-  return { PATH: DEFAULT_PATH, HOME: SANDBOX_MOUNT, ...supervisorEnvironmentFor(spec, workload) };
+export function buildSandboxEnv(spec: LaunchSpec, workload?: WorkloadIsolation, compileCache = false): Record<string, string> {
+  return { PATH: DEFAULT_PATH, HOME: SANDBOX_MOUNT, ...supervisorEnvironmentFor(spec, workload, compileCache ? SANDBOX_COMPILE_CACHE_PATH : undefined) };
 }
 
 /** Where the sandbox sees the workload cgroup of the hierarchy called `name`. */

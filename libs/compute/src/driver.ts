@@ -63,9 +63,10 @@ export const DEFAULT_PIDS_LIMIT = 1024;
  * The supervisor's environment for `spec` (the wire contract's supervisorEnvironment()), the same
  * for every driver; each adds only what its runtime lacks underneath. `workload` is how the driver
  * confines the workload (uid/gid, network namespace, cgroups); absent only in tests of the
- * supervisor alone.
+ * supervisor alone. `compileCacheDir`: where the driver shows the supervisor's compile cache
+ * read-only (SANDBOX_COMPILE_CACHE_PATH), if it has one.
  */
-export function supervisorEnvironmentFor(spec: LaunchSpec, workload?: WorkloadIsolation): Record<string, string> {
+export function supervisorEnvironmentFor(spec: LaunchSpec, workload?: WorkloadIsolation, compileCacheDir?: string): Record<string, string> {
   return supervisorEnvironment({
     workload,
     policy: spec.policy,
@@ -77,6 +78,7 @@ export function supervisorEnvironmentFor(spec: LaunchSpec, workload?: WorkloadIs
     environment: spec.environment,
     debugBreaks: spec.debugBreaks,
     gatewayTls: spec.gatewayTls ? { caFile: SANDBOX_GATEWAY_CA_PATH, serverName: spec.gatewayTls.serverName } : undefined,
+    compileCacheDir,
   });
 }
 

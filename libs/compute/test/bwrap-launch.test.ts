@@ -44,8 +44,15 @@ describe('buildBwrapArgs', () => {
     cgroupTrees: [{ parentDir: '/sys/fs/cgroup/memory/sandgate', sandboxDir: '/sys/fs/cgroup/memory/sandgate/sb-1234567890' }],
     identityFiles: { passwd: '/var/lib/sandgate/sandboxes/sb-1234567890/passwd', group: '/var/lib/sandgate/sandboxes/sb-1234567890/group' },
     gatewayCaFile: '/var/lib/sandgate/sandboxes/sb-1234567890/gateway-ca.pem',
+    compileCacheDir: '/var/lib/sandgate/compile-cache',
   });
   const joined = args.join(' ');
+
+  it('shows the supervisors\' compile cache read-only, after the state mask', () => {
+    expect(joined).toContain('--ro-bind /var/lib/sandgate/compile-cache /run/sandgate/compile-cache');
+    expect(joined).not.toMatch(/--bind \/var\/lib\/sandgate\/compile-cache/);
+    expect(joined.indexOf('compile-cache /run/sandgate')).toBeGreaterThan(joined.indexOf('--tmpfs /var/lib/sandgate'));
+  });
 
   it('hands the supervisor the gateway\'s CA read-only when the gateway serves TLS', () => {
     expect(joined).toContain('--ro-bind /var/lib/sandgate/sandboxes/sb-1234567890/gateway-ca.pem /run/sandgate/gateway-ca.pem');
@@ -142,6 +149,7 @@ describe('buildSandboxEnv', () => {
       SANDGATE_POLICY: '',
       SANDGATE_GATEWAY_CA_FILE: '',
       SANDGATE_GATEWAY_TLS_NAME: '',
+      SANDGATE_COMPILE_CACHE: '',
     });
     expect(buildSandboxEnv({ ...spec, environment: {}, tty: true })).toMatchObject({
       PATH: expect.stringContaining('/usr/bin'),

@@ -204,6 +204,30 @@ describe('LocalDriver input validation', () => {
     expect(await d.delete(later, h2)).toBe(true);
   }, 30_000);
 
+  it('shows supervisors the compile cache it filled on the host, read-only: nothing in a sandbox can plant code there', async () => {
+    const d = new LocalDriver({ stateDir, supervisorEntry: fakeSupervisor });
+    const first = `cache-first-${RUN}`;
+    const h1 = await d.create(spec(first)); // starts the fill
+    const entry = path.join(fs.realpathSync(stateDir), 'compile-cache', 'fake-entry');
+    await waitFor('the fill to write its entry on the host', () => fs.existsSync(entry), 15_000);
+    const id = `cache-${RUN}`;
+    const h2 = await d.create(spec(id));
+    const r = await waitFor('report.json', () => readReport(id), 15_000);
+    expect(r.env.SANDGATE_COMPILE_CACHE).toBe('/run/sandgate/compile-cache');
+    expect(r.compileCacheEntry).toBe('cached');
+    expect(r.compileCacheWrite).toBe('EROFS'); // the attack: code planted for the next supervisor
+    expect(fs.existsSync(path.join(path.dirname(entry), 'planted'))).toBe(false);
+    for (const [i, h] of [[first, h1], [id, h2]] as const) expect(await d.delete(i, h)).toBe(true);
+
+    const off = new LocalDriver({ stateDir, supervisorEntry: fakeSupervisor, compileCache: false });
+    const plain = `cache-off-${RUN}`;
+    const h3 = await off.create(spec(plain));
+    const r3 = await waitFor('report.json', () => readReport(plain), 15_000);
+    expect(r3.env.SANDGATE_COMPILE_CACHE).toBe('');
+    expect(r3.compileCacheEntry).toMatch(/^ERR:/);
+    expect(await off.delete(plain, h3)).toBe(true);
+  }, 30_000);
+
   it('refuses a root workload user and limits the kernel would not take, before anything is made', async () => {
     await expect(driver.create(spec('root-user', { workloadUser: { uid: 0, gid: 10001 } }))).rejects.toThrow(/workloadUser.uid must not be 0/);
     await expect(driver.create(spec('root-group', { workloadUser: { uid: 10001, gid: 0 } }))).rejects.toThrow(/workloadUser.gid must not be 0/);
@@ -271,6 +295,7 @@ describe('LocalDriver sandbox lifecycle', () => {
       SANDGATE_POLICY: '',
       SANDGATE_GATEWAY_CA_FILE: '',
       SANDGATE_GATEWAY_TLS_NAME: '',
+      SANDGATE_COMPILE_CACHE: '/run/sandgate/compile-cache',
       FOO: 'bar',
       HIDDEN_PROBE: path.join(sandboxDir(id), 'credential'),
       HOME: '/sandbox',

@@ -49,6 +49,12 @@ export const SupervisorEnv = {
   /** `1`: the main process gets a PTY; `0` (or absent): pipes. */
   mainTty: 'SANDGATE_MAIN_TTY',
   logLevel: 'SANDGATE_LOG_LEVEL',
+  /**
+   * Directory (inside the sandbox) of Node's compile cache for the supervisor's own code, filled
+   * on the host and read-only in the sandbox; empty: none. Only ever a directory nothing in the
+   * sandbox can write: code cached there runs as the supervisor.
+   */
+  compileCache: 'SANDGATE_COMPILE_CACHE',
   /** Supervisor-side debug faults (libs/core debug-breaks.ts), honoured only with debugUnsafe=1. */
   debugBreaks: 'SANDGATE_DEBUG_BREAK',
   debugUnsafe: 'SANDGATE_DEBUG_UNSAFE',
@@ -90,6 +96,8 @@ export const SANDBOX_CREDENTIAL_PATH = '/run/sandgate/credential';
 
 /** Where every driver puts the gateway's CA (PEM) inside the sandbox when the gateway serves TLS (a read-only bind). */
 export const SANDBOX_GATEWAY_CA_PATH = '/run/sandgate/gateway-ca.pem';
+/** Where a driver that has one shows the supervisor's compile cache (SupervisorEnv.compileCache), read-only. */
+export const SANDBOX_COMPILE_CACHE_PATH = '/run/sandgate/compile-cache';
 
 /** What a driver knows about one supervisor launch, as far as its environment goes. */
 export interface SupervisorLaunch {
@@ -113,6 +121,8 @@ export interface SupervisorLaunch {
    * gateway's certificate to verify (whatever address is dialled). Absent: plaintext.
    */
   gatewayTls?: { caFile: string; serverName: string };
+  /** The compile cache's directory as the supervisor sees it (read-only there); absent: none. */
+  compileCacheDir?: string;
 }
 
 /**
@@ -144,6 +154,8 @@ export function supervisorEnvironment(l: SupervisorLaunch): Record<string, strin
   // Written even when empty: an image's ENV must not turn TLS on (or point it at its own CA).
   env[SupervisorEnv.gatewayCaFile] = l.gatewayTls?.caFile ?? '';
   env[SupervisorEnv.gatewayTlsName] = l.gatewayTls?.serverName ?? '';
+  // Also written when empty: an image's ENV must not point the supervisor at a cache it can write.
+  env[SupervisorEnv.compileCache] = l.compileCacheDir ?? '';
   return env;
 }
 

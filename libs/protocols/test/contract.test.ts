@@ -51,6 +51,11 @@ describe('supervisor environment', () => {
       // Empty, not absent: an image's ENV must not turn TLS on or point it at another CA.
       SANDGATE_GATEWAY_CA_FILE: '',
       SANDGATE_GATEWAY_TLS_NAME: '',
+      // Empty, not absent: an image's ENV must not point the supervisor at a cache it could write.
+      SANDGATE_COMPILE_CACHE: '',
+    });
+    expect(supervisorEnvironment({ ...launch, compileCacheDir: '/run/sandgate/compile-cache' })).toMatchObject({
+      SANDGATE_COMPILE_CACHE: '/run/sandgate/compile-cache',
     });
     expect(supervisorEnvironment({ ...launch, tty: false, logLevel: '' })).toMatchObject({
       SANDGATE_MAIN_TTY: '0',
