@@ -1,29 +1,11 @@
 // Loads sandgate's .proto files with protobufjs and turns their services into grpc-js service
 // definitions. We do this ourselves (instead of @grpc/proto-loader) so one protobufjs Root serves
 // gRPC, Redis persistence (records are stored as encoded `Sandbox` bytes) and proto3 JSON output.
-import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import protobuf from 'protobufjs';
 import type { ServiceDefinition, MethodDefinition } from '@grpc/grpc-js';
+import { loadDescriptor } from './descriptor.ts';
 
-const protoDir = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', 'proto');
-
-const PROTO_FILES = [
-  'openshell/datamodel/v1/datamodel.proto',
-  'openshell/v1/openshell.proto',
-  'openshell/sandbox/v1/sandbox.proto',
-  'sandgate/v1/sandgate.proto',
-];
-
-function loadRoot(): protobuf.Root {
-  const root = new protobuf.Root();
-  root.resolvePath = (_origin, target) => (path.isAbsolute(target) ? target : path.join(protoDir, target));
-  root.loadSync(PROTO_FILES, { keepCase: true });
-  root.resolveAll();
-  return root;
-}
-
-export const root = loadRoot();
+export const root = loadDescriptor();
 
 /**
  * How decoded messages look in TypeScript: snake_case keys as in the .proto, int64 as JS numbers
