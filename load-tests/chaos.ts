@@ -813,13 +813,16 @@ async function main(): Promise<void> {
     console.log(`\nchaos ${passed ? 'PASSED' : 'FAILED'} (seed ${seed}, ${((Date.now() - t0) / 1000).toFixed(0)} s)`);
     process.exitCode = passed ? 0 : 1;
 
-    // Clean up: delete what is left, and any compute a negative run left without a record.
+    // Clean up: delete what is left through the gateway (the finally below removes any compute
+    // a negative run left without a record).
     for (const rec of await store.list()) {
       await unaryCall(clients[0]!, 'DeleteSandbox', { name: rec.sandbox.metadata!.name }).catch(() => undefined);
     }
-    const driver = new LocalDriver({ stateDir: cluster.stateDir, supervisorEntry: `${repoRoot}/apps/supervisor/src/main.ts` });
-    for (const c of await driver.list()) await driver.delete(c.sandboxId, c.handle).catch(() => undefined);
   } finally {
+    // Whatever happened, a step of the set-up that threw included, no sandbox outlives the run:
+    // the state directory goes below, and its supervisors would dial dead replicas forever.
+    const driver = new LocalDriver({ stateDir: cluster.stateDir, supervisorEntry: `${repoRoot}/apps/supervisor/src/main.ts` });
+    for (const c of await driver.list().catch(() => [])) await driver.delete(c.sandboxId, c.handle).catch(() => undefined);
     if (sshDir) rmSync(sshDir, { recursive: true, force: true });
     for (const c of clients) c.close();
     await lb.stop();
