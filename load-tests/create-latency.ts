@@ -13,7 +13,7 @@
 // Deletion is not timed into any create figure; every sandbox is deleted at the end (timed
 // separately), and the state dir is swept for leftovers.
 import { spawn } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, realpathSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
@@ -43,6 +43,47 @@ interface Created {
   firstExecMs: number;
   /** Exec attempts that failed before the first success (should be 0 once Ready). */
   execRetries: number;
+  /** Date.now() at the CreateSandbox call: where the supervisor's log timestamps are measured from. */
+  startedAtEpochMs: number;
+}
+
+/** Supervisor log lines that mark a sandbox's start, in order, and what each row calls them. */
+const START_MARKS = [
+  ['supervisor starting', 'supervisor process loaded its code'],
+  ['workload network namespace ready', 'workload network namespace ready'],
+  ['workload confined', 'workload confinement ready (egress proxy)'],
+  ['control session established', 'control session established (hello accepted)'],
+] as const;
+
+/**
+ * Where one sandbox's start went, from its supervisor's log (local driver: the sandbox's
+ * supervisor.log in the state dir): ms from the CreateSandbox call to each START_MARKS line.
+ */
+function startTimeline(stateDir: string, c: Created): Map<string, number> {
+  const out = new Map<string, number>();
+  let text = '';
+  try {
+    text = readFileSync(path.join(realpathSync(stateDir), 'sandboxes', c.id, 'supervisor.log'), 'utf8');
+  } catch {
+    return out;
+  }
+  for (const line of text.split('\n')) {
+    let rec: { msg?: string; ts?: string };
+    try {
+      rec = JSON.parse(line) as { msg?: string; ts?: string };
+    } catch {
+      continue;
+    }
+    const mark = START_MARKS.find(([msg]) => msg === rec.msg);
+    if (mark && rec.ts && !out.has(mark[1])) out.set(mark[1], Date.parse(rec.ts) - c.startedAtEpochMs);
+  }
+  return out;
+}
+
+/** Rows: each start mark's latency from the CreateSandbox call, over `created`. */
+function timelineRows(stateDir: string, created: Created[], label = ''): string[][] {
+  const timelines = created.map((c) => startTimeline(stateDir, c));
+  return START_MARKS.map(([, name]) => latencyRow(`${label}${name}`, timelines.map((t) => t.get(name)).filter((v): v is number => v !== undefined)));
 }
 
 class StageError extends Error {
@@ -58,6 +99,7 @@ const errText = (err: unknown) => (err instanceof Error ? err.message : String(e
 /** Creates one sandbox and times it to its first successful exec. `created` learns the name first, for cleanup. */
 async function createToFirstExec(client: AnyClient, name: string, image: string | undefined, created: Set<string>, deadlineMs = 60_000): Promise<Created> {
   const t0 = now();
+  const startedAtEpochMs = Date.now();
   const end = t0 + deadlineMs;
   let res: SandboxResponse;
   try {
@@ -102,7 +144,7 @@ async function createToFirstExec(client: AnyClient, name: string, image: string 
       await sleep(10);
     }
   }
-  return { name, id, rpcMs, readyMs, firstExecMs: now() - t0, execRetries };
+  return { name, id, rpcMs, readyMs, firstExecMs: now() - t0, execRetries, startedAtEpochMs };
 }
 
 /** Deletes every name with bounded concurrency; returns per-delete latencies and failures. */
@@ -170,6 +212,8 @@ export async function run(opts: CreateLatencyOptions): Promise<BenchReport> {
     headers: LATENCY_HEADERS,
     rows: [
       latencyRow('CreateSandbox returned', seq.map((c) => c.rpcMs)),
+      // Where the time goes, from each sandbox's supervisor log (ms clock of this host).
+      ...timelineRows(cluster.stateDir, seq),
       latencyRow('phase Ready (GetSandbox poll, 10 ms)', seq.map((c) => c.readyMs)),
       latencyRow('first `true` exited 0', seq.map((c) => c.firstExecMs)),
     ],
@@ -248,50 +292,43 @@ export async function run(opts: CreateLatencyOptions): Promise<BenchReport> {
  */
 async function compileCachePhase(opts: CreateLatencyOptions, redisUrl: string, tables: BenchTable[]): Promise<string[]> {
   if (opts.cacheIterations <= 0) return ['compile cache: skipped (--cache-iterations 0)'];
-  const sides = [
-    { label: 'compile cache on', env: { SANDGATE_SUPERVISOR_COMPILE_CACHE: '1' } },
-    { label: 'compile cache off', env: { SANDGATE_SUPERVISOR_COMPILE_CACHE: '0' } },
-  ];
-  const results = new Map<string, Created[]>();
   const tag = `cc${process.pid.toString(36)}`;
-  for (const [i, side] of sides.entries()) {
+  interface Side { label: string; stateDir: string; client: AnyClient; live: Set<string>; created: Created[] }
+  const sides: Side[] = [];
+  for (const [label, value] of [['cache on', '1'], ['cache off', '0']] as const) {
     const stateDir = mkdtempSync(path.join(os.tmpdir(), 'sg-bench-cache-'));
-    onCleanup(`${side.label} state dir`, () => rmSync(stateDir, { recursive: true, force: true }));
-    const gw = await startGateway({ redisUrl, driver: 'local', stateDir, replicaId: `rcache${i}`, env: side.env });
-    onCleanup(`${side.label} gateway`, () => gw.stop());
-    onCleanup(`${side.label} compute`, () => killLeftoverCompute(stateDir));
+    onCleanup(`${label} state dir`, () => rmSync(stateDir, { recursive: true, force: true }));
+    const gw = await startGateway({ redisUrl, driver: 'local', stateDir, replicaId: `r${label.replace(' ', '-')}`, env: { SANDGATE_SUPERVISOR_COMPILE_CACHE: value } });
+    onCleanup(`${label} gateway`, () => gw.stop());
+    onCleanup(`${label} compute`, () => killLeftoverCompute(stateDir));
     const client = openShellClient(gw.grpcAddress);
-    onCleanup(`${side.label} grpc client`, () => client.close());
-    const live = new Set<string>();
-    onCleanup(`${side.label} sandboxes`, () => deleteAll(client, live));
+    onCleanup(`${label} grpc client`, () => client.close());
+    const side: Side = { label, stateDir, client, live: new Set(), created: [] };
+    onCleanup(`${label} sandboxes`, () => deleteAll(client, side.live));
     // The first launch pays the start-up check and starts the cache's fill; give the fill time.
-    await createToFirstExec(client, `${tag}-${i}-warm`, undefined, live);
+    await createToFirstExec(client, `${tag}-${sides.length}-warm`, undefined, side.live);
     await sleep(3000);
-    results.set(side.label, []);
-    Object.assign(side, { client, live });
+    sides.push(side);
   }
   for (let n = 0; n < opts.cacheIterations; n++) {
-    for (const side of sides as Array<(typeof sides)[number] & { client: AnyClient; live: Set<string> }>) {
-      results.get(side.label)!.push(await createToFirstExec(side.client, `${tag}-${side.label.endsWith('on') ? 'on' : 'off'}-${n}`, undefined, side.live));
-    }
+    for (const [i, side] of sides.entries()) side.created.push(await createToFirstExec(side.client, `${tag}-${i}-${n}`, undefined, side.live));
   }
-  const on = results.get('compile cache on')!;
-  const off = results.get('compile cache off')!;
-  const ratio = (f: (c: Created) => number) => fixed(summarise(on.map(f)).p50 / summarise(off.map(f)).p50, 2);
+  const [on, off] = sides as [Side, Side];
+  const ratio = (f: (c: Created) => number) => fixed(summarise(on.created.map(f)).p50 / summarise(off.created.map(f)).p50, 2);
   tables.push({
-    caption: `local driver, supervisors' compile cache on vs off: two single replicas, ${opts.cacheIterations} sandboxes on each, created alternately (after 1 warm-up each)`,
+    caption: `local driver, supervisors' compile cache on vs off (SANDGATE_SUPERVISOR_COMPILE_CACHE): two single replicas, ${opts.cacheIterations} sandboxes on each, created alternately (after 1 warm-up each)`,
     headers: LATENCY_HEADERS,
     rows: [
-      latencyRow('cache on: CreateSandbox returned', on.map((c) => c.rpcMs)),
-      latencyRow('cache on: phase Ready', on.map((c) => c.readyMs)),
-      latencyRow('cache on: first `true` exited 0', on.map((c) => c.firstExecMs)),
-      latencyRow('cache off: CreateSandbox returned', off.map((c) => c.rpcMs)),
-      latencyRow('cache off: phase Ready', off.map((c) => c.readyMs)),
-      latencyRow('cache off: first `true` exited 0', off.map((c) => c.firstExecMs)),
+      ...sides.flatMap((side) => [
+        latencyRow(`${side.label}: CreateSandbox returned`, side.created.map((c) => c.rpcMs)),
+        ...timelineRows(side.stateDir, side.created, `${side.label}: `),
+        latencyRow(`${side.label}: phase Ready`, side.created.map((c) => c.readyMs)),
+        latencyRow(`${side.label}: first \`true\` exited 0`, side.created.map((c) => c.firstExecMs)),
+      ]),
       ['p50 ratio on / off: Ready, first exec', '', `${ratio((c) => c.readyMs)}, ${ratio((c) => c.firstExecMs)}`, '', '', ''],
     ],
   });
-  for (const side of sides as Array<(typeof sides)[number] & { client: AnyClient; live: Set<string> }>) {
+  for (const side of sides) {
     const del = await deleteAll(side.client, [...side.live]);
     for (const name of side.live) if (!del.failed.some((f) => f.startsWith(`${name}:`))) side.live.delete(name);
   }

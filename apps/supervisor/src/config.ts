@@ -33,6 +33,11 @@ export interface SupervisorConfig {
   policy: Buffer;
   /** The gateway serves TLS: its CA (read at start) and the name its certificate is verified for. Absent: plaintext. */
   gatewayTls?: GatewayTlsConfig;
+  /**
+   * The compile cache main.ts loaded the supervisor through (read-only); the netns agent, a Node
+   * process of its own, starts through it too. Absent: none.
+   */
+  compileCacheDir?: string;
 }
 
 export interface GatewayTlsConfig {
@@ -122,6 +127,7 @@ export function loadConfig(env: Record<string, string | undefined>, args: string
     workload: parsed.workload,
     policy: parsed.policy,
     gatewayTls,
+    compileCacheDir: parsed.compileCacheDir,
   };
 }
 

@@ -22,6 +22,8 @@ if (process.argv[2] === '--fill-compile-cache') {
     process.stderr.write(`--fill-compile-cache needs ${SupervisorEnv.compileCache}\n`);
     process.exit(2);
   }
+  // The netns agent is a Node process of its own (started with the same cache): compile it too.
+  await import('./workload/netns-agent.ts');
   module.flushCompileCache();
   process.exit(0);
 }

@@ -140,6 +140,7 @@ export class Supervisor {
         policy: this.config.policy,
         log: this.log,
         onFatal: (reason) => this.hooks.onFatal?.(reason),
+        compileCacheDir: this.config.compileCacheDir,
       });
       this.main.confine(this.workload.launcher);
       this.ssh.confine(this.workload.launcher, this.workload.dial);

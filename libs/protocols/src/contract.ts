@@ -175,6 +175,8 @@ export interface SupervisorEnvironment {
   policy: Buffer;
   /** Path of the gateway's CA (TLS) and the name to verify; absent: plaintext. */
   gatewayTls?: { caFile: string; serverName: string };
+  /** The supervisors' compile cache (read-only); absent: none. */
+  compileCacheDir?: string;
 }
 
 export function parseEndpoints(value: string | undefined): string[] {
@@ -207,6 +209,7 @@ export function parseSupervisorEnvironment(env: Readonly<Record<string, string |
     gatewayTls: (env[SupervisorEnv.gatewayCaFile] ?? '').trim()
       ? { caFile: env[SupervisorEnv.gatewayCaFile]!.trim(), serverName: (env[SupervisorEnv.gatewayTlsName] ?? '').trim() }
       : undefined,
+    compileCacheDir: (env[SupervisorEnv.compileCache] ?? '').trim() || undefined,
   };
 }
 

@@ -30,49 +30,54 @@ function fatal(message: string): never {
   process.exit(1);
 }
 
-const proxyPort = Number(process.argv[2]);
-if (!process.send) fatal('no IPC channel: this script is started by the supervisor');
-if (!Number.isInteger(proxyPort) || proxyPort < 1 || proxyPort > 65535) fatal(`bad proxy port ${process.argv[2]}`);
+function runAgent(): void {
+  const proxyPort = Number(process.argv[2]);
+  if (!process.send) fatal('no IPC channel: this script is started by the supervisor');
+  if (!Number.isInteger(proxyPort) || proxyPort < 1 || proxyPort > 65535) fatal(`bad proxy port ${process.argv[2]}`);
 
-process.on('disconnect', () => process.exit(0));
+  process.on('disconnect', () => process.exit(0));
 
-// A fresh namespace's loopback is down: without it nothing in the sandbox can even talk to itself.
-try {
-  execFileSync('ip', ['link', 'set', 'lo', 'up'], { stdio: ['ignore', 'ignore', 'pipe'] });
-} catch (err) {
-  fatal(`cannot bring the loopback interface up (is iproute2's \`ip\` installed?): ${(err as Error).message}`);
+  // A fresh namespace's loopback is down: without it nothing in the sandbox can even talk to itself.
+  try {
+    execFileSync('ip', ['link', 'set', 'lo', 'up'], { stdio: ['ignore', 'ignore', 'pipe'] });
+  } catch (err) {
+    fatal(`cannot bring the loopback interface up (is iproute2's \`ip\` installed?): ${(err as Error).message}`);
+  }
+
+  const server = net.createServer();
+  server.once('error', (err) => fatal(`cannot listen on 127.0.0.1:${proxyPort}: ${err.message}`));
+  // Connections must be accepted by the supervisor only: once the handle is handed over, ours closes.
+  server.on('connection', (c) => c.destroy());
+  server.listen(proxyPort, '127.0.0.1', () => send({ op: 'ready', port: proxyPort }, server, () => server.close()));
+
+  const LOOPBACK = new Set(['127.0.0.1', '::1']);
+
+  process.on('message', (msg: { op?: string; id?: unknown; host?: unknown; port?: unknown; timeoutMs?: unknown }) => {
+    if (msg?.op !== 'dial') return;
+    const { id, host, port } = msg;
+    const timeoutMs = typeof msg.timeoutMs === 'number' && msg.timeoutMs > 0 ? Math.min(msg.timeoutMs, DIAL_TIMEOUT_MS) : DIAL_TIMEOUT_MS;
+    if (typeof host !== 'string' || !LOOPBACK.has(host) || typeof port !== 'number' || !Number.isInteger(port) || port < 1 || port > 65535) {
+      send({ op: 'dial-failed', id, code: 'EINVAL', message: 'only loopback targets can be dialled inside the sandbox' });
+      return;
+    }
+    const socket = net.connect({ host, port });
+    // Never read here: a server that speaks first (an SSH daemon's banner) would have its first
+    // bytes land in this process's buffer and be lost when the descriptor moves.
+    socket.pause();
+    const timer = setTimeout(() => socket.destroy(Object.assign(new Error('connect timed out'), { code: 'ETIMEDOUT' })), timeoutMs);
+    socket.once('connect', () => {
+      clearTimeout(timer);
+      socket.removeAllListeners('error');
+      socket.on('error', () => socket.destroy());
+      // Sending a socket closes our copy once it is on its way (keepOpen defaults to false).
+      send({ op: 'dialed', id }, socket);
+    });
+    socket.once('error', (err: NodeJS.ErrnoException) => {
+      clearTimeout(timer);
+      send({ op: 'dial-failed', id, code: err.code ?? 'EIO', message: err.message });
+    });
+  });
 }
 
-const server = net.createServer();
-server.once('error', (err) => fatal(`cannot listen on 127.0.0.1:${proxyPort}: ${err.message}`));
-// Connections must be accepted by the supervisor only: once the handle is handed over, ours closes.
-server.on('connection', (c) => c.destroy());
-server.listen(proxyPort, '127.0.0.1', () => send({ op: 'ready', port: proxyPort }, server, () => server.close()));
-
-const LOOPBACK = new Set(['127.0.0.1', '::1']);
-
-process.on('message', (msg: { op?: string; id?: unknown; host?: unknown; port?: unknown; timeoutMs?: unknown }) => {
-  if (msg?.op !== 'dial') return;
-  const { id, host, port } = msg;
-  const timeoutMs = typeof msg.timeoutMs === 'number' && msg.timeoutMs > 0 ? Math.min(msg.timeoutMs, DIAL_TIMEOUT_MS) : DIAL_TIMEOUT_MS;
-  if (typeof host !== 'string' || !LOOPBACK.has(host) || typeof port !== 'number' || !Number.isInteger(port) || port < 1 || port > 65535) {
-    send({ op: 'dial-failed', id, code: 'EINVAL', message: 'only loopback targets can be dialled inside the sandbox' });
-    return;
-  }
-  const socket = net.connect({ host, port });
-  // Never read here: a server that speaks first (an SSH daemon's banner) would have its first
-  // bytes land in this process's buffer and be lost when the descriptor moves.
-  socket.pause();
-  const timer = setTimeout(() => socket.destroy(Object.assign(new Error('connect timed out'), { code: 'ETIMEDOUT' })), timeoutMs);
-  socket.once('connect', () => {
-    clearTimeout(timer);
-    socket.removeAllListeners('error');
-    socket.on('error', () => socket.destroy());
-    // Sending a socket closes our copy once it is on its way (keepOpen defaults to false).
-    send({ op: 'dialed', id }, socket);
-  });
-  socket.once('error', (err: NodeJS.ErrnoException) => {
-    clearTimeout(timer);
-    send({ op: 'dial-failed', id, code: err.code ?? 'EIO', message: err.message });
-  });
-});
+// Only as the supervisor starts it: main.ts --fill-compile-cache imports this file to compile it.
+if (import.meta.main) runAgent();

@@ -29,6 +29,8 @@ export async function startWorkload(opts: {
   log: Logger;
   /** The workload lost its network namespace: the supervisor cannot go on (see netns.ts). */
   onFatal(reason: string): void;
+  /** The supervisors' compile cache, which the netns agent starts through too; absent: none. */
+  compileCacheDir?: string;
 }): Promise<Workload> {
   const { isolation, log } = opts;
   if (!isolation.isolateNetwork) {
@@ -46,7 +48,7 @@ export async function startWorkload(opts: {
   }
   // A policy that does not decode is a driver bug: refuse to start rather than run without one.
   const initial = decodePolicy(opts.policy);
-  const agent = await NetnsAgent.start({ proxyPort: PROXY_PORT, log, onDeath: opts.onFatal });
+  const agent = await NetnsAgent.start({ proxyPort: PROXY_PORT, log, onDeath: opts.onFatal, compileCacheDir: opts.compileCacheDir });
   const proxy = new EgressProxy(agent.proxyServer, initial, log);
   const launcher = new ConfinedLauncher(isolation, { netnsPath: agent.netnsPath, proxyPort: agent.proxyPort });
   log.info('workload confined', {
