@@ -363,6 +363,30 @@ describe('non-root, no host secrets', () => {
 
   const needle = () => Buffer.from(credentialOf(attacker)).toString('hex');
 
+  it("a caller's NODE_OPTIONS and LD_PRELOAD reach workload processes only: not the supervisor, not bwrap, also after a restart", async () => {
+    const sb = await create('env-attack', ['--env', 'NODE_OPTIONS=--require /sandbox/evil.cjs', '--env', 'LD_PRELOAD=/sandbox/evil.so'], ['sleep', 'infinity']);
+    // The workload plants code for the next supervisor to run: it would leave /sandbox/ran-as-<uid>.
+    const plant = await exec(sb, ['sh', '-c', `printf '%s' "require('fs').writeFileSync('/sandbox/ran-as-' + process.getuid(), 'x')" > /sandbox/evil.cjs; echo "vars:$NODE_OPTIONS|$LD_PRELOAD"`]);
+    expect(plant.code, plant.stderr).toBe(0);
+    expect(plant.stdout.toString()).toContain('vars:--require /sandbox/evil.cjs|/sandbox/evil.so'); // the workload has what it asked for
+    const environOf = async () => readFileSync(`/proc/${await supervisorPid(sb.id)}/environ`, 'utf8').split('\0');
+    expect((await environOf()).filter((v) => /^(NODE_OPTIONS|LD_PRELOAD)=/.test(v))).toEqual([]);
+    // A restart: a fresh bwrap and supervisor, with the planted file in place.
+    for (const verb of ['stop', 'start']) {
+      const res = await runCli(['sandbox', verb, sb.name], { gateway: gateway(), timeoutMs: 90_000 });
+      expect(res.code, `${verb}: ${res.stderr}`).toBe(0);
+    }
+    await waitFor('env-attack Ready again', async () => (await exec(sb, ['true'])).code === 0, 60_000, 250);
+    expect((await environOf()).filter((v) => /^(NODE_OPTIONS|LD_PRELOAD)=/.test(v))).toEqual([]);
+    const ls = await exec(sb, ['sh', '-c', 'ls /sandbox']);
+    expect(ls.stdout.toString()).not.toMatch(/ran-as-0/); // the supervisor (root) never loaded it
+    // Nor bwrap, which runs as root on the host (its pid is the compute handle's).
+    const { pid: bwrapPid } = JSON.parse(readFileSync(path.join(cluster.stateDir, 'sandboxes', sb.id, 'handle.json'), 'utf8')) as { pid: number };
+    const bwrapEnv = readFileSync(`/proc/${bwrapPid}/environ`, 'utf8').split('\0');
+    expect(bwrapEnv.some((v) => v.startsWith('SANDGATE_SANDBOX_ID='))).toBe(true); // it is the sandbox's bwrap
+    expect(bwrapEnv.filter((v) => /^(NODE_OPTIONS|LD_PRELOAD)=/.test(v))).toEqual([]);
+  });
+
   it('exec: the credential is in no /proc/<pid>/environ, fd or mem of any process, nor an inherited fd', async () => {
     const res = await exec(attacker, [NODE, '-e', PROC_PROBE, needle()]);
     expect(res.code, res.stderr).toBe(0);

@@ -3,7 +3,7 @@
 // environment variable is the sandbox's environment and is handed to the main process and execs.
 import fs from 'node:fs';
 import { DebugBreakError, parseDebugBreaks, type DebugBreak } from '@sandgate/core';
-import { parseSupervisorEnvironment, SupervisorEnv, withoutSupervisorEnv, type WorkloadIsolation } from '@sandgate/protocols';
+import { parseSandboxEnvironment, parseSupervisorEnvironment, SupervisorEnv, withoutSupervisorEnv, type WorkloadIsolation } from '@sandgate/protocols';
 import { parseLogLevel, type LogLevel } from '@sandgate/telemetry/log';
 
 export const ENV_PREFIX = SupervisorEnv.prefix;
@@ -20,7 +20,11 @@ export interface SupervisorConfig {
   mainTty: boolean;
   logLevel: LogLevel;
   mainArgv: string[];
-  /** The process environment minus every SANDGATE_* variable. */
+  /**
+   * What workload processes start with: the process environment minus every SANDGATE_* variable
+   * (PATH and HOME from the driver, an image's ENV), with the sandbox's own variables (the
+   * driver's environment file) laid over it. Never the supervisor's own environment.
+   */
   sandboxEnv: Record<string, string>;
   /** Debug faults switched on for this run (SANDGATE_DEBUG_BREAK with SANDGATE_DEBUG_UNSAFE=1); normally empty. */
   debugBreaks: ReadonlySet<DebugBreak>;
@@ -93,6 +97,14 @@ export function loadConfig(env: Record<string, string | undefined>, args: string
   } catch (err) {
     throw fail(`cannot read ${SupervisorEnv.credentialFile}: ${(err as Error).message}`);
   }
+  let sandboxEnv = parsed.sandboxEnv;
+  if (parsed.environmentFile) {
+    try {
+      sandboxEnv = { ...sandboxEnv, ...parseSandboxEnvironment(fs.readFileSync(parsed.environmentFile, 'utf8')) };
+    } catch (err) {
+      throw fail(`cannot read ${SupervisorEnv.environmentFile} (${parsed.environmentFile}): ${(err as Error).message}`);
+    }
+  }
   let debugBreaks: ReadonlySet<DebugBreak>;
   try {
     debugBreaks = parseDebugBreaks(env);
@@ -122,7 +134,7 @@ export function loadConfig(env: Record<string, string | undefined>, args: string
     mainTty: parsed.mainTty,
     logLevel: parseLogLevel(parsed.logLevel),
     mainArgv,
-    sandboxEnv: parsed.sandboxEnv,
+    sandboxEnv,
     debugBreaks,
     workload: parsed.workload,
     policy: parsed.policy,

@@ -1,7 +1,7 @@
 // Builds the bubblewrap command line and the environment for one sandbox. Pure functions: the
 // driver does the I/O, so the exact isolation can be read (and unit-tested) in one place.
 import path from 'node:path';
-import { SANDBOX_COMPILE_CACHE_PATH, SANDBOX_CREDENTIAL_PATH, SANDBOX_GATEWAY_CA_PATH, type WorkloadIsolation } from '@sandgate/protocols/contract';
+import { SANDBOX_COMPILE_CACHE_PATH, SANDBOX_CREDENTIAL_PATH, SANDBOX_ENVIRONMENT_PATH, SANDBOX_GATEWAY_CA_PATH, type WorkloadIsolation } from '@sandgate/protocols/contract';
 import { CONFINEMENT_CAPABILITIES, supervisorEnvironmentFor, type LaunchSpec } from './driver.ts';
 
 /** Where the sandbox sees its own work directory, and uses it as cwd and HOME. */
@@ -99,6 +99,8 @@ export interface BwrapLaunch {
   identityFiles?: { passwd: string; group: string };
   /** Host path of the gateway's CA (PEM), bound read-only at SANDBOX_GATEWAY_CA_PATH; absent: plaintext. */
   gatewayCaFile?: string;
+  /** Host path of the sandbox's variables (renderSandboxEnvironment), bound read-only at SANDBOX_ENVIRONMENT_PATH. */
+  environmentFile: string;
   /** Host directory of the supervisor's compile cache, bound read-only at SANDBOX_COMPILE_CACHE_PATH; absent: none. */
   compileCacheDir?: string;
 }
@@ -187,6 +189,9 @@ export function buildBwrapArgs(l: BwrapLaunch): string[] {
     path.join(l.sandboxDir, 'credential'),
     SANDBOX_CREDENTIAL_PATH,
   );
+  // root:root 0600 like the credential: the supervisor reads the sandbox's variables from it and
+  // hands them to workload processes only.
+  args.push('--ro-bind', l.environmentFile, SANDBOX_ENVIRONMENT_PATH);
   // Public (a CA certificate), read-only so nothing in the sandbox can swap the gateway's trust.
   if (l.gatewayCaFile) args.push('--ro-bind', l.gatewayCaFile, SANDBOX_GATEWAY_CA_PATH);
   // Read-only: code cached there runs as the supervisor, so nothing in any sandbox may write it.

@@ -28,7 +28,7 @@ import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import Docker from 'dockerode';
 import type Dockerode from 'dockerode';
-import { SANDBOX_GID, SANDBOX_UID, type WorkloadIsolation } from '@sandgate/protocols/contract';
+import { renderSandboxEnvironment, SANDBOX_GID, SANDBOX_UID, type WorkloadIsolation } from '@sandgate/protocols/contract';
 import type { ComputeDriver, ComputeHandle, ComputeState, ComputeUsage, LaunchSpec, ObservedCompute, ResourceLimits } from './driver.ts';
 import { assertLaunchSpec, assertSandboxId } from './validate.ts';
 import {
@@ -91,6 +91,8 @@ export interface DockerHandle {
 }
 
 const CREDENTIAL_FILE = 'credential';
+/** The sandbox's variables, handed to the supervisor as a file (renderSandboxEnvironment). */
+const ENVIRONMENT_FILE = 'environment.json';
 const GATEWAY_CA_FILE = 'gateway-ca.pem';
 
 export class DockerDriver implements ComputeDriver {
@@ -185,6 +187,7 @@ export class DockerDriver implements ComputeDriver {
       runtime: rt,
       dir,
       credentialHostPath: path.join(dir, CREDENTIAL_FILE),
+      environmentHostPath: path.join(dir, ENVIRONMENT_FILE),
       gatewayCaHostPath: spec.gatewayTls ? path.join(dir, GATEWAY_CA_FILE) : undefined,
       network: network.name,
       limits,
@@ -252,6 +255,7 @@ export class DockerDriver implements ComputeDriver {
       appHostPath: plan.runtime.appHostPath,
       supervisorRelPath: plan.runtime.supervisorRelPath,
       credentialHostPath: plan.credentialHostPath,
+      environmentHostPath: plan.environmentHostPath,
       gatewayCaHostPath: plan.gatewayCaHostPath,
       network: plan.network,
       limits: plan.limits,
@@ -270,6 +274,7 @@ export class DockerDriver implements ComputeDriver {
     try {
       await fsp.mkdir(plan.dir, { recursive: true, mode: 0o700 });
       await writeCredential(plan.credentialHostPath, plan.spec.credential);
+      await writeCredential(plan.environmentHostPath, renderSandboxEnvironment(plan.spec.environment));
       await writeGatewayCa(plan);
       await this.ensureCgroups(plan);
       // Creating an existing volume is a no-op in Docker (a restart reuses the kept one).
@@ -429,6 +434,7 @@ export class DockerDriver implements ComputeDriver {
       if (sameLaunch(info, wanted)) {
         await this.stop(id, { containerId: info.Id });
         await writeCredential(plan.credentialHostPath, spec.credential);
+        await writeCredential(plan.environmentHostPath, renderSandboxEnvironment(spec.environment));
         await writeGatewayCa(plan);
         // Gone after a reboot (cgroupfs is not persistent), and the limits may have changed.
         await this.ensureCgroups(plan);
@@ -665,6 +671,7 @@ interface LaunchPlan {
   /** <stateDir>/docker/<id> */
   dir: string;
   credentialHostPath: string;
+  environmentHostPath: string;
   gatewayCaHostPath?: string;
   network: string;
   limits: ResourceLimits;

@@ -2,7 +2,7 @@
 // its main process) somewhere, and can find, stop and remove it again from any replica: all it
 // needs is the sandbox id and the handle it returned at create time (persisted in Redis).
 // Shaped so that `local` (bubblewrap processes), `docker` and Kubernetes fit behind it.
-import { SANDBOX_CREDENTIAL_PATH, SANDBOX_GATEWAY_CA_PATH, supervisorEnvironment, type WorkloadIsolation } from '@sandgate/protocols/contract';
+import { SANDBOX_CREDENTIAL_PATH, SANDBOX_ENVIRONMENT_PATH, SANDBOX_GATEWAY_CA_PATH, supervisorEnvironment, type WorkloadIsolation } from '@sandgate/protocols/contract';
 
 /** Opaque, JSON-serialisable facts a driver needs to find its compute again (pid, container id…). */
 export type ComputeHandle = Record<string, unknown>;
@@ -73,6 +73,9 @@ export function supervisorEnvironmentFor(spec: LaunchSpec, workload?: WorkloadIs
     sandboxId: spec.sandboxId,
     gatewayEndpoints: spec.gatewayEndpoints,
     credentialFile: SANDBOX_CREDENTIAL_PATH,
+    // Every driver shows the sandbox's variables there (renderSandboxEnvironment), never in the
+    // supervisor's own environment.
+    environmentFile: SANDBOX_ENVIRONMENT_PATH,
     tty: spec.tty,
     logLevel: spec.logLevel,
     environment: spec.environment,

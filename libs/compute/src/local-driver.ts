@@ -22,7 +22,7 @@ import fs from 'node:fs';
 import fsp from 'node:fs/promises';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { SANDBOX_GID, SANDBOX_UID, SupervisorEnv, type WorkloadIsolation } from '@sandgate/protocols/contract';
+import { renderSandboxEnvironment, SANDBOX_GID, SANDBOX_UID, SupervisorEnv, type WorkloadIsolation } from '@sandgate/protocols/contract';
 import type { ComputeDriver, ComputeHandle, ComputeState, ComputeUsage, LaunchSpec, ObservedCompute } from './driver.ts';
 import { DEFAULT_DISK_BYTES, mountDisk, unmountDisk } from './disk.ts';
 import { buildBwrapArgs, buildSandboxEnv, DEFAULT_PATH, identityFilesFor, SANDBOX_MOUNT, sandboxCgroupDir, type RootEntry } from './bwrap-launch.ts';
@@ -72,6 +72,7 @@ export interface LocalDriverOptions {
 const HANDLE_FILE = 'handle.json';
 const GATEWAY_CA_FILE = 'gateway-ca.pem';
 const LOG_FILE = 'supervisor.log';
+const ENVIRONMENT_FILE = 'environment.json';
 /**
  * Runs before bwrap, as bwrap's own process: writes its pid into the supervisor's cgroups, then
  * execs bwrap, so every process of the sandbox starts inside them (nothing can fork in between).
@@ -175,6 +176,10 @@ export class LocalDriver implements ComputeDriver {
       await fsp.rm(path.join(dir, 'credential'), { force: true });
       await fsp.writeFile(path.join(dir, 'credential'), spec.credential, { mode: 0o600, flag: 'wx' });
       await fsp.chown(path.join(dir, 'credential'), 0, 0);
+      // The sandbox's variables, for the supervisor to hand to workload processes: a file, never
+      // bwrap's environment (bwrap runs as root on the host: LD_PRELOAD there would be an escape).
+      const environmentFile = path.join(dir, ENVIRONMENT_FILE);
+      await writeAtomic(environmentFile, renderSandboxEnvironment(spec.environment), 0o600);
       const identityFiles = await writeIdentityFiles(dir, user.uid, user.gid);
       // The gateway's CA (public), when it serves TLS: the supervisor verifies the gateway with it.
       const gatewayCaFile = path.join(dir, GATEWAY_CA_FILE);
@@ -205,6 +210,7 @@ export class LocalDriver implements ComputeDriver {
         identityFiles: identityFiles ?? undefined,
         gatewayCaFile: spec.gatewayTls ? gatewayCaFile : undefined,
         compileCacheDir: rt.compileCacheDir ?? undefined,
+        environmentFile,
       });
       const child = await this.spawnBwrap(dir, args, buildSandboxEnv(spec, workload, rt.compileCacheDir !== null), cgroups);
       handle = { pid: child.pid!, startTime: startTimeOf(child.pid!), dir };

@@ -45,8 +45,14 @@ describe('buildBwrapArgs', () => {
     identityFiles: { passwd: '/var/lib/sandgate/sandboxes/sb-1234567890/passwd', group: '/var/lib/sandgate/sandboxes/sb-1234567890/group' },
     gatewayCaFile: '/var/lib/sandgate/sandboxes/sb-1234567890/gateway-ca.pem',
     compileCacheDir: '/var/lib/sandgate/compile-cache',
+    environmentFile: '/var/lib/sandgate/sandboxes/sb-1234567890/environment.json',
   });
   const joined = args.join(' ');
+
+  it('hands the supervisor the sandbox\'s variables as a read-only file, after the state mask', () => {
+    expect(joined).toContain('--ro-bind /var/lib/sandgate/sandboxes/sb-1234567890/environment.json /run/sandgate/environment.json');
+    expect(joined.indexOf('environment.json /run/sandgate')).toBeGreaterThan(joined.indexOf('--tmpfs /var/lib/sandgate'));
+  });
 
   it('shows the supervisors\' compile cache read-only, after the state mask', () => {
     expect(joined).toContain('--ro-bind /var/lib/sandgate/compile-cache /run/sandgate/compile-cache');
@@ -134,14 +140,14 @@ describe('buildBwrapArgs', () => {
 });
 
 describe('buildSandboxEnv', () => {
-  it('is the sandbox environment plus the SANDGATE_* contract, which cannot be overridden', () => {
+  it('is a fixed PATH and HOME plus the SANDGATE_* contract: nothing of the sandbox\'s own environment (bwrap runs as root)', () => {
     expect(buildSandboxEnv(spec)).toEqual({
-      FOO: 'bar',
-      PATH: '/custom/bin',
+      PATH: '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin',
       HOME: '/sandbox',
       SANDGATE_GATEWAY: '127.0.0.1:7443,127.0.0.1:7444',
       SANDGATE_SANDBOX_ID: 'sb-1234567890',
       SANDGATE_CREDENTIAL_FILE: '/run/sandgate/credential',
+      SANDGATE_ENVIRONMENT_FILE: '/run/sandgate/environment.json',
       SANDGATE_MAIN_TTY: '0',
       SANDGATE_LOG_LEVEL: 'warn',
       SANDGATE_DEBUG_BREAK: '',
@@ -151,6 +157,9 @@ describe('buildSandboxEnv', () => {
       SANDGATE_GATEWAY_TLS_NAME: '',
       SANDGATE_COMPILE_CACHE: '',
     });
+    // The attack: a caller's LD_PRELOAD would load a library of its choosing into bwrap, as root on the host.
+    expect(buildSandboxEnv({ ...spec, environment: { LD_PRELOAD: '/tmp/x.so', NODE_OPTIONS: '--require /sandbox/x.js' } })).not.toHaveProperty('LD_PRELOAD');
+    expect(buildSandboxEnv({ ...spec, environment: { NODE_OPTIONS: '--require /sandbox/x.js' } })).not.toHaveProperty('NODE_OPTIONS');
     expect(buildSandboxEnv({ ...spec, environment: {}, tty: true })).toMatchObject({
       PATH: expect.stringContaining('/usr/bin'),
       SANDGATE_MAIN_TTY: '1',

@@ -140,12 +140,12 @@ afterAll(async () => {
 }, 120_000);
 
 describe('container definition (pure)', () => {
-  it('puts sandgate variables last and overrides same-named ones, never the credential', () => {
+  it('writes only HOME and the sandgate variables: never the sandbox\'s own (a file), never the credential', () => {
     const s: LaunchSpec = {
       sandboxId: 'abc',
       command: ['true'],
       tty: false,
-      environment: { FOO: 'bar', SANDGATE_GATEWAY: 'evil:1', SANDGATE_MAIN_TTY: '1' },
+      environment: { FOO: 'bar', SANDGATE_GATEWAY: 'evil:1', SANDGATE_MAIN_TTY: '1', LD_PRELOAD: '/sandbox/x.so', NODE_OPTIONS: '--require /sandbox/x.js' },
       image: 'x',
       gatewayEndpoints: 'lb:8080',
       credential: 'TOPSECRET',
@@ -155,10 +155,10 @@ describe('container definition (pure)', () => {
     const env = buildContainerEnv(s, workload);
     expect(env).toEqual([
       'HOME=/sandbox',
-      'FOO=bar',
       'SANDGATE_GATEWAY=lb:8080',
       'SANDGATE_SANDBOX_ID=abc',
       'SANDGATE_CREDENTIAL_FILE=/run/sandgate/credential',
+      'SANDGATE_ENVIRONMENT_FILE=/run/sandgate/environment.json',
       'SANDGATE_MAIN_TTY=0',
       'SANDGATE_LOG_LEVEL=info',
       'SANDGATE_DEBUG_BREAK=',
@@ -170,6 +170,7 @@ describe('container definition (pure)', () => {
       'SANDGATE_POLICY=',
       'SANDGATE_GATEWAY_CA_FILE=',
       'SANDGATE_GATEWAY_TLS_NAME=',
+      'SANDGATE_COMPILE_CACHE=',
     ]);
     const launch = {
       spec: s,
@@ -179,6 +180,7 @@ describe('container definition (pure)', () => {
       appHostPath: '/repo',
       supervisorRelPath: 'apps/supervisor/src/main.ts',
       credentialHostPath: '/state/docker/abc/credential',
+      environmentHostPath: '/state/docker/abc/environment.json',
       network: 'sandgate',
       workload,
     };
@@ -198,7 +200,7 @@ describe('container definition (pure)', () => {
     expect(hc.MemorySwap).toBe(536870912);
     expect(hc.PidsLimit).toBe(1024); // DEFAULT_PIDS_LIMIT of driver.ts
     // Nothing but the runtime, the credential and the volume: no Docker socket, no host path.
-    expect(hc.Mounts?.map((m) => m.Target)).toEqual(['/opt/sandgate/node/bin/node', '/opt/sandgate/app', '/run/sandgate/credential', '/sandbox']);
+    expect(hc.Mounts?.map((m) => m.Target)).toEqual(['/opt/sandgate/node/bin/node', '/opt/sandgate/app', '/run/sandgate/credential', '/run/sandgate/environment.json', '/sandbox']);
     expect(JSON.stringify(opts)).not.toMatch(/docker\.sock/);
     expect(hc.Binds).toBeUndefined();
     const noLimits = buildContainerCreateOptions({ ...launch, limits: { pids: 64 } }).HostConfig!;
@@ -288,8 +290,10 @@ describe('docker driver (real dockerd)', () => {
       '/run/sandgate/cgroup/memory',
       '/run/sandgate/cgroup/pids',
       '/run/sandgate/credential',
+      '/run/sandgate/environment.json',
       '/sandbox',
     ]);
+    expect(mounts['/run/sandgate/environment.json']).toMatchObject({ Type: 'bind', RW: false });
     // The workload cgroup binds are this sandbox's own cgroup directories, nothing else of the host's.
     for (const c of ['cpu', 'memory', 'pids']) {
       expect(mounts[`/run/sandgate/cgroup/${c}`]!.Source).toMatch(new RegExp(`^/sys/fs/cgroup/[a-z,]+/sandgate-docker/${s.sandboxId}/workload$`));
@@ -332,7 +336,9 @@ describe('docker driver (real dockerd)', () => {
     expect(asWorkload(handle.container, ['sh', '-c', 'test -e /var/run/docker.sock || test -e /run/docker.sock; echo $?']).out.trim()).toBe('1');
     expect(r.cwd).toBe('/sandbox');
     expect(r.argv.slice(1)).toEqual(['/opt/sandgate/app/libs/compute/test/docker-fake-supervisor.mjs', '--', 'sleep', '100000']);
-    expect(r.env.FOO).toBe('bar');
+    expect(r.env.FOO).toBeUndefined(); // not in the supervisor's environment…
+    expect(JSON.parse(r.sandboxEnvFile).FOO).toBe('bar'); // …but in the file it hands to workloads
+    expect(r.env.SANDGATE_ENVIRONMENT_FILE).toBe('/run/sandgate/environment.json');
     // Loopback endpoints are the host's: rewritten to the bridge's gateway address.
     const bridgeGateway = net.IPAM?.Config?.[0]?.Gateway;
     expect(bridgeGateway).toMatch(/^\d+\.\d+\.\d+\.\d+$/);

@@ -32,6 +32,8 @@ const main = sep < 0 ? [] : args.slice(sep + 1);
 const report = {
   argv: process.argv,
   env: process.env,
+  // The sandbox's own variables: a file the driver wrote, never this process's environment.
+  sandboxEnvFile: tryRead(process.env.SANDGATE_ENVIRONMENT_FILE || '/nonexistent'),
   pid: process.pid,
   uid: process.getuid(),
   hostname: os.hostname(),

@@ -24,6 +24,7 @@ const launch = {
   appHostPath: '/repo',
   supervisorRelPath: 'apps/supervisor/src/main.ts',
   credentialHostPath: '/state/docker/abc/credential',
+  environmentHostPath: '/state/docker/abc/environment.json',
   network: 'sandgate',
   workload,
   limits: {},

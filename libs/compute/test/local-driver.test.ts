@@ -228,6 +228,21 @@ describe('LocalDriver input validation', () => {
     expect(await off.delete(plain, h3)).toBe(true);
   }, 30_000);
 
+  it('gives a caller\'s LD_PRELOAD and NODE_OPTIONS to no process of its own: not bwrap (root on the host), not the supervisor', async () => {
+    const id = `env-attack-${RUN}`;
+    const environment = { LD_PRELOAD: '/nonexistent-sandgate-probe.so', NODE_OPTIONS: '--title=sandgate-env-attack' };
+    const h = await driver.create(spec(id, { environment }));
+    const r = await waitFor('report.json', () => readReport(id), 15_000);
+    // Had bwrap or node seen LD_PRELOAD, the dynamic loader would have said so in the sandbox log.
+    expect(fs.readFileSync(path.join(sandboxDir(id), 'supervisor.log'), 'utf8')).not.toMatch(/LD_PRELOAD|ld\.so/);
+    expect(r.env.LD_PRELOAD).toBeUndefined();
+    expect(r.env.NODE_OPTIONS).toBeUndefined();
+    expect(r.argv[0]).not.toBe('sandgate-env-attack');
+    // The workload still gets them: the supervisor hands the file's variables to its processes.
+    expect(r.sandboxEnv).toEqual(environment);
+    expect(await driver.delete(id, h)).toBe(true);
+  });
+
   it('refuses a root workload user and limits the kernel would not take, before anything is made', async () => {
     await expect(driver.create(spec('root-user', { workloadUser: { uid: 0, gid: 10001 } }))).rejects.toThrow(/workloadUser.uid must not be 0/);
     await expect(driver.create(spec('root-group', { workloadUser: { uid: 10001, gid: 0 } }))).rejects.toThrow(/workloadUser.gid must not be 0/);
@@ -296,8 +311,7 @@ describe('LocalDriver sandbox lifecycle', () => {
       SANDGATE_GATEWAY_CA_FILE: '',
       SANDGATE_GATEWAY_TLS_NAME: '',
       SANDGATE_COMPILE_CACHE: '/run/sandgate/compile-cache',
-      FOO: 'bar',
-      HIDDEN_PROBE: path.join(sandboxDir(id), 'credential'),
+      SANDGATE_ENVIRONMENT_FILE: '/run/sandgate/environment.json',
       HOME: '/sandbox',
       PATH: expect.stringContaining('/usr/bin'),
       PWD: '/sandbox', // set by bwrap's --chdir
@@ -310,6 +324,9 @@ describe('LocalDriver sandbox lifecycle', () => {
       SANDGATE_DEBUG_UNSAFE: '0',
     });
     expect(Object.values(r.env)).not.toContain(secret);
+    // The sandbox's own variables reach the supervisor only as a root-only read-only file.
+    expect(r.sandboxEnv).toEqual({ FOO: 'bar', HIDDEN_PROBE: path.join(sandboxDir(id), 'credential') });
+    expect(r.sandboxEnvStat).toEqual({ uid: 0, gid: 0, mode: 0o600 });
     expect(r.credential).toBe(secret);
     expect(r.credentialWrite).toBe('EROFS');
     expect(r.sandboxWrite).toBe('ok');

@@ -46,6 +46,8 @@ export const SupervisorEnv = {
   sandboxId: 'SANDGATE_SANDBOX_ID',
   /** Path (inside the sandbox) of the credential file; the credential itself is never in the environment. */
   credentialFile: 'SANDGATE_CREDENTIAL_FILE',
+  /** Path (inside the sandbox) of the sandbox's variables as JSON (SANDBOX_ENVIRONMENT_PATH); empty: none. */
+  environmentFile: 'SANDGATE_ENVIRONMENT_FILE',
   /** `1`: the main process gets a PTY; `0` (or absent): pipes. */
   mainTty: 'SANDGATE_MAIN_TTY',
   logLevel: 'SANDGATE_LOG_LEVEL',
@@ -93,6 +95,13 @@ export interface WorkloadIsolation {
 
 /** Where every driver puts the credential file inside the sandbox (a read-only bind). */
 export const SANDBOX_CREDENTIAL_PATH = '/run/sandgate/credential';
+/**
+ * Where every driver shows the supervisor the sandbox's own variables (renderSandboxEnvironment),
+ * read-only: a file, never the supervisor's process environment, where LD_PRELOAD or
+ * NODE_OPTIONS would act on the supervisor itself and, for the local driver, on bwrap, which
+ * runs as root on the host.
+ */
+export const SANDBOX_ENVIRONMENT_PATH = '/run/sandgate/environment.json';
 
 /** Where every driver puts the gateway's CA (PEM) inside the sandbox when the gateway serves TLS (a read-only bind). */
 export const SANDBOX_GATEWAY_CA_PATH = '/run/sandgate/gateway-ca.pem';
@@ -105,10 +114,18 @@ export interface SupervisorLaunch {
   gatewayEndpoints: string;
   /** Path of the credential file as the supervisor sees it. */
   credentialFile: string;
+  /**
+   * Path of the sandbox's variables (the file renderSandboxEnvironment(environment) wrote) as the
+   * supervisor sees it; absent only where no driver is involved (the supervisor's own tests).
+   */
+  environmentFile?: string;
   tty: boolean;
   /** Empty means the supervisor's default (info). */
   logLevel: string;
-  /** The sandbox's variables (for the main process and execs); SANDGATE_* names are dropped. */
+  /**
+   * The sandbox's variables (for the main process and execs); SANDGATE_* names are dropped. Not
+   * written to the supervisor's environment: the driver hands them over in `environmentFile`.
+   */
   environment: Readonly<Record<string, string>>;
   /** Supervisor-side debug faults as `supervisorDebugBreaks()` renders them; empty or absent: none. */
   debugBreaks?: string;
@@ -126,20 +143,21 @@ export interface SupervisorLaunch {
 }
 
 /**
- * The supervisor's environment for one launch: the sandbox's variables minus any SANDGATE_* name,
- * then every SANDGATE_* variable the supervisor reads, each written explicitly (MAIN_TTY as 0 or
- * 1, the debug switches empty when off), so nothing a container image or the host supplies can
- * set or change one. Drivers add only what their runtime lacks (e.g. PATH/HOME for bubblewrap).
+ * The supervisor's environment for one launch: every SANDGATE_* variable the supervisor reads,
+ * each written explicitly (MAIN_TTY as 0 or 1, the debug switches empty when off), so nothing a
+ * container image or the host supplies can set or change one. Drivers add only what their
+ * runtime lacks (e.g. PATH/HOME for bubblewrap). The sandbox's own variables are not here: a
+ * caller could otherwise set LD_PRELOAD or NODE_OPTIONS for the supervisor (and for bwrap, root
+ * on the host); the driver writes them to `environmentFile` (renderSandboxEnvironment) and the
+ * supervisor gives them to workload processes only.
  */
 export function supervisorEnvironment(l: SupervisorLaunch): Record<string, string> {
   const env: Record<string, string> = {};
-  for (const [k, v] of Object.entries(l.environment)) {
-    if (!k.startsWith(SupervisorEnv.prefix)) env[k] = v;
-  }
   const breaks = (l.debugBreaks ?? '').trim();
   env[SupervisorEnv.gateway] = l.gatewayEndpoints;
   env[SupervisorEnv.sandboxId] = l.sandboxId;
   env[SupervisorEnv.credentialFile] = l.credentialFile;
+  env[SupervisorEnv.environmentFile] = l.environmentFile ?? '';
   env[SupervisorEnv.mainTty] = l.tty ? '1' : '0';
   env[SupervisorEnv.logLevel] = l.logLevel || 'info';
   env[SupervisorEnv.debugBreaks] = breaks;
@@ -164,10 +182,15 @@ export interface SupervisorEnvironment {
   endpoints: string[];
   sandboxId: string;
   credentialFile: string;
+  /** Path of the sandbox's variables (JSON); absent: none beyond the process environment's. */
+  environmentFile?: string;
   mainTty: boolean;
   /** As written; the supervisor's logger maps unknown values to info. */
   logLevel: string;
-  /** The sandbox's variables: everything but SANDGATE_*. */
+  /**
+   * The process environment minus SANDGATE_* (PATH and HOME from the driver, a container image's
+   * ENV): the base the variables of `environmentFile` are laid over, for workload processes.
+   */
   sandboxEnv: Record<string, string>;
   /** Absent when the launch set no workload identity (the supervisor's own tests). */
   workload?: WorkloadIsolation;
@@ -187,6 +210,23 @@ export function parseEndpoints(value: string | undefined): string[] {
 }
 
 /** Drops every SANDGATE_* variable: they are the supervisor's, never the sandbox's. */
+/** The contents of a launch's `environmentFile`: the sandbox's variables, SANDGATE_* names dropped. */
+export function renderSandboxEnvironment(environment: Readonly<Record<string, string>>): string {
+  return JSON.stringify(withoutSupervisorEnv(environment));
+}
+
+/** The supervisor's side of renderSandboxEnvironment(); throws on anything else. */
+export function parseSandboxEnvironment(text: string): Record<string, string> {
+  const parsed: unknown = JSON.parse(text);
+  if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) throw new Error('the sandbox environment file holds no JSON object');
+  const out: Record<string, string> = {};
+  for (const [k, v] of Object.entries(parsed)) {
+    if (typeof v !== 'string') throw new Error(`the sandbox environment file gives ${k} a non-string value`);
+    if (!k.startsWith(SupervisorEnv.prefix)) out[k] = v;
+  }
+  return out;
+}
+
 export function withoutSupervisorEnv(env: Readonly<Record<string, string | undefined>>): Record<string, string> {
   const out: Record<string, string> = {};
   for (const [k, v] of Object.entries(env)) {
@@ -201,6 +241,7 @@ export function parseSupervisorEnvironment(env: Readonly<Record<string, string |
     endpoints: parseEndpoints(env[SupervisorEnv.gateway]),
     sandboxId: (env[SupervisorEnv.sandboxId] ?? '').trim(),
     credentialFile: env[SupervisorEnv.credentialFile] ?? '',
+    environmentFile: (env[SupervisorEnv.environmentFile] ?? '').trim() || undefined,
     mainTty: env[SupervisorEnv.mainTty] === '1',
     logLevel: (env[SupervisorEnv.logLevel] ?? '').trim(),
     sandboxEnv: withoutSupervisorEnv(env),

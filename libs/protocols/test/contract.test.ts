@@ -4,7 +4,10 @@ import { describe, expect, it } from 'vitest';
 import {
   loopbackHost,
   MetadataKey,
+  parseSandboxEnvironment,
   parseSupervisorEnvironment,
+  renderSandboxEnvironment,
+  SANDBOX_ENVIRONMENT_PATH,
   SANDBOX_CREDENTIAL_PATH,
   SandboxPhase,
   supervisorEnvironment,
@@ -37,12 +40,13 @@ describe('supervisor environment', () => {
     environment: { FOO: 'bar', SANDGATE_GATEWAY: 'spoofed', SANDGATE_DEBUG_UNSAFE: '1' },
   };
 
-  it('writes every SANDGATE_* variable explicitly and drops the sandbox\'s own', () => {
+  it('writes every SANDGATE_* variable explicitly and none of the sandbox\'s own (they go in a file)', () => {
     expect(supervisorEnvironment(launch)).toEqual({
-      FOO: 'bar',
       SANDGATE_GATEWAY: 'a:1,b:2',
       SANDGATE_SANDBOX_ID: 'sb-1',
       SANDGATE_CREDENTIAL_FILE: '/run/sandgate/credential',
+      // Empty here (no file named): the supervisor's own tests; every driver names one.
+      SANDGATE_ENVIRONMENT_FILE: '',
       SANDGATE_MAIN_TTY: '1',
       SANDGATE_LOG_LEVEL: 'debug',
       SANDGATE_DEBUG_BREAK: '',
@@ -54,6 +58,10 @@ describe('supervisor environment', () => {
       // Empty, not absent: an image's ENV must not point the supervisor at a cache it could write.
       SANDGATE_COMPILE_CACHE: '',
     });
+    // The attack: variables that act on the supervisor process (and on bwrap, root on the host).
+    const hostile = supervisorEnvironment({ ...launch, environmentFile: SANDBOX_ENVIRONMENT_PATH, environment: { LD_PRELOAD: '/sandbox/x.so', NODE_OPTIONS: '--require /sandbox/x.js', PATH: '/sandbox' } });
+    expect(Object.keys(hostile).filter((k) => !k.startsWith('SANDGATE_'))).toEqual([]);
+    expect(hostile.SANDGATE_ENVIRONMENT_FILE).toBe('/run/sandgate/environment.json');
     expect(supervisorEnvironment({ ...launch, compileCacheDir: '/run/sandgate/compile-cache' })).toMatchObject({
       SANDGATE_COMPILE_CACHE: '/run/sandgate/compile-cache',
     });
@@ -75,12 +83,21 @@ describe('supervisor environment', () => {
         credentialFile: l.credentialFile,
         mainTty: l.tty,
         logLevel: l.logLevel,
-        sandboxEnv: l.environment.FOO ? { FOO: 'bar' } : {},
+        // Only the process environment's own (none here): the sandbox's variables are in the file.
+        sandboxEnv: {},
         workload: undefined,
         policy: Buffer.alloc(0),
         gatewayTls: undefined,
       });
     }
+  });
+
+  it('hands the sandbox\'s variables over as a file the supervisor parses, SANDGATE_* names dropped', () => {
+    const text = renderSandboxEnvironment({ FOO: 'bar', LD_PRELOAD: '/x.so', SANDGATE_GATEWAY: 'spoofed' });
+    expect(parseSandboxEnvironment(text)).toEqual({ FOO: 'bar', LD_PRELOAD: '/x.so' });
+    expect(parseSupervisorEnvironment(supervisorEnvironment({ ...launch, environmentFile: SANDBOX_ENVIRONMENT_PATH })).environmentFile).toBe(SANDBOX_ENVIRONMENT_PATH);
+    expect(() => parseSandboxEnvironment('[1]')).toThrow(/no JSON object/);
+    expect(() => parseSandboxEnvironment('{"A":1}')).toThrow(/A a non-string value/);
   });
 
   it('carries the gateway\'s TLS (CA file and name) and round-trips it', () => {

@@ -3,7 +3,7 @@
 // read and unit-tested in one place.
 import path from 'node:path';
 import type Dockerode from 'dockerode';
-import { SANDBOX_CREDENTIAL_PATH, SANDBOX_GATEWAY_CA_PATH, type WorkloadIsolation } from '@sandgate/protocols/contract';
+import { SANDBOX_CREDENTIAL_PATH, SANDBOX_ENVIRONMENT_PATH, SANDBOX_GATEWAY_CA_PATH, type WorkloadIsolation } from '@sandgate/protocols/contract';
 import { CONFINEMENT_CAPABILITIES, DEFAULT_PIDS_LIMIT, supervisorEnvironmentFor, type LaunchSpec, type ResourceLimits } from '../driver.ts';
 import type { WorkloadCgroup } from './cgroups.ts';
 
@@ -120,6 +120,8 @@ export interface ContainerLaunch {
   supervisorRelPath: string;
   /** Host path of the 0600 credential file. */
   credentialHostPath: string;
+  /** Host path of the 0600 file of the sandbox's variables (renderSandboxEnvironment). */
+  environmentHostPath: string;
   /** Host path of the gateway's CA (PEM) when it serves TLS; absent: plaintext. */
   gatewayCaHostPath?: string;
   /** The sandbox network (a user-defined bridge, see docker/network.ts). */
@@ -161,6 +163,9 @@ export function buildContainerCreateOptions(l: ContainerLaunch): Dockerode.Conta
       // root:root 0600 on the host, and so in the container (no user namespace): the supervisor
       // (root) reads it, the workload's uid cannot.
       { Type: 'bind', Source: l.credentialHostPath, Target: SANDBOX_CREDENTIAL_PATH, ReadOnly: true },
+      // The sandbox's variables, root's 0600 too: the supervisor hands them to workload processes;
+      // in the container's environment they would act on the supervisor (LD_PRELOAD, NODE_OPTIONS).
+      { Type: 'bind', Source: l.environmentHostPath, Target: SANDBOX_ENVIRONMENT_PATH, ReadOnly: true },
       // Public (a CA certificate); read-only so nothing in the container can swap the gateway's trust.
       ...(l.gatewayCaHostPath ? [{ Type: 'bind' as const, Source: l.gatewayCaHostPath, Target: SANDBOX_GATEWAY_CA_PATH, ReadOnly: true }] : []),
       // Created (labelled) by the driver beforehand and chowned to the workload's uid; an image's
