@@ -12,8 +12,9 @@
 // driver runs it on the host, where the directory is writable.
 import module from 'node:module';
 import { SupervisorEnv } from '@sandgate/protocols/contract';
+import { bootCompileCacheDir } from './boot-env.ts';
 
-const cacheDir = process.env[SupervisorEnv.compileCache];
+const cacheDir = bootCompileCacheDir();
 // A cache that cannot be used only costs the speed-up: never a reason not to start.
 if (cacheDir) module.enableCompileCache(cacheDir);
 const { runSupervisor } = await import('./supervisor-main.ts');

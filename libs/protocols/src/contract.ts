@@ -210,6 +210,11 @@ export function parseEndpoints(value: string | undefined): string[] {
 }
 
 /** Drops every SANDGATE_* variable: they are the supervisor's, never the sandbox's. */
+/** SupervisorEnv.compileCache as the supervisor reads it: undefined when empty (no cache). */
+export function compileCacheDirOf(env: Readonly<Record<string, string | undefined>>): string | undefined {
+  return (env[SupervisorEnv.compileCache] ?? '').trim() || undefined;
+}
+
 /** The contents of a launch's `environmentFile`: the sandbox's variables, SANDGATE_* names dropped. */
 export function renderSandboxEnvironment(environment: Readonly<Record<string, string>>): string {
   return JSON.stringify(withoutSupervisorEnv(environment));
@@ -250,7 +255,7 @@ export function parseSupervisorEnvironment(env: Readonly<Record<string, string |
     gatewayTls: (env[SupervisorEnv.gatewayCaFile] ?? '').trim()
       ? { caFile: env[SupervisorEnv.gatewayCaFile]!.trim(), serverName: (env[SupervisorEnv.gatewayTlsName] ?? '').trim() }
       : undefined,
-    compileCacheDir: (env[SupervisorEnv.compileCache] ?? '').trim() || undefined,
+    compileCacheDir: compileCacheDirOf(env),
   };
 }
 
