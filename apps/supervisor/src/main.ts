@@ -5,7 +5,8 @@
 //
 // Loading the supervisor's ~300 modules is most of a sandbox's start. With SANDGATE_COMPILE_CACHE
 // (a directory the driver filled on the host and shows the sandbox read-only) Node takes their
-// compiled code from there, which cuts the load by about a third. Only this bootstrap is loaded
+// compiled code from there: a sandbox reaches Ready in about 0.8 of the time (BENCHMARKS.md,
+// "Cold create"). Only this bootstrap is loaded
 // before the cache is on: everything else comes through the dynamic import below.
 //   node apps/supervisor/src/main.ts --fill-compile-cache
 // loads the same modules, writes their compiled code to SANDGATE_COMPILE_CACHE and exits: the
