@@ -125,7 +125,8 @@ export class SandboxLogStore {
   async tail(sandboxId: string, n: number): Promise<{ lines: LogEntry[]; total: number }> {
     const key = keys.logs(sandboxId);
     const [entries, total] = await Promise.all([
-      this.redis.xrevrange(key, '+', '-', 'COUNT', n) as Promise<[string, string[]][]>,
+      // COUNT 0 is answered with a null reply, not an empty list.
+      n > 0 ? (this.redis.xrevrange(key, '+', '-', 'COUNT', n) as Promise<[string, string[]][]>) : Promise.resolve([]),
       this.redis.xlen(key),
     ]);
     return { lines: entries.reverse().map(toLogEntry), total };

@@ -253,6 +253,22 @@ describe('SandboxFeed', () => {
     }
   });
 
+  it('a tail of 0 lines is empty, and following starts after the last line', async () => {
+    const feed = new SandboxFeed(client);
+    await new SandboxStore(client).create(sandbox('no-tail', 'no-tail'), 'h');
+    await new SandboxLogStore(client).append('no-tail', line('old'));
+    expect(await new SandboxLogStore(client).tail('no-tail', 0)).toEqual({ lines: [], total: 1 });
+    const start = (await feed.start('no-tail', 0))!;
+    expect(start.logTail).toEqual([]);
+    const follower = feed.follow('no-tail', start.from, { logs: true });
+    try {
+      await new SandboxLogStore(client).append('no-tail', line('new'));
+      expect(await take(follower, 1)).toEqual(['log:new']);
+    } finally {
+      follower.close();
+    }
+  });
+
   it('close() ends a pending blocking read', async () => {
     const feed = new SandboxFeed(client);
     const follower = feed.follow('idle', { events: '0-0', logs: '0-0' }, { logs: true });
