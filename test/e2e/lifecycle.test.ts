@@ -2,7 +2,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Redis } from 'ioredis';
 import { status as grpcStatus } from '@grpc/grpc-js';
-import { keys, SandboxStore } from '@sandgate/store';
+import { keys, SandboxFeed, SandboxStore } from '@sandgate/store';
 import { Phase } from '@sandgate/core';
 import { Cluster, runCli } from '../harness/cluster.ts';
 import { startRedis, type TestRedis } from '../harness/redis.ts';
@@ -88,6 +88,47 @@ describe('ephemeral sandboxes', () => {
     await cluster.signal(owner, 'SIGKILL');
     await waitFor('ephemeral sandbox deleted after owner crash', async () => (await getJson(name, (owner + 1) % 3)) === null && (await computeGone(id)), 30_000, 250);
     await cluster.startReplica(owner);
+  });
+  it('are deleted when their compute vanished while the record still said Ready (a failover that lost their exit and delete)', async () => {
+    // After a Redis failover, a finished ephemeral sandbox can come back as its older record
+    // (Ready) while the cleanup that deleted its compute is lost with the old primary. Here: the
+    // owner is frozen, so nothing writes the supervisor's end, and the supervisor is killed.
+    const name = 'eph-vanished';
+    const res = await runCli(['sandbox', 'create', '--name', name, '--no-keep', '--detach', '-o', 'json', '--', 'sleep', 'infinity'], { gateway: gw(0) });
+    expect(res.code, res.stderr).toBe(0);
+    const id = (JSON.parse(res.stdout.toString()) as SandboxJson).metadata.id;
+    const store = new SandboxStore(r);
+    await waitFor('Ready', async () => (await store.get(id))?.sandbox.status?.phase === Phase.READY, 30_000, 100);
+    const owner = replicaIndex(await ownerOf(r, id));
+    // Everything that happens to it from here, in order: its snapshots and its log lines.
+    const feed = new SandboxFeed(r);
+    const follower = feed.follow(id, (await feed.start(id, 0))!.from, { logs: true });
+    const ownerProc = cluster.replicas[owner]!.proc!;
+    ownerProc.kill('SIGSTOP');
+    const seen: string[] = [];
+    try {
+      expect(await killSupervisor(id)).toBe(1);
+      // The sweep (another replica's worker) finds the compute gone under a Ready record, marks
+      // it ComputeVanished, and the ephemeral sandbox goes: record and compute.
+      const deadline = Date.now() + 45_000;
+      while (!seen.includes('deleted')) {
+        if (Date.now() > deadline) throw new Error(`not deleted within 45 s; saw ${JSON.stringify(seen)}`);
+        for (const e of await follower.next(1_000)) {
+          if (e.kind === 'log') seen.push(`log: ${e.line.message}`);
+          else if (e.event.kind === 'deleted') seen.push('deleted');
+          else seen.push(`${e.event.sandbox.status?.phase === Phase.ERROR ? 'Error' : 'phase ' + String(e.event.sandbox.status?.phase)} ${e.event.sandbox.status?.conditions?.[0]?.reason ?? ''}`);
+        }
+      }
+    } finally {
+      ownerProc.kill('SIGCONT');
+      follower.close();
+    }
+    expect(seen).toContain('Error ComputeVanished');
+    expect(seen).toContain('log: sandbox compute vanished');
+    expect(seen.indexOf('Error ComputeVanished')).toBeLessThan(seen.indexOf('deleted'));
+    expect(await store.get(id)).toBeNull();
+    await waitFor('compute gone', () => computeGone(id), 15_000, 100);
+    expect(await getJson(name, (owner + 1) % 3)).toBeNull();
   });
 });
 

@@ -50,6 +50,17 @@ export function mainProcessFinished(s: LifecycleStatus): boolean {
   return (s.phase === Phase.COMPLETED || (s.phase === Phase.ERROR && readyReason(s) === Reason.MainProcessFailed)) && s.exit_code !== undefined;
 }
 
+/**
+ * An ephemeral sandbox's run is over, so the sandbox goes: its main process finished, or its
+ * compute vanished while the record still said it was running. The second is how a finished
+ * ephemeral sandbox comes back after a Redis failover lost its exit and its deletion (the
+ * compute was deleted on the host, the record is the older one): nothing would finish it again.
+ * Not ComputeFailed: a launch that failed keeps its error for the client to read.
+ */
+export function ephemeralRunOver(s: LifecycleStatus): boolean {
+  return mainProcessFinished(s) || (s.phase === Phase.ERROR && readyReason(s) === Reason.ComputeVanished);
+}
+
 /** A supervisor's hello was accepted. Provisioning/Starting → Ready; a new run clears the last exit. */
 export function onSupervisorConnected(s: LifecycleStatus, instanceId: string, now: Date): LifecycleStatus | null {
   const phase = s.phase ?? Phase.UNSPECIFIED;

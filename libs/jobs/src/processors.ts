@@ -32,7 +32,7 @@ export interface LifecycleTransitions {
   launchNewRun(rec: StoredSandbox, why: string, resetRestarts: boolean): Promise<StoredSandbox | null>;
   /** Compute that died before its supervisor connected: Error (ComputeFailed) with the driver's reason. */
   failLaunch(rec: StoredSandbox): Promise<void>;
-  /** Enqueues the cleanup of a finished ephemeral sandbox if it is due; true if it did. */
+  /** Enqueues the cleanup of an ephemeral sandbox whose run is over (core's ephemeralRunOver) if it is due; true if it did. */
   maybeScheduleEphemeralCleanup(rec: StoredSandbox): Promise<boolean>;
 }
 
@@ -162,6 +162,8 @@ async function reconcile(deps: JobDeps): Promise<unknown> {
         if (marked?.sandbox.status?.phase === Phase.ERROR && phase !== Phase.ERROR) {
           deps.lifecycle.note(id, 'sandbox compute vanished', 'ERROR');
           vanished++;
+          // An ephemeral one is over now (ephemeralRunOver): cleaned up in this sweep, not the next.
+          if (await deps.lifecycle.maybeScheduleEphemeralCleanup(marked)) ephemeral++;
         }
       }
     }

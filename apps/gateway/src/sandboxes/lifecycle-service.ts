@@ -8,7 +8,7 @@ import {
   GatewayError,
   Phase,
   isEphemeral,
-  mainProcessFinished,
+  ephemeralRunOver,
   notFound,
   requestedWorkspace,
   type Principal,
@@ -164,7 +164,7 @@ export class LifecycleService implements LifecycleTransitions {
   async maybeScheduleEphemeralCleanup(rec: StoredSandbox): Promise<boolean> {
     const sb = rec.sandbox;
     const status = sb.status as LifecycleStatus;
-    if (!isEphemeral(sb.metadata?.annotations) || !mainProcessFinished(status)) return false;
+    if (!isEphemeral(sb.metadata?.annotations) || !ephemeralRunOver(status)) return false;
     if (this.deps.debugBreaks.has('ephemeral-cleanup')) return false;
     const instance = status.main_process_instance_id ?? '';
     if (rec.terminalFinal !== instance) {

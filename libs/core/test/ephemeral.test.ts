@@ -1,0 +1,35 @@
+// When an ephemeral sandbox's run is over (and the sandbox goes): through the real transitions.
+import { describe, expect, it } from 'vitest';
+import {
+  Phase,
+  ephemeralRunOver,
+  onComputeFailed,
+  onComputeVanished,
+  onMainProcessExit,
+  onSupervisorConnected,
+  onSupervisorDisconnected,
+  type LifecycleStatus,
+} from '../src/index.ts';
+
+const now = new Date(1_700_000_000_000);
+const provisioning: LifecycleStatus = { phase: Phase.PROVISIONING, conditions: [] };
+const ready = onSupervisorConnected(provisioning, 'run-1', now)!;
+
+describe('ephemeralRunOver', () => {
+  it('is over once the main process exited, with 0 or not', () => {
+    expect(ephemeralRunOver(ready)).toBe(false);
+    expect(ephemeralRunOver(onMainProcessExit(ready, 'run-1', 0, now)!)).toBe(true);
+    expect(ephemeralRunOver(onMainProcessExit(ready, 'run-1', 3, now)!)).toBe(true);
+  });
+
+  it('is over when the compute vanished under a record that said Ready (a failover lost the exit and the delete)', () => {
+    const vanished = onComputeVanished(ready, now)!;
+    expect(vanished.phase).toBe(Phase.ERROR);
+    expect(ephemeralRunOver(vanished)).toBe(true);
+  });
+
+  it('is not over for a launch that failed (its error stays readable) or a supervisor that is only disconnected', () => {
+    expect(ephemeralRunOver(onComputeFailed(provisioning, 'bwrap: exited 1', now)!)).toBe(false);
+    expect(ephemeralRunOver(onSupervisorDisconnected(ready, now)!)).toBe(false);
+  });
+});
