@@ -209,7 +209,6 @@ export function parseEndpoints(value: string | undefined): string[] {
     .filter((s) => s.length > 0);
 }
 
-/** Drops every SANDGATE_* variable: they are the supervisor's, never the sandbox's. */
 /** SupervisorEnv.compileCache as the supervisor reads it: undefined when empty (no cache). */
 export function compileCacheDirOf(env: Readonly<Record<string, string | undefined>>): string | undefined {
   return (env[SupervisorEnv.compileCache] ?? '').trim() || undefined;
@@ -232,6 +231,7 @@ export function parseSandboxEnvironment(text: string): Record<string, string> {
   return out;
 }
 
+/** Drops every SANDGATE_* variable: they are the supervisor's, never the sandbox's. */
 export function withoutSupervisorEnv(env: Readonly<Record<string, string | undefined>>): Record<string, string> {
   const out: Record<string, string> = {};
   for (const [k, v] of Object.entries(env)) {
