@@ -135,6 +135,37 @@ describe('sandgate forward start', () => {
     await waitFor('no forward slots left', async () => (await r.zcard(keys.forwardsBySandbox(sbx.id))) === 0, 5_000, 50);
   });
 
+  it('a connection whose supervisor session is lost ends with UNAVAILABLE and a reason, not as a clean close', async () => {
+    // An SSH connection through the replica that does not own the sandbox (entry → owner →
+    // supervisor). The owner then loses the session: its lease is taken away in Redis, as a Redis
+    // failover or a newer claim would, so its next renewal is refused and it closes the session.
+    // The supervisor's channel under the connection must then be reported broken: ended as if the
+    // server had closed it, ssh exits 255 with no message at all (LogLevel ERROR).
+    const gateway = cluster.replicas[via]!.grpcAddress;
+    const proxy = spawn(process.execPath, [cliBin, 'ssh-proxy', '--name', sbx.name], {
+      env: { ...process.env, XDG_CONFIG_HOME: path.join(os.tmpdir(), 'sg-no-client-config'), SANDGATE_GATEWAY: gateway, ...cliEnv(credentialsFor(gateway)) },
+      stdio: ['pipe', 'pipe', 'pipe'],
+    });
+    let out = '';
+    let err = '';
+    proxy.stdout!.on('data', (c: Buffer) => (out += c.toString()));
+    proxy.stderr!.on('data', (c: Buffer) => (err += c.toString()));
+    const exited = new Promise<number | null>((resolve) => proxy.on('close', (code) => resolve(code)));
+    try {
+      await waitFor('the SSH server greeting through the proxy', () => out.startsWith('SSH-2.0-'), 30_000, 20).catch((e: unknown) => {
+        throw new Error(`${String(e)}; stderr: ${err}`);
+      });
+      await r.multi().incr(keys.fence(sbx.id)).del(keys.owner(sbx.id)).exec();
+      const code = await Promise.race([exited, new Promise<'running'>((resolve) => setTimeout(() => resolve('running'), 20_000))]);
+      expect(code, `ssh-proxy stderr: ${err}`).toBe(1);
+      expect(err).toMatch(/^sandgate ssh-proxy: UNAVAILABLE: .*lost its control session/m);
+      // The supervisor claims its sandbox again (through either replica): the sandbox serves on.
+      await waitFor('the session back', async () => (await r.hget(keys.owner(sbx.id), 'replica')) !== null, 30_000, 100);
+    } finally {
+      proxy.kill('SIGKILL');
+    }
+  });
+
   it('refuses what it cannot do: an unknown sandbox (exit 1, NOT_FOUND), a bad port spec or bind address (exit 2)', async () => {
     const gateway = cluster.replicas[via]!.grpcAddress;
     const missing = await runCli(['forward', 'start', 'no-such-sandbox', '0:80'], { gateway });

@@ -120,6 +120,18 @@ describe('ChannelSocket', () => {
     expect(call.cancelled).toBe(false);
   });
 
+  it('aborted (its control session is gone): an error frame, then the end, not a bare end like a normal close', async () => {
+    const call = new FakeCall();
+    const socket = new ChannelSocket(call as unknown as TcpChannelCall);
+    let closed = false;
+    socket.on('close', () => (closed = true));
+    socket.abort('control session lost');
+    await tick();
+    expect(closed).toBe(true);
+    expect(call.written).toEqual([{ error: { code: 14, message: 'control session lost' } }]);
+    expect(call.ended).toBe(true);
+  });
+
   it('waits for the call to drain (back-pressure)', async () => {
     const call = new FakeCall();
     call.full = true;

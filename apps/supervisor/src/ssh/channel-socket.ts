@@ -6,6 +6,7 @@
 import { Duplex } from 'node:stream';
 import type * as grpc from '@grpc/grpc-js';
 import type { TcpFrame } from '@sandgate/protocols';
+import { Code } from '@sandgate/core';
 
 export type TcpChannelCall = grpc.ClientDuplexStream<TcpFrame, TcpFrame>;
 
@@ -56,6 +57,23 @@ export class ChannelSocket extends Duplex {
       // the call is over; destroy follows
     }
     callback();
+  }
+
+  /**
+   * The path under the channel broke (the control session it belongs to is gone): the channel
+   * ends with an `error` frame (UNAVAILABLE, `reason`), which the gateway gives the client as the
+   * call's status, instead of ending as if the server had closed the connection. (An SSH client
+   * that sees a clean close exits 255 and, at LogLevel ERROR, says nothing at all.)
+   */
+  abort(reason: string): void {
+    if (!this.callOver && !this.destroyed) {
+      try {
+        this.call.write({ error: { code: Code.UNAVAILABLE, message: reason } });
+      } catch {
+        // the call is over; destroy follows
+      }
+    }
+    this.destroy();
   }
 
   override _destroy(_err: Error | null, callback: (err?: Error | null) => void): void {

@@ -33,8 +33,9 @@ function attach(open: TcpOpen, conn: GatewayConnection): ChannelSocket {
   const call: TcpChannelCall = (conn.client as unknown as TcpCapableClient).TcpChannel(conn.metadata());
   call.write({ attach: { channel_id: open.channel_id, session_id: conn.sessionId } });
   const socket = new ChannelSocket(call);
-  // The control session dying breaks every path through it, as it does for execs.
-  const onAbort = () => socket.destroy();
+  // The control session dying breaks every path through it, as it does for execs: the channel
+  // ends with an error, never as if the connection had closed normally.
+  const onAbort = () => socket.abort('the supervisor lost its control session; the connection was dropped');
   if (conn.signal.aborted) onAbort();
   else {
     conn.signal.addEventListener('abort', onAbort, { once: true });
