@@ -44,18 +44,19 @@ afterAll(async () => {
   await redis?.stop();
 });
 
-interface Forward {
+interface CliProcess {
   proc: ChildProcess;
   stdout(): string;
   stderr(): string;
   exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
 }
 
-function startForward(args: string[]): Forward {
+/** The real CLI, through the replica that does not own the sandbox; stdin kept open when asked. */
+function startCli(args: string[], stdin: 'ignore' | 'pipe' = 'ignore'): CliProcess {
   const gateway = cluster.replicas[via]!.grpcAddress;
-  const proc = spawn(process.execPath, [cliBin, 'forward', 'start', ...args], {
+  const proc = spawn(process.execPath, [cliBin, ...args], {
     env: { ...process.env, XDG_CONFIG_HOME: path.join(os.tmpdir(), 'sg-no-client-config'), SANDGATE_GATEWAY: gateway, ...cliEnv(credentialsFor(gateway)) },
-    stdio: ['ignore', 'pipe', 'pipe'],
+    stdio: [stdin, 'pipe', 'pipe'],
   });
   let out = '';
   let err = '';
@@ -64,6 +65,8 @@ function startForward(args: string[]): Forward {
   const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => proc.on('close', (code, signal) => resolve({ code, signal })));
   return { proc, stdout: () => out, stderr: () => err, exited };
 }
+
+const startForward = (args: string[]): CliProcess => startCli(['forward', 'start', ...args]);
 
 /** A connection to the local port: its greeting, then an echo of whatever is sent. */
 async function connect(port: number): Promise<{ sock: net.Socket; received: () => Buffer; closed: Promise<void> }> {
@@ -141,28 +144,19 @@ describe('sandgate forward start', () => {
     // failover or a newer claim would, so its next renewal is refused and it closes the session.
     // The supervisor's channel under the connection must then be reported broken: ended as if the
     // server had closed it, ssh exits 255 with no message at all (LogLevel ERROR).
-    const gateway = cluster.replicas[via]!.grpcAddress;
-    const proxy = spawn(process.execPath, [cliBin, 'ssh-proxy', '--name', sbx.name], {
-      env: { ...process.env, XDG_CONFIG_HOME: path.join(os.tmpdir(), 'sg-no-client-config'), SANDGATE_GATEWAY: gateway, ...cliEnv(credentialsFor(gateway)) },
-      stdio: ['pipe', 'pipe', 'pipe'],
-    });
-    let out = '';
-    let err = '';
-    proxy.stdout!.on('data', (c: Buffer) => (out += c.toString()));
-    proxy.stderr!.on('data', (c: Buffer) => (err += c.toString()));
-    const exited = new Promise<number | null>((resolve) => proxy.on('close', (code) => resolve(code)));
+    const proxy = startCli(['ssh-proxy', '--name', sbx.name], 'pipe');
     try {
-      await waitFor('the SSH server greeting through the proxy', () => out.startsWith('SSH-2.0-'), 30_000, 20).catch((e: unknown) => {
-        throw new Error(`${String(e)}; stderr: ${err}`);
+      await waitFor('the SSH server greeting through the proxy', () => proxy.stdout().startsWith('SSH-2.0-'), 30_000, 20).catch((e: unknown) => {
+        throw new Error(`${String(e)}; stderr: ${proxy.stderr()}`);
       });
       await r.multi().incr(keys.fence(sbx.id)).del(keys.owner(sbx.id)).exec();
-      const code = await Promise.race([exited, new Promise<'running'>((resolve) => setTimeout(() => resolve('running'), 20_000))]);
-      expect(code, `ssh-proxy stderr: ${err}`).toBe(1);
-      expect(err).toMatch(/^sandgate ssh-proxy: UNAVAILABLE: .*lost its control session/m);
+      const ended = await Promise.race([proxy.exited, new Promise<'running'>((resolve) => setTimeout(() => resolve('running'), 20_000))]);
+      expect(ended, `ssh-proxy stderr: ${proxy.stderr()}`).toEqual({ code: 1, signal: null });
+      expect(proxy.stderr()).toMatch(/^sandgate ssh-proxy: UNAVAILABLE: .*lost its control session/m);
       // The supervisor claims its sandbox again (through either replica): the sandbox serves on.
       await waitFor('the session back', async () => (await r.hget(keys.owner(sbx.id), 'replica')) !== null, 30_000, 100);
     } finally {
-      proxy.kill('SIGKILL');
+      proxy.proc.kill('SIGKILL');
     }
   });
 
