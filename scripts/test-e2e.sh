@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The end-to-end suite in two lanes at once: `e2e` (one file at a time) and, beside it,
-# `e2e-side` (files whose time goes to waiting: on timers, failovers, deadlines, scrapes, the
-# Docker engine; E2E_SIDE_LANE in vitest.config.ts lists them). The second lane's output is
+# `e2e-side` (files whose time goes to waiting: on timers, failovers, deadlines, scrapes;
+# E2E_SIDE_LANE in vitest.config.ts lists them). The second lane's output is
 # printed after the first's, whole, so neither is interleaved. Fails if either lane fails. Extra
 # arguments go to both vitest runs.
 set -uo pipefail
