@@ -21,11 +21,6 @@ const E2E_SIDE_LANE = [
 
 export default defineConfig({
   test: {
-    // As many test files at once as there are cores. vitest's default in run mode is one fewer,
-    // which on a two-core machine ran the unit suite one file at a time (~260 s in CI) while most
-    // of its files wait on processes, Redis and dockerd. The e2e projects run one file at a time
-    // each whatever this says (fileParallelism: false).
-    maxWorkers: '100%',
     projects: [
       {
         test: {
