@@ -292,8 +292,12 @@ describe('LocalDriver sandbox lifecycle', () => {
     // Handle: exactly { pid, startTime, dir }, pid is the outer bwrap, startTime is field 22.
     expect(Object.keys(handle).sort()).toEqual(['dir', 'pid', 'startTime']);
     expect(handle.dir).toBe(sandboxDir(id));
-    const stat = readStat(handle.pid as number)!;
-    expect(stat.comm).toBe('bwrap');
+    // The pid starts as /bin/sh joining the cgroups and becomes bwrap by exec (same pid, same
+    // start time); create may return before that exec, so the test waits for it.
+      const stat = await waitFor('the launch shell to exec bwrap', () => {
+      const s = readStat(handle.pid as number);
+      return s?.comm === 'bwrap' ? s : null;
+    });
     expect(stat.startTime).toBe(handle.startTime);
     expect(stat.session).toBe(handle.pid); // its own session, not the replica's
     expect(JSON.parse(fs.readFileSync(path.join(sandboxDir(id), 'handle.json'), 'utf8'))).toEqual(handle);
