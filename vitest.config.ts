@@ -1,8 +1,8 @@
 import { configDefaults, defineConfig } from 'vitest/config';
 
 /**
- * End-to-end files that run as a second lane beside the rest of the e2e suite
- * (scripts/test-e2e.sh), which keeps CI inside its time. Their time goes to waiting, not to
+ * End-to-end files that run in a second lane, after the unit tests, beside the rest of the e2e
+ * suite (scripts/test-lanes.sh), which keeps CI inside its time. Their time goes to waiting, not to
  * this machine's two cores: on Redis failovers and WAIT timeouts, drain and exec deadlines, job
  * schedules, Prometheus scrapes and span export. None asserts a duration tighter than what it
  * waits for. (The docker driver's files were tried here too: with them beside it, the main
@@ -44,7 +44,7 @@ export default defineConfig({
       },
       {
         test: {
-          // Run beside `e2e` (scripts/test-e2e.sh): one file at a time here too.
+          // Run beside `e2e` (scripts/test-lanes.sh): one file at a time here too.
           name: 'e2e-side',
           include: E2E_SIDE_LANE,
           fileParallelism: false,

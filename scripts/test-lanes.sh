@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Runs vitest projects in lanes, all lanes at once; within a lane, its projects one after the
+# other. A lane is one argument: its project names, space separated. Arguments after `--` go
+# to every vitest run. Each lane's output is printed whole, the first lane's live and the others'
+# after it, so none is interleaved. Fails if any run fails (a lane goes on after a failed run).
+#
+#   bash scripts/test-lanes.sh e2e 'unit e2e-side'            (npm test, after the typecheck)
+#   bash scripts/test-lanes.sh e2e e2e-side -- test/e2e/ssh.test.ts
+#
+# Why lanes: the e2e project runs one file at a time and its time goes to waiting as much as to
+# the two cores, so the unit suite and the e2e-side files (E2E_SIDE_LANE in vitest.config.ts)
+# run beside it; that keeps CI inside its time.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+lanes=()
+while [ $# -gt 0 ] && [ "$1" != "--" ]; do lanes+=("$1"); shift; done
+[ $# -gt 0 ] && shift
+extra=("$@")
+[ ${#lanes[@]} -gt 0 ] || { echo "usage: test-lanes.sh LANE... [-- VITEST-ARGS]" >&2; exit 2; }
+# With a file filter a project may have nothing to run; without one, each must find its files.
+[ ${#extra[@]} -gt 0 ] && extra=(--passWithNoTests "${extra[@]}")
+
+# run_lane "PROJECTS": each project in turn; the lane's exit status is its worst run's.
+run_lane() {
+  local rc=0 project
+  for project in $1; do
+    npx vitest run --project "$project" "${extra[@]}" || rc=1
+  done
+  return "$rc"
+}
+
+logs=() pids=()
+trap 'rm -f "${logs[@]}"' EXIT
+for lane in "${lanes[@]:1}"; do
+  log=$(mktemp)
+  logs+=("$log")
+  run_lane "$lane" >"$log" 2>&1 &
+  pids+=($!)
+done
+run_lane "${lanes[0]}"
+rcs=("$?")
+for i in "${!pids[@]}"; do
+  wait "${pids[$i]}"
+  rcs+=("$?")
+  echo
+  echo "=== lane '${lanes[$((i + 1))]}' (ran beside the one above)"
+  cat "${logs[$i]}"
+done
+failed=0
+for i in "${!lanes[@]}"; do
+  echo "lane '${lanes[$i]}': exit ${rcs[$i]}"
+  [ "${rcs[$i]}" -eq 0 ] || failed=1
+done
+exit "$failed"
