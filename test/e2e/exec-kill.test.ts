@@ -361,7 +361,13 @@ describe('limits', () => {
       expect(extra.exitCode).toBeUndefined();
       // "At once" means it did not queue for a slot: every one of the 64 (30 s sleeps) still runs.
       // How fast the refusal is belongs to load-tests/, not to a parallel e2e run on 2 cores.
-      const stillRunning = await treeProcs(tok);
+      // Polled for a moment: a process caught mid-exec (nsenter → setpriv → env → sleep) can
+      // show an empty command line to one /proc scan; a lost exec never comes back.
+      let stillRunning = await treeProcs(tok);
+      for (let tries = 0; stillRunning.length !== EXEC_LIMIT && tries < 40; tries++) {
+        await sleep(50);
+        stillRunning = await treeProcs(tok);
+      }
       if (stillRunning.length !== EXEC_LIMIT) {
         // Which of the 64 ended, and how (the calls that settled), to tell a lost exec from a miscount.
         const settled = await Promise.all(running.map((e, i) => Promise.race([e.result.then((r) => ({ i, ...r, error: r.error && `${r.error.code} ${r.error.details}` })), sleep(50).then(() => null)])));
