@@ -2,6 +2,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Redis } from 'ioredis';
 import { status as grpcStatus } from '@grpc/grpc-js';
+import { Queue } from 'bullmq';
+import { QUEUE_NAME, jobIds } from '@sandgate/jobs';
 import { keys, SandboxFeed, SandboxStore } from '@sandgate/store';
 import { Phase } from '@sandgate/core';
 import { Cluster, runCli } from '../harness/cluster.ts';
@@ -273,6 +275,31 @@ describe('restart policies', () => {
     expect(first!).toBeGreaterThanOrEqual(500 + 1000);
     expect(second! - first!).toBeGreaterThanOrEqual(500 + 2000);
     client.close();
+  });
+
+  it('a restart whose job was lost (as a Redis failover can lose it) still happens: the reconcile sweep enqueues it again', async () => {
+    // The queue paused, no worker takes the restart job; it is removed before anything ran it,
+    // as a failover that lost BullMQ's write would. Only the sweep can restart the sandbox now.
+    const queue = new Queue(QUEUE_NAME, { connection: r });
+    await queue.pause();
+    try {
+      const client = openShellClient(gw(0));
+      await create(client, 'restart-lost', 2, 3);
+      const sb = await waitFor('the exit, with a restart due', async () => {
+        const got = (await unaryCall<{ sandbox: { metadata: { id: string }; status?: Status & { next_restart_at_ms?: number | string; main_process_instance_id?: string } } }>(client, 'GetSandbox', { name: 'restart-lost' })).sandbox;
+        return Number(got.status?.next_restart_at_ms ?? 0) > 0 ? got : undefined;
+      }, 30_000);
+      const jobId = jobIds.restart(sb.metadata.id, sb.status!.main_process_instance_id!);
+      expect(await queue.remove(jobId)).toBe(1);
+      await queue.resume();
+      // Due 1 s after the exit; taken for lost RESTART_OVERDUE_MS (10 s) later, at a sweep (every 10 s).
+      const [first] = await restartTimes(client, 'restart-lost', Date.now(), 1);
+      expect(first).toBeDefined();
+      client.close();
+    } finally {
+      await queue.resume();
+      await queue.close();
+    }
   });
 });
 

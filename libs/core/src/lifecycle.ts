@@ -169,6 +169,21 @@ export function shouldRestart(restartPolicy: number | undefined, exitCode: numbe
   return false; // NEVER / unspecified
 }
 
+/** How long past its time a restart may be before the reconcile sweep takes its job for lost. */
+export const RESTART_OVERDUE_MS = 10_000;
+
+/**
+ * A finished run whose restart was due more than RESTART_OVERDUE_MS ago and has not happened:
+ * its durable job is taken for lost (BullMQ's own writes are not confirmed with WAIT, so a Redis
+ * failover can take a job enqueued just before it, while the record that says a restart is due
+ * survived), and the reconcile sweep enqueues it again. The job's id is per run, so a job that
+ * is only late is not doubled; a restart that happened cleared `next_restart_at_ms`.
+ */
+export function restartOverdue(s: LifecycleStatus, nowMs: number): boolean {
+  const due = Number(s.next_restart_at_ms ?? 0);
+  return due > 0 && mainProcessFinished(s) && nowMs - due > RESTART_OVERDUE_MS;
+}
+
 /** Exponential backoff for restarts: 1 s, 2 s, 4 s … capped at 60 s. */
 export function restartDelayMs(restartCount: number): number {
   return Math.min(60_000, 1000 * 2 ** Math.min(restartCount, 6));

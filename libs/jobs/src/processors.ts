@@ -3,7 +3,7 @@
 // (which holds none) run the same code. Decisions are the pure transitions of @sandgate/core;
 // every processor is idempotent: it re-reads the record and does nothing for a run, phase or
 // instance that has moved on.
-import { Phase, mainProcessFinished, onComputeVanished, onProvisioningTimeout, type LifecycleStatus, type DebugBreak } from '@sandgate/core';
+import { Phase, mainProcessFinished, onComputeVanished, onProvisioningTimeout, restartOverdue, type LifecycleStatus, type DebugBreak } from '@sandgate/core';
 import type { ComputeDriver } from '@sandgate/compute';
 import { ClusterCounter, type ClusterCounterName, type OrphanQuarantine, type SandboxStore, type StoredSandbox } from '@sandgate/store';
 import type { Logger, Metrics } from '@sandgate/telemetry';
@@ -39,7 +39,7 @@ export interface LifecycleTransitions {
 export interface JobDeps {
   store: Pick<SandboxStore, 'get' | 'pages'>;
   driver: Pick<ComputeDriver, 'list' | 'inspect' | 'stop' | 'delete'>;
-  scheduler: Pick<JobScheduler, 'deleteSandbox'>;
+  scheduler: Pick<JobScheduler, 'deleteSandbox' | 'restart'>;
   lifecycle: LifecycleTransitions;
   execs: ExecKiller;
   /** Is a supervisor session live anywhere for this sandbox? */
@@ -115,7 +115,7 @@ export function jobProcessors(deps: JobDeps): JobProcessors {
 /**
  * The repeatable sweep: compute without a record is quarantined, and removed once it has been
  * seen so for `orphanGraceMs`; a record whose compute vanished is marked; deletes interrupted by a crash are finished; finalized ephemeral sandboxes whose
- * cleanup job was lost get one.
+ * cleanup job was lost get one, and so do overdue restarts (restartOverdue).
  */
 async function reconcile(deps: JobDeps): Promise<unknown> {
   if (deps.debugBreaks.has('reconcile')) return { skipped: 'debug fault: reconcile' };
@@ -130,6 +130,7 @@ async function reconcile(deps: JobDeps): Promise<unknown> {
   let resumed = 0;
   let ephemeral = 0;
   let interrupted = 0;
+  let restarts = 0;
   for await (const page of deps.store.pages()) {
     for (const rec of page) {
       const id = rec.sandbox.metadata!.id!;
@@ -150,6 +151,12 @@ async function reconcile(deps: JobDeps): Promise<unknown> {
         continue;
       }
       if (await deps.lifecycle.maybeScheduleEphemeralCleanup(rec)) ephemeral++;
+      const status = rec.sandbox.status as LifecycleStatus | undefined;
+      if (status && restartOverdue(status, Date.now())) {
+        await deps.scheduler.restart({ sandboxId: id, instanceId: status.main_process_instance_id ?? '' }, 0);
+        deps.log.warn('restart overdue: its job was lost, enqueued again', { sandboxId: id, dueAtMs: Number(status.next_restart_at_ms) });
+        restarts++;
+      }
       if ((phase === Phase.PROVISIONING || phase === Phase.STARTING) && rec.compute && Date.now() - rec.runStartedAtMs > 10_000) {
         if ((await deps.driver.inspect(id, rec.compute)) !== 'running') await deps.lifecycle.failLaunch(rec);
         continue;
@@ -189,6 +196,6 @@ async function reconcile(deps: JobDeps): Promise<unknown> {
     deps.log.warn('compute without a record deleted', { sandboxId: c.sandboxId, orphanedForMs: sweptAt - since });
     orphans++;
   }
-  if (orphans || vanished || interrupted) deps.log.warn('reconcile repaired state', { orphans, vanished, resumed, ephemeral, interrupted });
-  return { orphans, quarantined, vanished, resumed, ephemeral, interrupted };
+  if (orphans || vanished || interrupted || restarts) deps.log.warn('reconcile repaired state', { orphans, vanished, resumed, ephemeral, interrupted, restarts });
+  return { orphans, quarantined, vanished, resumed, ephemeral, interrupted, restarts };
 }
