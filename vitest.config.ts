@@ -19,6 +19,25 @@ const E2E_SIDE_LANE = [
   'test/e2e/tracing.test.ts',
 ];
 
+/**
+ * End-to-end files run a second time against a Sentinel-managed Redis (a primary, a replica,
+ * three Sentinels; SANDGATE_TEST_REDIS=sentinel in test/harness/redis.ts, and the replicas wait
+ * for the replica on every acknowledged write): the ones whose subject is the state replicas share
+ * (records, ownership and relays, access rules, tokens, workspaces, forwards). In the second lane,
+ * after `e2e-side`, inside the time the main lane takes anyway. Every other file but those that
+ * restart or kill their one Redis passes in this mode too (`SANDGATE_TEST_REDIS=sentinel bash
+ * scripts/test-e2e.sh`; BENCHMARKS.md has the run).
+ */
+const E2E_SENTINEL = [
+  'test/e2e/lifecycle.test.ts',
+  'test/e2e/exec-relay.test.ts',
+  'test/e2e/auth.test.ts',
+  'test/e2e/workspaces.test.ts',
+  'test/e2e/http-api.test.ts',
+  'test/e2e/forward.test.ts',
+  'test/e2e/sdk-connect.test.ts',
+];
+
 export default defineConfig({
   test: {
     projects: [
@@ -37,6 +56,16 @@ export default defineConfig({
           include: ['test/**/*.test.ts'],
           exclude: [...configDefaults.exclude, 'test/repo/**', ...E2E_SIDE_LANE],
           // Multi-process tests share two cores: one file at a time keeps them honest.
+          fileParallelism: false,
+          testTimeout: 120_000,
+          hookTimeout: 60_000,
+        },
+      },
+      {
+        test: {
+          name: 'e2e-sentinel',
+          include: E2E_SENTINEL,
+          env: { SANDGATE_TEST_REDIS: 'sentinel' },
           fileParallelism: false,
           testTimeout: 120_000,
           hookTimeout: 60_000,

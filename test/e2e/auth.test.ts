@@ -154,13 +154,21 @@ describe('authentication', () => {
   });
 
   it('never prints the Redis password, even when Redis cannot be reached', async () => {
-    const url = new URL(redis.url);
-    expect(url.password).not.toBe('');
-    url.port = String((await freePorts(1))[0]);
-    const res = await cli(['token', 'list', '--redis', url.toString()]);
+    expect(redis.password).not.toBe('');
+    // The same URL (one server's, or a Sentinel group's host list) with every port one that nothing answers on.
+    const hosts = redis.url.match(/127\.0\.0\.1:\d+/g) ?? [];
+    expect(hosts.length).toBeGreaterThan(0);
+    const dead = await freePorts(hosts.length);
+    let i = 0;
+    const unreachable = redis.url.replace(/127\.0\.0\.1:\d+/g, () => `127.0.0.1:${dead[i++]}`);
+    const res = await cli(['token', 'list', '--redis', unreachable]);
     expect(res.code).not.toBe(0);
     expect(res.stderr).toContain('cannot reach Redis');
-    expect(res.stderr).not.toContain(url.password);
+    expect(res.stderr).not.toContain(redis.password);
+    expect(res.stderr).not.toContain(encodeURIComponent(redis.password));
+    // A Sentinel group's URL carries the Sentinels' own password too.
+    const sentinelPassword = new URLSearchParams(redis.url.split('?')[1] ?? '').get('sentinelPassword');
+    if (sentinelPassword) expect(res.stderr).not.toContain(sentinelPassword);
   });
 
   it('token list never shows a token, and Redis holds none in clear', async () => {

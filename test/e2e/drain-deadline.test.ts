@@ -20,7 +20,7 @@ beforeAll(async () => {
 });
 
 afterAll(async () => {
-  await runCli(['sandbox', 'delete', 'drain-me'], { gateway: cluster.replicas[0]!.grpcAddress }).catch(() => undefined);
+  if (cluster) await runCli(['sandbox', 'delete', 'drain-me'], { gateway: cluster.replicas[0]!.grpcAddress }).catch(() => undefined);
   await cluster?.stop();
   cluster?.cleanup();
   await redis?.stop();

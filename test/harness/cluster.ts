@@ -11,6 +11,7 @@ import { Redis } from 'ioredis';
 import { createRedisConnection, TokenStore } from '@sandgate/store';
 import { cliEnv, credentialsFor, registerGateway, type GatewayCredentials } from './credentials.ts';
 import { createCertificateAuthority, type CertificateAuthority, type PemPair } from '@sandgate/pki';
+import { testRedisReplicaEnv } from './redis.ts';
 import { waitFor } from './wait.ts';
 
 export const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
@@ -181,7 +182,8 @@ export class Cluster {
     ];
     this.registerTls(r.grpcAddress);
     const proc = spawn(process.execPath, args, {
-      env: { ...replicaBaseEnv(), SANDGATE_LOG_LEVEL: 'info', ...this.env, ...r.env },
+      // testRedisReplicaEnv: the Redis mode's settings (a Sentinel group's WAIT), as a deployment on that Redis sets them.
+      env: { ...replicaBaseEnv(), ...testRedisReplicaEnv(this.redisUrl), SANDGATE_LOG_LEVEL: 'info', ...this.env, ...r.env },
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     r.proc = proc;
@@ -394,7 +396,7 @@ export async function startWorker(cluster: Cluster, id: string, env: Record<stri
     // The supervisors of sandboxes it restarts verify the gateway like any other.
     ...(cluster.tls ? ['--tls-cert', cluster.tls.certFile, '--tls-ca', cluster.tls.caFile] : []),
   ];
-  const proc = spawn(process.execPath, args, { env: { ...process.env, SANDGATE_LOG_LEVEL: 'info', ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  const proc = spawn(process.execPath, args, { env: { ...process.env, ...testRedisReplicaEnv(cluster.redisUrl), SANDGATE_LOG_LEVEL: 'info', ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
   const logs: string[] = [];
   const collect = (chunk: Buffer) => {
     logs.push(chunk.toString());

@@ -27,6 +27,8 @@ export interface SentinelGroup {
   primaryPort(): Promise<number>;
   /** A plain client of one data node (not following failovers). */
   node(port: number): Redis;
+  /** A client of whichever node the Sentinels name the primary (following failovers, as replicas do). */
+  client(): Redis;
   /** Waits until every live replica has everything the primary has written. */
   waitReplicated(): Promise<void>;
   /**
@@ -73,6 +75,9 @@ export async function startSentinelGroup(opts: SentinelGroupOptions = {}): Promi
     '--save', '',
     '--appendonly', 'no',
     '--daemonize', 'no',
+    // Redis 7 delays a full sync 5 s (diskless, waiting for more replicas to join): a test's
+    // replica would be 5 s behind from the start, and a WAIT on it fail meanwhile.
+    '--repl-diskless-sync-delay', '0',
     '--user', 'default', 'on', `>${randomBytes(24).toString('hex')}`, '~*', '&*', '+@all',
     '--user', TEST_REDIS_USER, 'on', `>${password}`, '~*', '&*', '+@all',
     '--user', REPLICATION_USER, 'on', `>${replicationPassword}`, '~*', '&*', '+@all',
@@ -160,10 +165,20 @@ export async function startSentinelGroup(opts: SentinelGroupOptions = {}): Promi
     );
     rmSync(dir, { recursive: true, force: true });
   };
-  // Up when every Sentinel knows the others and the replicas (so a failover can be agreed on).
+  // Up when every replica is in sync (online: a WAIT counts it) and every Sentinel knows the
+  // others and the replicas (so a failover can be agreed on).
   await waitFor(
-    'the Sentinels to know each other and the replicas',
+    'the replicas to be in sync, the Sentinels to know each other and the replicas',
     async () => {
+      const primary = node(dataPorts[0]!);
+      try {
+        const info = (await primary.info('replication')) as string;
+        if ([...info.matchAll(/^slave\d+:.*state=online/gm)].length < replicaCount) return false;
+      } catch {
+        return false;
+      } finally {
+        primary.disconnect();
+      }
       for (const s of sentinels) {
         try {
           const master = (await s.call('SENTINEL', 'master', SENTINEL_MASTER)) as string[];
@@ -200,6 +215,18 @@ export async function startSentinelGroup(opts: SentinelGroupOptions = {}): Promi
     sentinelPorts,
     primaryPort,
     node,
+    client() {
+      const c = new Redis({
+        sentinels: sentinelPorts.map((port) => ({ host: '127.0.0.1', port })),
+        name: SENTINEL_MASTER,
+        sentinelPassword,
+        username: TEST_REDIS_USER,
+        password,
+      });
+      c.on('error', () => undefined);
+      clients.push(c);
+      return c;
+    },
     async waitReplicated() {
       const primary = await primaryPort();
       const p = node(primary);

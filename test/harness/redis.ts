@@ -51,7 +51,35 @@ async function waitForPing(url: string, tlsCa?: string): Promise<void> {
   });
 }
 
+/**
+ * Which Redis startRedis() gives, for the whole test process: `single` (default) is one
+ * redis-server; `sentinel` (SANDGATE_TEST_REDIS=sentinel, the `e2e-sentinel` project) is a
+ * Sentinel-managed group (redis-sentinel.ts: a primary, a replica, three Sentinels) whose
+ * `redis+sentinel://` URL the replicas get, so the same tests run against the deployment issue 17
+ * is about. Anything else fails the run: a typo must not silently test the default.
+ */
+export type TestRedisMode = 'single' | 'sentinel';
+export function testRedisMode(): TestRedisMode {
+  const mode = process.env.SANDGATE_TEST_REDIS ?? 'single';
+  if (mode !== 'single' && mode !== 'sentinel') throw new Error(`SANDGATE_TEST_REDIS=${mode}: use single or sentinel`);
+  return mode;
+}
+
+/** URLs of the Sentinel groups startRedis() made in Sentinel mode. */
+const sentinelModeUrls = new Set<string>();
+
+/**
+ * What a replica or worker on `redisUrl` gets because of the Redis mode: on a group startRedis()
+ * made in Sentinel mode, the writes a client is told succeeded wait for its replica
+ * (SANDGATE_REDIS_MIN_REPLICAS=1), as a production deployment on Sentinel runs them. Nothing for
+ * any other Redis, a group a test made itself included: such a test sets what it means to test.
+ */
+export function testRedisReplicaEnv(redisUrl: string): Record<string, string> {
+  return sentinelModeUrls.has(redisUrl) ? { SANDGATE_REDIS_MIN_REPLICAS: '1' } : {};
+}
+
 export async function startRedis(opts: RedisOptions = {}): Promise<TestRedis> {
+  if (testRedisMode() === 'sentinel') return startSentinelRedis(opts);
   const tlsCa = opts.tls?.ca;
   const port = await freePort();
   const dir = mkdtempSync(path.join(os.tmpdir(), 'sg-redis-'));
@@ -111,6 +139,39 @@ export async function startRedis(opts: RedisOptions = {}): Promise<TestRedis> {
       for (const c of clients) c.disconnect();
       await exit(proc, 'SIGKILL');
       rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+/**
+ * startRedis() in Sentinel mode. A test that restarts or kills its Redis, wants persistence or TLS
+ * is about one server's behaviour: those refuse, loudly, rather than test something else.
+ */
+async function startSentinelRedis(opts: RedisOptions): Promise<TestRedis> {
+  for (const option of ['persistent', 'tls'] as const) {
+    if (opts[option]) throw new Error(`startRedis({ ${option} }) has no Sentinel-mode equivalent (SANDGATE_TEST_REDIS=sentinel): run this file in single mode`);
+  }
+  if (opts.auth === false) throw new Error('startRedis({ auth: false }) has no Sentinel-mode equivalent: the group always has a password');
+  // Imported here: redis-sentinel.ts imports this module's TEST_REDIS_USER.
+  const { startSentinelGroup } = await import('./redis-sentinel.ts');
+  // Sentinels slower to call the primary down than the failover tests' (5 s, not 1 s): these
+  // files test a deployment on Sentinel, not a failover, and a loaded CI machine must not start one.
+  const group = await startSentinelGroup({ replicas: 1, downAfterMs: 5_000 });
+  sentinelModeUrls.add(group.url);
+  const refuse = (what: string) => () =>
+    Promise.reject(new Error(`TestRedis.${what}() is one server's; in Sentinel mode (SANDGATE_TEST_REDIS=sentinel) use a SentinelGroup`));
+  return {
+    url: group.url,
+    // The initial primary: what a test that attacks Redis from a sandbox tries to reach.
+    port: group.dataPorts[0]!,
+    user: TEST_REDIS_USER,
+    password: group.password,
+    client: () => group.client(),
+    restart: refuse('restart'),
+    kill: refuse('kill'),
+    stop: async () => {
+      sentinelModeUrls.delete(group.url);
+      await group.stop();
     },
   };
 }

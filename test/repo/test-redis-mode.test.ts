@@ -1,0 +1,52 @@
+// The e2e-sentinel project really runs its files on a Sentinel-managed Redis: its vitest project
+// sets SANDGATE_TEST_REDIS=sentinel, and under that setting the harness' startRedis() gives a
+// `redis+sentinel://` URL whose Sentinels name a primary with a replica attached, replicas get
+// the WAIT setting, and what has no Sentinel equivalent (restart, kill, persistence) refuses.
+// Without this a project that lost its setting would silently test the single server again.
+import { afterEach, describe, expect, it } from 'vitest';
+import config from '../../vitest.config.ts';
+import { startRedis, testRedisMode, testRedisReplicaEnv, type TestRedis } from '../harness/redis.ts';
+
+const saved = process.env.SANDGATE_TEST_REDIS;
+afterEach(() => {
+  if (saved === undefined) delete process.env.SANDGATE_TEST_REDIS;
+  else process.env.SANDGATE_TEST_REDIS = saved;
+});
+
+describe('SANDGATE_TEST_REDIS', () => {
+  it('is set to sentinel by the e2e-sentinel project, which has files to run', () => {
+    const projects = (config.test?.projects ?? []) as { test?: { name?: string; env?: Record<string, string>; include?: string[] } }[];
+    const project = projects.find((p) => p.test?.name === 'e2e-sentinel');
+    expect(project?.test?.env).toEqual({ SANDGATE_TEST_REDIS: 'sentinel' });
+    expect(project?.test?.include?.length).toBeGreaterThan(0);
+  });
+
+  it('sentinel: startRedis() is a Sentinel group with a replica, and replicas wait for it', async () => {
+    process.env.SANDGATE_TEST_REDIS = 'sentinel';
+    let redis: TestRedis | undefined;
+    try {
+      redis = await startRedis();
+      // Replicas on it wait for its replica; on any other Redis (a test's own group) nothing is added.
+      expect(testRedisReplicaEnv(redis.url)).toEqual({ SANDGATE_REDIS_MIN_REPLICAS: '1' });
+      expect(testRedisReplicaEnv(redis.url.replace('sgmaster', 'other'))).toEqual({});
+      expect(redis.url).toMatch(/^redis\+sentinel:\/\/sandgate:[^@]+@127\.0\.0\.1:\d+,127\.0\.0\.1:\d+,127\.0\.0\.1:\d+\/sgmaster\?sentinelPassword=/);
+      const client = redis.client();
+      await client.set('sg:test:mode', 'sentinel');
+      expect(await client.get('sg:test:mode')).toBe('sentinel');
+      // The write is on a primary with one replica that acknowledges it.
+      expect(await client.call('WAIT', '1', '2000')).toBe(1);
+      await expect(redis.restart()).rejects.toThrow(/Sentinel mode/);
+      await expect(redis.kill()).rejects.toThrow(/Sentinel mode/);
+    } finally {
+      await redis?.stop();
+    }
+    await expect(startRedis({ persistent: true })).rejects.toThrow(/persistent/);
+  });
+
+  it('single (the default) is one redis-server; anything else fails the run', async () => {
+    delete process.env.SANDGATE_TEST_REDIS;
+    expect(testRedisMode()).toBe('single');
+    process.env.SANDGATE_TEST_REDIS = 'sentinal';
+    expect(() => testRedisMode()).toThrow(/SANDGATE_TEST_REDIS=sentinal: use single or sentinel/);
+  });
+});
