@@ -116,7 +116,7 @@ export function adminTokenFile(stateDir: string): string {
  */
 export async function ensureAdminToken(redisUrl: string, stateDir: string, redisCa = ''): Promise<{ token: string; made: boolean }> {
   const { TokenStore, createRedisConnection, loadRedisCa } = await import('@sandgate/store');
-  const redis = createRedisConnection(redisUrl, 'commands', { lazyConnect: true, connectionName: 'sandgate:up', tlsCa: loadRedisCa(redisCa) });
+  const redis = createRedisConnection(redisUrl, 'commands', { lazyConnect: true, oneShot: true, connectionName: 'sandgate:up', tlsCa: loadRedisCa(redisCa) });
   try {
     await redis.connect();
     const tokens = new TokenStore(redis);

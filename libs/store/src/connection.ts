@@ -20,7 +20,17 @@ export interface RedisConnectionOptions {
    * Refused with a `redis://` URL, where it would silently mean nothing.
    */
   tlsCa?: string;
+  /**
+   * A command-line tool's connection (`token`, `up`'s credential step): it gives up when the
+   * Sentinels cannot be reached (after SENTINEL_ROUNDS_BEFORE_GIVING_UP rounds over all of them)
+   * and its connect() rejects, instead of retrying forever as a replica's must. One server needs
+   * nothing: its first refused connect already rejects.
+   */
+  oneShot?: boolean;
 }
+
+/** Rounds over every listed Sentinel a one-shot connection tries before it gives up. */
+export const SENTINEL_ROUNDS_BEFORE_GIVING_UP = 3;
 
 /** The TLS part of every connection: `rediss://` already turns TLS on; a CA only narrows whom it trusts. */
 export function redisTlsOptions(url: string, tlsCa: string | undefined): { tls?: { ca: string } } {
@@ -48,7 +58,7 @@ export function createRedisConnection(url: string, purpose: RedisPurpose, opts: 
   const address = parseRedisAddress(url);
   if (address.mode === 'single') return new Redis(url, { ...common, ...redisTlsOptions(url, opts.tlsCa) });
   if (opts.tlsCa) throw new Error('a Redis CA (--redis-ca / SANDGATE_REDIS_CA) needs a rediss:// Redis URL (TLS to Sentinels is not supported)');
-  return restartedUnlessClosed(new Redis({
+  const sentinelConnection = new Redis({
     ...common,
     sentinels: address.sentinels,
     name: address.masterName,
@@ -59,7 +69,10 @@ export function createRedisConnection(url: string, purpose: RedisPurpose, opts: 
     ...(address.sentinelPassword ? { sentinelPassword: address.sentinelPassword } : {}),
     failoverDetector: true,
     reconnectOnError: (err: Error) => (err.message.startsWith('READONLY') ? 2 : false),
-  }));
+    // null: ioredis stops ("All sentinels are unreachable") and the connect rejects.
+    ...(opts.oneShot ? { sentinelRetryStrategy: (round: number) => (round >= SENTINEL_ROUNDS_BEFORE_GIVING_UP ? null : 200 * round) } : {}),
+  });
+  return opts.oneShot ? sentinelConnection : restartedUnlessClosed(sentinelConnection);
 }
 
 /**

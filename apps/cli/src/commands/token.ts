@@ -81,7 +81,7 @@ function replicationPolicy(env: Env): { minReplicas: number; timeoutMs: number }
 async function withTokens<T>(url: string, ca: string, fn: (stores: Stores) => Promise<T>, env: Env = {}): Promise<T> {
   const { createRedisConnection, loadRedisCa, ReplicationGuard, TokenStore, WorkspaceStore } = await import('@sandgate/store');
   const { redactRedisUrl } = await import('./up.ts');
-  const redis = createRedisConnection(url, 'commands', { lazyConnect: true, connectionName: 'sandgate:token-cli', tlsCa: loadRedisCa(ca) });
+  const redis = createRedisConnection(url, 'commands', { lazyConnect: true, oneShot: true, connectionName: 'sandgate:token-cli', tlsCa: loadRedisCa(ca) });
   redis.on('error', () => undefined); // reported by the command that fails
   try {
     await redis.connect().catch((err: Error) => {
