@@ -9,8 +9,8 @@
 #
 # Why lanes: the e2e project runs one file at a time and its time goes to waiting as much as to
 # the two cores, so the unit suite, the e2e-side files (E2E_SIDE_LANE in vitest.config.ts) and
-# the shared-state files on a Sentinel-managed Redis (E2E_SENTINEL) run beside it; that keeps CI
-# inside its time.
+# the shared-state files on a Sentinel-managed Redis (E2E_SENTINEL) run beside it, the two lanes
+# about equally long; that keeps CI inside its time.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 lanes=()
