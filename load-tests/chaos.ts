@@ -355,8 +355,6 @@ async function main(): Promise<void> {
       sshConfigs.set(p.name, file);
     }
 
-    // The chaos phase lasts `--duration` from here on, however long the setup took.
-    stopAt = Date.now() + durationMs;
 
     // ---- live evidence: owner records, sampled per replica incarnation ------------------------
     let samplingDone = false;
@@ -409,6 +407,12 @@ async function main(): Promise<void> {
       scenario('create interrupted before launch', true);
       console.log(`[${secs(t0)}] record ${id} written without compute (interrupted create)`);
     }
+
+    // The chaos phase lasts `--duration` from here on, however long the set-up took: the pool,
+    // and the special scenarios' sandboxes above, which wait for Ready. On a machine loaded by
+    // three runs at once that set-up once took 40 s, the whole of a 40 s run counted from before
+    // it, and no chaos happened at all (CI: `scenarios` failed the Sentinel negative run).
+    stopAt = Date.now() + durationMs;
 
     /** After `atMs`, nothing matching `marker` may be alive. */
     const expectGone = (marker: string, atMs: number, what: string) => {
