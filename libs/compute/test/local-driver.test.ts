@@ -294,7 +294,7 @@ describe('LocalDriver sandbox lifecycle', () => {
     expect(handle.dir).toBe(sandboxDir(id));
     // The pid starts as /bin/sh joining the cgroups and becomes bwrap by exec (same pid, same
     // start time); create may return before that exec, so the test waits for it.
-      const stat = await waitFor('the launch shell to exec bwrap', () => {
+    const stat = await waitFor('the launch shell to exec bwrap', () => {
       const s = readStat(handle.pid as number);
       return s?.comm === 'bwrap' ? s : null;
     });
