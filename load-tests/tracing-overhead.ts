@@ -86,7 +86,7 @@ async function spanCostUs(sinkUrl: string, n: number): Promise<{ entry: number; 
 
   const prev = { ...process.env };
   Object.assign(process.env, { OTEL_EXPORTER_OTLP_ENDPOINT: sinkUrl, OTEL_EXPORTER_OTLP_PROTOCOL: 'http/protobuf', OTEL_TRACES_SAMPLER: 'always_on', OTEL_LOG_LEVEL: 'error' });
-  const sdk = await startTracing({ defaultServiceName: 'bench', instanceId: 'bench' });
+  const sdk = await startTracing({ defaultServiceName: 'bench', instanceId: 'bench', env: process.env });
   if (!sdk) throw new Error('tracing did not start');
   c0 = cpuUs();
   for (let i = 0; i < n; i++) {

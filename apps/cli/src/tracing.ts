@@ -3,8 +3,8 @@
 // none (libs/telemetry/src/otel.ts).
 import type { RunningTracing } from '@sandgate/telemetry/otel';
 
-export async function startProcessTracing(defaultServiceName: string, instanceId: string): Promise<RunningTracing | null> {
+export async function startProcessTracing(defaultServiceName: string, instanceId: string, env: Record<string, string | undefined>): Promise<RunningTracing | null> {
   const { startTracing, tracingConfigured } = await import('@sandgate/telemetry/otel');
-  if (!tracingConfigured()) return null;
-  return startTracing({ defaultServiceName, instanceId });
+  if (!tracingConfigured(env)) return null;
+  return startTracing({ defaultServiceName, instanceId, env });
 }

@@ -17,7 +17,7 @@ import { setTracingEnabled, tracingEnabled } from './tracing.ts';
 type Env = Record<string, string | undefined>;
 
 /** Does the environment ask for traces? (The rest of the OTEL_* variables are read by the SDK.) */
-export function tracingConfigured(env: Env = process.env): boolean {
+export function tracingConfigured(env: Env): boolean {
   if ((env.OTEL_SDK_DISABLED ?? '').trim().toLowerCase() === 'true') return false;
   const exporters = (env.OTEL_TRACES_EXPORTER ?? '').split(',').map((s) => s.trim()).filter(Boolean);
   if (exporters.length > 0) return !exporters.every((e) => e === 'none');
@@ -28,7 +28,7 @@ export function tracingConfigured(env: Env = process.env): boolean {
  * Where OTLP/HTTP trace exports go: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT as is, else
  * OTEL_EXPORTER_OTLP_ENDPOINT + `/v1/traces` (the OTLP spec's rule); null when neither is set.
  */
-export function otlpTracesUrl(env: Env = process.env): string | null {
+export function otlpTracesUrl(env: Env): string | null {
   if (env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) return env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT;
   const base = env.OTEL_EXPORTER_OTLP_ENDPOINT;
   if (!base) return null;
@@ -36,12 +36,12 @@ export function otlpTracesUrl(env: Env = process.env): string | null {
 }
 
 /** The protocol of trace exports (OTEL_EXPORTER_OTLP_TRACES_PROTOCOL, OTEL_EXPORTER_OTLP_PROTOCOL; default http/protobuf). */
-export function otlpTracesProtocol(env: Env = process.env): string {
+export function otlpTracesProtocol(env: Env): string {
   return (env.OTEL_EXPORTER_OTLP_TRACES_PROTOCOL || env.OTEL_EXPORTER_OTLP_PROTOCOL || 'http/protobuf').trim();
 }
 
 /** OTEL_EXPORTER_OTLP_HEADERS / _TRACES_HEADERS: `k=v,k2=v2`, values URL-encoded. */
-export function otlpTracesHeaders(env: Env = process.env): Record<string, string> {
+export function otlpTracesHeaders(env: Env): Record<string, string> {
   const out: Record<string, string> = {};
   for (const raw of [env.OTEL_EXPORTER_OTLP_HEADERS, env.OTEL_EXPORTER_OTLP_TRACES_HEADERS]) {
     for (const pair of (raw ?? '').split(',')) {
@@ -64,7 +64,8 @@ export interface TracingOptions {
   instanceId?: string;
   /** More resource attributes (they win over OTEL_RESOURCE_ATTRIBUTES). */
   attributes?: Attributes;
-  env?: Env;
+  /** The process environment, as the command parsed it (its OTEL_* variables decide). */
+  env: Env;
   /** Where problems go (a relay post that failed, say); stderr when absent. */
   warn?: (msg: string, fields?: Record<string, unknown>) => void;
 }
@@ -87,7 +88,7 @@ const SHUTDOWN_FLUSH_MS = 2_000;
  * then names the first replica; every replica span also carries `sandgate.replica.id`).
  */
 export async function startTracing(opts: TracingOptions): Promise<RunningTracing | null> {
-  const env = opts.env ?? process.env;
+  const env = opts.env;
   if (running) return running;
   if (!tracingConfigured(env)) return null;
   // Before ioredis is imported: the ioredis instrumentation patches the module as it loads.

@@ -16,7 +16,7 @@ export async function run(argv: string[], ctx: CommandContext): Promise<number> 
   let tracing: Awaited<ReturnType<typeof startProcessTracing>> = null;
   try {
     // Before the gateway (and ioredis with it) is imported: see libs/telemetry/src/otel.ts.
-    tracing = await startProcessTracing('sandgate-gateway', config.replicaId);
+    tracing = await startProcessTracing('sandgate-gateway', config.replicaId, ctx.env);
     const { startReplica } = await import('@sandgate/gateway');
     replica = await startReplica(config);
   } catch (err) {

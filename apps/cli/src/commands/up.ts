@@ -127,7 +127,7 @@ export async function run(argv: string[], ctx: CommandContext): Promise<number> 
   let replica: RunningReplica;
   try {
     // Traces when OTEL_* asks for them (ioredis is already loaded here: no Redis command spans).
-    await startProcessTracing('sandgate-gateway', config.replicaId);
+    await startProcessTracing('sandgate-gateway', config.replicaId, ctx.env);
     const { startReplica } = await import('@sandgate/gateway');
     replica = await startReplica(config);
   } catch (err) {

@@ -19,7 +19,7 @@ export async function run(argv: string[], ctx: CommandContext): Promise<number> 
   let tracing: Awaited<ReturnType<typeof startProcessTracing>> = null;
   try {
     // Before the gateway (and ioredis with it) is imported: see libs/telemetry/src/otel.ts.
-    tracing = await startProcessTracing('sandgate-worker', config.workerId);
+    tracing = await startProcessTracing('sandgate-worker', config.workerId, ctx.env);
     const { startWorker } = await import('@sandgate/gateway');
     worker = await startWorker(config);
   } catch (err) {
