@@ -309,14 +309,23 @@ export async function startReplica(config: ReplicaConfig, opts: { authenticator?
 
   const info = { replicaId: config.replicaId, peerAddress, grpcAddress, pid: process.pid, startedAtMs: Date.now() };
   let registered = false;
+  // Heartbeats can overlap while Redis fails over (one can wait seconds for a reconnect), and they
+  // settle in any order: only the newest one to settle may set `registered`, or an old failure
+  // arriving after a newer success would turn /readyz back to "not ready" on a healthy Redis.
+  let heartbeatsSent = 0;
+  let newestSettled = 0;
   const heartbeat = async () => {
-    try {
-      await replicas.heartbeat(info);
-      registered = true;
-    } catch (err) {
-      registered = false;
-      log.warn('replica heartbeat failed', { err });
-    }
+    const sent = ++heartbeatsSent;
+    const ok = await replicas.heartbeat(info).then(
+      () => true,
+      (err: unknown) => {
+        log.warn('replica heartbeat failed', { err });
+        return false;
+      },
+    );
+    if (sent < newestSettled) return;
+    newestSettled = sent;
+    registered = ok;
   };
   await heartbeat();
   // Redis reachability as a metric (what /readyz also checks): Prometheus cannot read /readyz,
