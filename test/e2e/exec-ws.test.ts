@@ -1,6 +1,9 @@
 // Issue 14: exec over WebSocket (/v1/sandboxes/{name}/exec/ws). Real replicas, a real sandbox, the
 // `ws` client library as a browser-less client; through the non-owner replica unless stated.
+import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Redis } from 'ioredis';
 import WebSocket from 'ws';
@@ -10,6 +13,7 @@ import { createSandbox, ownerOf, rssBytes, type CreatedSandbox } from '../harnes
 import { execIdOf, expectTreeGone as expectTreeGoneFrom, treeProcs } from '../harness/proc-tree.ts';
 import { sleep, waitFor } from '../harness/wait.ts';
 import { openShellClient } from '../harness/grpc-client.ts';
+import { expectOwnedOperationsServed } from '../harness/openapi-coverage.ts';
 
 let redis: TestRedis;
 let r: Redis;
@@ -34,6 +38,9 @@ afterAll(async () => {
   cluster?.cleanup();
   await redis?.stop();
 });
+
+/** Where a client process resolves `ws` from. */
+const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 
 const runTag = String(100 + Math.floor(Math.random() * 900));
 let caseCounter = 10;
@@ -206,6 +213,31 @@ describe('a client gone mid-command leaves no process behind', () => {
     else exec.ws.close(1000);
     await expectTreeGone(tok, execId, 3_000);
     expect((await exec.outcome).exit).toBeUndefined();
+  });
+
+  it('a client process killed with SIGKILL mid-command (its kernel resets the socket)', async () => {
+    const tok = token();
+    // A client of its own: a node process with the ws library, the token and command in its
+    // environment (not on a command line the tree scan reads).
+    const client = spawn(
+      process.execPath,
+      ['--input-type=module', '-e', "import WebSocket from 'ws'; const ws = new WebSocket(process.env.SG_URL, { headers: { authorization: `Bearer ${process.env.SG_TOKEN}` } }); ws.on('open', () => ws.send(process.env.SG_START)); ws.on('message', () => console.log('output'));"],
+      {
+        cwd: repoRoot,
+        env: { ...process.env, SG_URL: wsUrl(via), SG_TOKEN: cluster.token, SG_START: JSON.stringify({ type: 'start', argv: ['sh', '-c', `sleep 610.${tok} & setsid sleep 611.${tok} & echo up; sleep 612.${tok}`] }) },
+        stdio: ['ignore', 'pipe', 'inherit'],
+      },
+    );
+    const exited = new Promise<string | null>((resolve) => client.once('exit', (_code, signal) => resolve(signal)));
+    await new Promise<void>((resolve, reject) => {
+      client.stdout!.once('data', () => resolve());
+      client.once('exit', () => reject(new Error('the client process ended before the command wrote')));
+    });
+    const execId = await execIdOf(tok);
+    await waitFor('all three sleeps', async () => (await treeProcs(tok)).filter((p) => p.cmd.startsWith('sleep ')).length === 3, 10_000, 25);
+    client.kill('SIGKILL');
+    expect(await exited).toBe('SIGKILL');
+    await expectTreeGone(tok, execId, 3_000);
   });
 
   it('a protocol error after the start (an unknown message) ends the exec and kills its tree', async () => {
@@ -408,5 +440,11 @@ describe('back-pressure', () => {
     });
     exec.ws.terminate();
     await expectTreeGone(tok, execId, 3_000);
+  });
+});
+
+describe('coverage of the API description', () => {
+  it('every operation this file owns in /openapi.json was answered with a success', async () => {
+    await expectOwnedOperationsServed('exec-ws.test.ts', cluster.replicas.map((x) => x.httpUrl));
   });
 });

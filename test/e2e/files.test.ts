@@ -19,6 +19,7 @@ import { Cluster, runCli } from '../harness/cluster.ts';
 import { startRedis, type TestRedis } from '../harness/redis.ts';
 import { createSandbox, ownerOf, pidsMatching, rssBytes, type CreatedSandbox } from '../harness/sandbox.ts';
 import { waitFor } from '../harness/wait.ts';
+import { expectOwnedOperationsServed } from '../harness/openapi-coverage.ts';
 
 let redis: TestRedis;
 let r: Redis;
@@ -397,5 +398,11 @@ describe('attacks on the file routes', () => {
     // Back-pressure holds it blocked on a full pipe; the abort, relayed to the supervisor, ends it.
     await waitFor('the download worker gone', async () => ((await worker()).length === 0 ? true : undefined), 15_000);
     await sh('rm /sandbox/dl.bin');
+  });
+});
+
+describe('coverage of the API description', () => {
+  it('every operation this file owns in /openapi.json was answered with a success', async () => {
+    await expectOwnedOperationsServed('files.test.ts', cluster.replicas.map((x) => x.httpUrl));
   });
 });

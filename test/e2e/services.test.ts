@@ -20,6 +20,7 @@ import { bearerInterceptor, openShellClient, unaryCall, type AnyClient } from '.
 import { createSandbox, type CreatedSandbox } from '../harness/sandbox.ts';
 import { SERVICE_APP, serviceHost, serviceRequest } from '../harness/service-app.ts';
 import { waitFor } from '../harness/wait.ts';
+import { expectOwnedOperationsServed } from '../harness/openapi-coverage.ts';
 
 const CHROMIUM = '/usr/bin/chromium';
 const PORT = 8000;
@@ -444,5 +445,11 @@ describe('the one access rule', () => {
     for (let i = 0; i < 3; i++) expect((await serviceRequest(httpUrl(i), web(i), '/hello', { headers: bearer() })).status, `replica ${i}`).toBe(404);
     expect(await unaryCall(client, 'ListServices', {})).toEqual({ services: [] });
     expect(await r.exists(keys.sandboxServices(sbx.id), keys.workspaceServices('default'))).toBe(0);
+  });
+});
+
+describe('coverage of the API description', () => {
+  it('every operation this file owns in /openapi.json was answered with a success', async () => {
+    await expectOwnedOperationsServed('services.test.ts', cluster.replicas.map((x) => x.httpUrl));
   });
 });

@@ -45,7 +45,7 @@ interface HistogramSpec {
  */
 export const HISTOGRAMS: Readonly<Record<string, HistogramSpec>> = {
   'rpc.server.duration': { unit: 'ms', description: 'Public gRPC calls, from arrival to their final status (streaming calls included)' },
-  'http.server.request.duration': { unit: 's', description: 'HTTP requests to /healthz, /readyz and /metrics' },
+  'http.server.request.duration': { unit: 's', description: 'HTTP requests by method, route pattern and status (a WebSocket upgrade counts once, as 101, when accepted)' },
   'db.client.operation.duration': { unit: 's', description: 'Redis commands of this process, from sending to reply' },
   sandgate_exec_duration: { unit: 's', description: 'Execs on their entry replica, from the call to its end' },
   sandgate_failover_duration: { unit: 's', description: "A session's takeover: from the moment its previous owner's lease lapsed to this replica's claim" },

@@ -280,7 +280,7 @@ const DESCRIPTION = `Runs a command in the sandbox over a WebSocket: stdin, stdo
 A socket that closes before the exit (either side, any reason) kills the command's whole process tree, like a cancelled gRPC exec. A plain GET (no upgrade) is refused with 400.`;
 
 /** Per upgrade request: who asked, and for which sandbox (set by the gate, read by the handler). */
-const admitted = new WeakMap<FastifyRequest, { caller: Principal; sandboxId: string }>();
+const admitted = new WeakMap<FastifyRequest, { caller: Principal; sandboxId: string; sinceMs: number }>();
 
 export function execWsRoutes(app: FastifyInstance, deps: RestDeps): void {
   const log = deps.log.child({ api: 'exec-ws' });
@@ -304,6 +304,7 @@ export function execWsRoutes(app: FastifyInstance, deps: RestDeps): void {
     // Before anything is accepted: the token, then the sandbox. A refusal is an HTTP answer, and
     // the upgrade never happens.
     preValidation: async (req: FastifyRequest, reply: FastifyReply) => {
+      const sinceMs = performance.now();
       try {
         const caller = await httpCaller(deps.authenticator, upgradeCredentials(req.headers));
         const extra = Object.keys((req.query as Record<string, unknown>) ?? {}).filter((k) => k !== 'workspace');
@@ -311,7 +312,7 @@ export function execWsRoutes(app: FastifyInstance, deps: RestDeps): void {
         const { name } = req.params as { name: string };
         const { workspace } = req.query as { workspace?: string };
         const { sandbox } = await deps.sandboxes.get({ name, workspace }, caller);
-        admitted.set(req, { caller, sandboxId: sandbox?.metadata?.id ?? '' });
+        admitted.set(req, { caller, sandboxId: sandbox?.metadata?.id ?? '', sinceMs });
       } catch (err) {
         return sendError(reply, err, log);
       }
@@ -325,6 +326,13 @@ export function execWsRoutes(app: FastifyInstance, deps: RestDeps): void {
         ws.close(CLOSE_ERROR_BASE + Code.UNAUTHENTICATED, 'UNAUTHENTICATED');
         return;
       }
+      // fastify's onResponse never runs for an upgraded request: the upgrade is the answer the
+      // HTTP request metric counts (status 101, the time until the socket was accepted).
+      deps.metrics.record('http.server.request.duration', (performance.now() - who.sinceMs) / 1000, {
+        'http.request.method': 'GET',
+        'http.route': req.routeOptions.url ?? '',
+        'http.response.status_code': '101',
+      });
       serveExec(ws, who.caller, who.sandboxId, deps, log);
     },
   });

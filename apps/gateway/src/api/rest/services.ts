@@ -5,7 +5,8 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { Type, type Static } from '@sinclair/typebox';
 import type { RestDeps } from './index.ts';
-import { httpCaller } from './gate.ts';
+import type { httpCaller } from './gate.ts';
+import { authenticate, callerOf } from './common.ts';
 import { sendError } from './errors.ts';
 import { invalid } from '@sandgate/core';
 import type { ServiceEndpointResponse as ServiceEndpointResponseMessage } from '@sandgate/protocols';
@@ -97,11 +98,11 @@ function endpointBody(r: ServiceEndpointResponseMessage): Static<typeof ServiceE
   };
 }
 
-/** Authenticates, runs `fn` with the caller, answers its result or the one error shape. */
+/** Runs `fn` with the caller (the route's `authenticate` hook established it), answers its result or the one error shape. */
 function handle<Req extends FastifyRequest>(deps: RestDeps, fn: (req: Req, caller: Awaited<ReturnType<typeof httpCaller>>) => Promise<unknown>) {
   return async (req: Req, reply: FastifyReply) => {
     try {
-      const caller = await httpCaller(deps.authenticator, req.headers);
+      const caller = callerOf(req);
       // Schema failures (a missing or unknown field, a wrong type) in the one error shape, after
       // authentication as every other failure.
       if (req.validationError) throw invalid(req.validationError.message);
@@ -112,7 +113,16 @@ function handle<Req extends FastifyRequest>(deps: RestDeps, fn: (req: Req, calle
   };
 }
 
-export function serviceRoutes(app: FastifyInstance, deps: RestDeps): void {
+export function serviceRoutes(parent: FastifyInstance, deps: RestDeps): void {
+  // A scope of their own whose every request is authenticated before its body is parsed: an
+  // unauthenticated request gets 401, never a verdict on its body.
+  void parent.register(async (app) => {
+    app.addHook('onRequest', authenticate(deps.authenticator));
+    serviceRoutesIn(app, deps);
+  });
+}
+
+function serviceRoutesIn(app: FastifyInstance, deps: RestDeps): void {
   const { services } = deps;
   type ServiceReq = FastifyRequest<{ Params: Static<typeof ServiceParams>; Querystring: Static<typeof WorkspaceQuery> }>;
 
