@@ -135,7 +135,12 @@ describe('/metrics on live replicas', () => {
   it('counts a failover and its duration on the replica that took the session over', async () => {
     await cluster.signal(owner, 'SIGKILL');
     await waitFor('the survivor owns the session', async () => (await ownerOf(r, sbx.id)) === cluster.replicas[other]!.id, 15_000, 100);
-    const text = await scrape(other);
+    // The claim is visible in Redis a moment before the survivor counts it: on a Sentinel-managed
+    // Redis the claim first waits for a replica to confirm it (WAIT), and only then is it counted.
+    const text = await waitFor('the survivor counts the session', async () => {
+      const t = await scrape(other);
+      return sample(t, 'sandgate_sandboxes_owned') === 1 ? t : undefined;
+    }, 5_000, 100);
     expect(sample(text, 'sandgate_failovers_total')).toBe(1);
     expect(sample(text, 'sandgate_failover_duration_count')).toBe(1);
     // At most the lease TTL (6 s) since the dead owner's last renewal.
