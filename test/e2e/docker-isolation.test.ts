@@ -110,6 +110,14 @@ describe('docker sandboxes hold their workload in', () => {
 
     expect((await exec('dki-a', 'id -u; id -g')).out).toBe('10001\n10001\n');
     expect((await exec('dki-a', 'grep CapEff /proc/self/status')).out).toMatch(/CapEff:\s+0000000000000000/);
+    // Confined by the native wrapper from the checkout the container shows read-only (static, so
+    // whatever the image's libc), not the shell chain.
+    const confined = execFileSync('sh', ['-c', `docker logs ${c} 2>&1`], { encoding: 'utf8' })
+      .split('\n')
+      .filter((l) => l.startsWith('{'))
+      .map((l) => JSON.parse(l) as { msg?: string; launcher?: string })
+      .find((l) => l.msg === 'workload confined');
+    expect(confined?.launcher).toMatch(/\/apps\/supervisor\/native\/build\/sandgate-launch$/);
     const cred = await exec('dki-a', 'cat /run/sandgate/credential');
     expect(cred.code).not.toBe(0);
     expect(cred.out).toMatch(/Permission denied/);

@@ -12,6 +12,7 @@ import { Duplex } from 'node:stream';
 import ssh2 from 'ssh2';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { encodeMessage, messageType, type GatewayMessage, type TcpFrame } from '@sandgate/protocols';
+import { NATIVE_LAUNCHER } from '../src/workload/launcher.ts';
 import { FakeGateway, freePort, killTagged, startSupervisor, taggedPids, waitFor, type ExecConn, type SupervisorHandle, type TcpConn } from './helpers.ts';
 
 const UID = 10001;
@@ -218,6 +219,8 @@ describe('workload confinement (uid, network namespace, egress proxy, cgroups)',
     expect(ptyExec.out.trim()).toBe(String(UID));
 
     await waitFor('main process output', () => sup.stdout().includes(`main uid ${UID}`), 10_000);
+    // Through the native wrapper (built at npm install), not the shell chain.
+    expect(sup.logs().find((l) => l.msg === 'workload confined')?.launcher).toBe(NATIVE_LAUNCHER);
   });
 
   it('keeps exec semantics: workdir, HOME, the exec tag, exit codes, signals, spawn errors', async () => {

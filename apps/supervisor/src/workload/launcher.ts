@@ -22,11 +22,20 @@
 // otherwise run its code as root inside the wrapper, nsenter or setpriv). The real environment is
 // installed by `env -i` only after the uid drop. Tools are called by absolute path for the same
 // reason (a workload PATH must not pick them).
+//
+// The same steps in one execve: native/sandgate-launch.c, built at `npm install`. Each exec of the
+// chain costs a process start (BENCHMARKS.md, "Where a workload process's start goes"), so the
+// helper is used whenever it was built; the chain remains for a checkout built without a C
+// compiler, and the supervisor's log says which one runs (`launcher`).
 import fs from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 import type { WorkloadIsolation } from '@sandgate/protocols';
 import { EXEC_ID_ENV } from '../config.ts';
 
 export const WRAPPER_NAME = 'sandgate-workload';
+/** The native wrapper (native/build.sh builds it), where this checkout keeps it. */
+export const NATIVE_LAUNCHER = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../native/build/sandgate-launch');
 /** The exit status when the wrapper could not confine the process (it then never runs it). */
 export const EXIT_CONFINE_FAILED = 125;
 export const SAFE_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
@@ -71,6 +80,8 @@ export interface WorkloadLauncher {
   readonly userName: string;
   /** Whose permissions the preflight checks (the workload's, not the supervisor's). */
   readonly identity: { uid: number; gid: number };
+  /** How processes are confined, for the log: the native wrapper's path, or `shell chain`. */
+  readonly kind: string;
 }
 
 /** Finds a tool by absolute path (never through the workload's PATH); throws naming what is missing. */
@@ -118,13 +129,21 @@ export class ConfinedLauncher implements WorkloadLauncher {
   private readonly netnsPath: string;
   private readonly proxyPort: number | undefined;
   private readonly tools: { sh: string; nsenter: string; setpriv: string; env: string };
+  /** The native wrapper, or null: the shell chain. */
+  private readonly native: string | null;
+  readonly kind: string;
 
-  /** `netnsPath` and `proxyPort` are set when the network is isolated. */
-  constructor(isolation: WorkloadIsolation, network?: { netnsPath: string; proxyPort: number }) {
+  /**
+   * `netnsPath` and `proxyPort` are set when the network is isolated. `nativeLauncher`: the
+   * native wrapper to use if it is executable (null: always the shell chain).
+   */
+  constructor(isolation: WorkloadIsolation, network?: { netnsPath: string; proxyPort: number }, nativeLauncher: string | null = NATIVE_LAUNCHER) {
     this.isolation = isolation;
     this.identity = { uid: isolation.uid, gid: isolation.gid };
     this.netnsPath = network?.netnsPath ?? '';
     this.proxyPort = network?.proxyPort;
+    this.native = nativeLauncher !== null && executable(nativeLauncher) ? nativeLauncher : null;
+    this.kind = this.native ?? 'shell chain';
     this.tools = {
       sh: executable('/bin/bash') ? '/bin/bash' : '/bin/sh',
       nsenter: network ? findTool('nsenter') : '',
@@ -159,12 +178,21 @@ export class ConfinedLauncher implements WorkloadLauncher {
       // env(1) could not tell a name containing '=' from the value, nor pass a NUL.
       .filter(([k, v]) => k !== '' && !k.includes('=') && !k.includes('\0') && !v.includes('\0'))
       .map(([k, v]) => `${k}=${v}`);
-    // env(1) would take a command name containing '=' for one more assignment: let a shell exec it.
-    const tail = argv[0]?.includes('=') ? ['/bin/sh', '-c', 'exec "$@"', 'sh', ...argv] : argv;
     const { uid, gid, cgroupDirs } = this.isolation;
     const wrapperEnv: Record<string, string> = { PATH: SAFE_PATH };
     // The exec tag on the wrapper too, so a kill between spawn and exec still finds it.
     if (env[EXEC_ID_ENV]) wrapperEnv[EXEC_ID_ENV] = env[EXEC_ID_ENV];
+    if (this.native) {
+      // NETNS UID GID CGROUP_DIRS -- K=V... -- ARGV: the second `--` ends the environment, so a
+      // command name containing '=' needs nothing special.
+      return {
+        file: this.native,
+        args: [this.netnsPath, String(uid), String(gid), cgroupDirs.join(':'), '--', ...assignments, '--', ...argv],
+        env: wrapperEnv,
+      };
+    }
+    // env(1) would take a command name containing '=' for one more assignment: let a shell exec it.
+    const tail = argv[0]?.includes('=') ? ['/bin/sh', '-c', 'exec "$@"', 'sh', ...argv] : argv;
     return {
       file: this.tools.sh,
       args: [

@@ -35,7 +35,7 @@ export async function startWorkload(opts: {
   const { isolation, log } = opts;
   if (!isolation.isolateNetwork) {
     const launcher = new ConfinedLauncher(isolation);
-    log.warn('workload network isolation is off: egress is not restricted', { uid: isolation.uid });
+    log.warn('workload network isolation is off: egress is not restricted', { uid: isolation.uid, launcher: launcher.kind });
     return {
       launcher,
       dial: directDial,
@@ -56,6 +56,7 @@ export async function startWorkload(opts: {
     gid: isolation.gid,
     cgroups: isolation.cgroupDirs,
     netns_agent: agent.pid,
+    launcher: launcher.kind,
     policy_rules: Object.keys(initial.network_policies ?? {}).length,
   });
   return {

@@ -1,0 +1,150 @@
+// The confining wrapper itself, both ways it can run: the native helper (native/sandgate-launch.c,
+// what every sandbox uses when `npm install` built it) and the shell chain (bash, nsenter, setpriv,
+// env -i). Each starts a real process as root on the host, in cgroups and a network namespace this
+// test makes, with a stray descriptor open and a hostile environment around it, and checks what the
+// process ends up with. The supervisor-level attacks are in workload.test.ts.
+import { execFileSync, spawn } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { findHierarchies, parseMountinfo } from '../../../libs/compute/src/cgroups.ts';
+import { ConfinedLauncher, NATIVE_LAUNCHER, type LaunchCommand } from '../src/workload/launcher.ts';
+
+const UID = 10001;
+const GID = 10002;
+const NETNS = `sg-launcher-test-${process.pid}`;
+let cgroupDirs: string[] = [];
+
+beforeAll(() => {
+  if (process.getuid?.() !== 0) throw new Error('launcher tests must run as root (cgroups, a network namespace, a uid drop)');
+  if (!fs.existsSync(NATIVE_LAUNCHER)) throw new Error(`the native launcher was not built: ${NATIVE_LAUNCHER} (npm install runs apps/supervisor/native/build.sh)`);
+  const mounts = parseMountinfo(fs.readFileSync('/proc/self/mountinfo', 'utf8'));
+  const hierarchies = findHierarchies(mounts, (m) => {
+    try {
+      return fs.readFileSync(`${m}/cgroup.controllers`, 'utf8').trim().split(/\s+/);
+    } catch {
+      return null;
+    }
+  });
+  cgroupDirs = hierarchies.map((h) => path.join(h.mount, `sg-launcher-test-${process.pid}`));
+  for (const d of cgroupDirs) fs.mkdirSync(d);
+  execFileSync('ip', ['netns', 'add', NETNS]);
+});
+
+afterAll(() => {
+  for (const d of cgroupDirs) {
+    try {
+      fs.rmdirSync(d);
+    } catch {
+      // a process still inside: left for the next boot rather than failing the run
+    }
+  }
+  execFileSync('ip', ['netns', 'delete', NETNS]);
+});
+
+/** Runs the command with fd 3 open on a host file (a descriptor the workload must not get). */
+function run(cmd: LaunchCommand): Promise<{ code: number | null; out: string; err: string }> {
+  const stray = fs.openSync('/etc/hostname', 'r');
+  return new Promise((resolve, reject) => {
+    const child = spawn(cmd.file, cmd.args, { env: cmd.env, stdio: ['ignore', 'pipe', 'pipe', stray] });
+    fs.closeSync(stray);
+    let out = '';
+    let err = '';
+    child.stdout!.on('data', (c: Buffer) => (out += c.toString()));
+    child.stderr!.on('data', (c: Buffer) => (err += c.toString()));
+    child.once('error', reject);
+    child.once('close', (code) => resolve({ code, out, err }));
+  });
+}
+
+const REPORT = [
+  'echo "ids $(id -u) $(id -g) $(id -G)"',
+  'grep -E "^(NoNewPrivs|CapEff|CapPrm|CapAmb):" /proc/self/status',
+  'echo "oom $(cat /proc/self/oom_score_adj)"',
+  'echo "netns $(readlink /proc/self/ns/net)"',
+  'cat /proc/self/cgroup',
+  'for f in /proc/$$/fd/*; do echo "fd ${f##*/} $(readlink $f)"; done',
+  'echo "env"; env | sort',
+].join('; ');
+
+describe.each([
+  { how: 'native helper', native: NATIVE_LAUNCHER as string | null },
+  { how: 'shell chain', native: null },
+])('the wrapper, as the $how', ({ native }) => {
+  const launcher = () => new ConfinedLauncher({ uid: UID, gid: GID, isolateNetwork: true, cgroupDirs }, { netnsPath: `/run/netns/${NETNS}`, proxyPort: 3128 }, native);
+
+  it('says which it is', () => {
+    expect(launcher().kind).toBe(native ?? 'shell chain');
+    expect(launcher().command(['true'], {}).file).toBe(native ?? '/bin/bash');
+  });
+
+  it('drops to the workload ids for good, in the cgroups and the namespace, with exactly its environment and no stray descriptor', async () => {
+    const r = await run(launcher().command(['/bin/sh', '-c', REPORT], { PATH: '/usr/bin:/bin', HOME: '/sandbox', ODD_VALUE: 'a b=c' }));
+    expect(r.code, r.err).toBe(0);
+    expect(r.out).toContain(`ids ${UID} ${GID} ${GID}\n`); // no supplementary group besides the primary
+    expect(r.out).toMatch(/^NoNewPrivs:\s+1$/m);
+    for (const cap of ['CapEff', 'CapPrm', 'CapAmb']) expect(r.out).toMatch(new RegExp(`^${cap}:\\s+0+$`, 'm'));
+    expect(r.out).toContain('oom 500\n');
+    const inode = fs.statSync(`/run/netns/${NETNS}`).ino;
+    expect(r.out).toContain(`netns net:[${inode}]\n`);
+    for (const d of cgroupDirs) expect(fs.readFileSync(`${d}/cgroup.procs`, 'utf8')).toBe(''); // gone with the process
+    const cgroupLines = r.out.split('\n').filter((l) => /^\d+:/.test(l));
+    const name = `sg-launcher-test-${process.pid}`;
+    expect(cgroupLines.filter((l) => l.endsWith(`/${name}`)).length).toBe(cgroupDirs.length);
+    // The shell's own descriptors: nothing pointing at the host file open as fd 3 at the spawn.
+    const fds = r.out.split('\n').filter((l) => l.startsWith('fd '));
+    expect(fds.length).toBeGreaterThanOrEqual(3);
+    expect(fds.filter((l) => l.includes('/etc/hostname'))).toEqual([]);
+    const env = r.out.slice(r.out.indexOf('env\n') + 4).trim().split('\n');
+    // The proxy variables the launcher adds, ours, and what sh itself sets (PWD, SHLVL): nothing of the supervisor's.
+    const names = env.map((l) => l.slice(0, l.indexOf('='))).filter((n) => !['PWD', 'SHLVL', 'OLDPWD', '_'].includes(n));
+    expect(names.sort()).toEqual(['ALL_PROXY', 'HOME', 'HTTPS_PROXY', 'HTTP_PROXY', 'NO_PROXY', 'ODD_VALUE', 'PATH', 'all_proxy', 'http_proxy', 'https_proxy', 'no_proxy'].sort());
+    expect(env).toContain('ODD_VALUE=a b=c');
+  });
+
+  it('does not let the environment of the workload reach the root part (LD_PRELOAD)', async () => {
+    const marker = path.join('/tmp', `sg-launcher-preload-${process.pid}-${native ? 'n' : 's'}`);
+    const lib = `${marker}.so`;
+    // A library that would create the marker file from any process that loads it as root.
+    fs.writeFileSync(`${marker}.c`, `#include <stdio.h>\n__attribute__((constructor)) static void own(void) { FILE *f = fopen("${marker}", "a"); if (f) { fprintf(f, "loaded\\n"); fclose(f); } }\n`);
+    execFileSync('cc', ['-shared', '-fPIC', '-o', lib, `${marker}.c`]);
+    try {
+      const r = await run(launcher().command(['/bin/true'], { PATH: '/usr/bin:/bin', LD_PRELOAD: lib }));
+      expect(r.code, r.err).toBe(0);
+      // /bin/true itself (as the workload) may load it: the file then exists but was written by uid 10001.
+      if (fs.existsSync(marker)) expect(fs.statSync(marker).uid).toBe(UID);
+    } finally {
+      for (const f of [marker, lib, `${marker}.c`]) fs.rmSync(f, { force: true });
+    }
+  });
+
+  it('runs a command whose name contains "=", and reports a missing command with 127', async () => {
+    const dir = fs.mkdtempSync('/tmp/sg-launcher-');
+    fs.chmodSync(dir, 0o755);
+    const odd = path.join(dir, 'a=b');
+    fs.writeFileSync(odd, '#!/bin/sh\necho odd ran\n', { mode: 0o755 });
+    try {
+      const r = await run(launcher().command([odd], { PATH: '/usr/bin:/bin' }));
+      expect(r.code, r.err).toBe(0);
+      expect(r.out).toBe('odd ran\n');
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+    const missing = await run(launcher().command(['no-such-command-here'], { PATH: '/usr/bin:/bin' }));
+    expect(missing.code).toBe(127);
+    expect(missing.err).toContain('no-such-command-here');
+  });
+
+  it('refuses to run anything when it cannot confine (a cgroup it cannot join): 125', async () => {
+    const l = new ConfinedLauncher({ uid: UID, gid: GID, isolateNetwork: true, cgroupDirs }, { netnsPath: `/run/netns/${NETNS}`, proxyPort: 3128 }, native);
+    const cmd = l.command(['/bin/sh', '-c', 'echo ran'], { PATH: '/usr/bin:/bin' });
+    // The cgroup directory list is the 4th wrapper argument in both forms; point it somewhere unjoinable.
+    const at = cmd.args.indexOf(cgroupDirs.join(':'));
+    expect(at).toBeGreaterThan(-1);
+    cmd.args[at] = '/nonexistent-cgroup';
+    const r = await run(cmd);
+    expect(r.code).toBe(125);
+    expect(r.out).toBe('');
+    expect(r.err).toContain('/nonexistent-cgroup');
+  });
+});
