@@ -7,7 +7,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
-import { NATIVE_LAUNCHER } from '../apps/supervisor/src/workload/launcher.ts';
+import { NATIVE_LAUNCHER } from '@sandgate/supervisor';
 import { runCli } from '../test/harness/cluster.ts';
 import { openShellClient } from '../test/harness/grpc-client.ts';
 import { createSandbox } from '../test/harness/sandbox.ts';

@@ -14,8 +14,8 @@ import { spawn, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
-import { ConfinedLauncher, NATIVE_LAUNCHER } from '../apps/supervisor/src/workload/launcher.ts';
-import { findHierarchies, parseMountinfo } from '../libs/compute/src/cgroups.ts';
+import { ConfinedLauncher, NATIVE_LAUNCHER } from '@sandgate/supervisor';
+import { findHierarchies, parseMountinfo } from '@sandgate/compute';
 import { COMMON_OPTIONS, emitReport, now, onCleanup, runMain, type BenchReport } from './bench.ts';
 import { ms, summarise } from './stats.ts';
 

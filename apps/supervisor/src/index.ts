@@ -5,3 +5,4 @@ export { loadConfig, stripSupervisorEnv, EXEC_ID_ENV, type SupervisorConfig } fr
 export { backoffDelay } from './backoff.ts';
 export { preflight } from './preflight.ts';
 export { createGatewayClient, callMetadata, type GatewayClient } from './gateway-client.ts';
+export { ConfinedLauncher, NATIVE_LAUNCHER, type LaunchCommand } from './workload/launcher.ts';

@@ -7,7 +7,6 @@ import { execFileSync, spawn } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { findHierarchies, parseMountinfo } from '../../../libs/compute/src/cgroups.ts';
 import { ConfinedLauncher, NATIVE_LAUNCHER, type LaunchCommand } from '../src/workload/launcher.ts';
 
 const UID = 10001;
@@ -18,15 +17,7 @@ let cgroupDirs: string[] = [];
 beforeAll(() => {
   if (process.getuid?.() !== 0) throw new Error('launcher tests must run as root (cgroups, a network namespace, a uid drop)');
   if (!fs.existsSync(NATIVE_LAUNCHER)) throw new Error(`the native launcher was not built: ${NATIVE_LAUNCHER} (npm install runs apps/supervisor/native/build.sh)`);
-  const mounts = parseMountinfo(fs.readFileSync('/proc/self/mountinfo', 'utf8'));
-  const hierarchies = findHierarchies(mounts, (m) => {
-    try {
-      return fs.readFileSync(`${m}/cgroup.controllers`, 'utf8').trim().split(/\s+/);
-    } catch {
-      return null;
-    }
-  });
-  cgroupDirs = hierarchies.map((h) => path.join(h.mount, `sg-launcher-test-${process.pid}`));
+  cgroupDirs = cgroupMounts().map((m) => path.join(m, `sg-launcher-test-${process.pid}`));
   for (const d of cgroupDirs) fs.mkdirSync(d);
   execFileSync('ip', ['netns', 'add', NETNS]);
 });
@@ -41,6 +32,26 @@ afterAll(() => {
   }
   execFileSync('ip', ['netns', 'delete', NETNS]);
 });
+
+/**
+ * Where to make the test's cgroups, as the drivers give a workload: the v1 hierarchies of memory,
+ * cpu and pids (as mounted, each once), or the cgroup2 mount when there are none.
+ */
+function cgroupMounts(): string[] {
+  const v1 = new Set<string>();
+  let v2 = '';
+  for (const line of fs.readFileSync('/proc/self/mountinfo', 'utf8').split('\n')) {
+    const [pre, post] = line.split(' - ');
+    if (!pre || !post) continue;
+    const mountPoint = pre.split(' ')[4]!;
+    const [fstype, , options] = post.split(' ');
+    if (fstype === 'cgroup2') v2 ||= mountPoint;
+    if (fstype === 'cgroup' && options!.split(',').some((o) => ['memory', 'cpu', 'pids'].includes(o))) v1.add(mountPoint);
+  }
+  if (v1.size > 0) return [...v1];
+  if (v2) return [v2];
+  throw new Error('no cgroup v1 hierarchy of memory, cpu or pids and no cgroup2 mount: the launcher joins workload cgroups');
+}
 
 /** Runs the command with fd 3 open on a host file (a descriptor the workload must not get). */
 function run(cmd: LaunchCommand): Promise<{ code: number | null; out: string; err: string }> {

@@ -4,3 +4,4 @@ export { LocalDriver, type LocalDriverOptions } from './local-driver.ts';
 export type { LocalHandle } from './validate.ts';
 export { DockerDriver, DEFAULT_IMAGE as DEFAULT_DOCKER_IMAGE, DEFAULT_NETWORK as DEFAULT_DOCKER_NETWORK, type DockerDriverOptions, type DockerHandle } from './docker-driver.ts';
 export { ensureSandboxNetwork, type SandboxNetwork } from './docker/network.ts';
+export { findHierarchies, parseMountinfo } from './cgroups.ts';
