@@ -155,10 +155,15 @@ export function onComputeFailed(s: LifecycleStatus, message: string, now: Date):
   return withPhase(s, Phase.ERROR, readyCondition('False', Reason.ComputeFailed, message, now));
 }
 
-/** Reconcile found the record's compute gone behind sandgate's back. */
+/**
+ * Reconcile found the record's compute gone behind sandgate's back. Not for a launch that already
+ * failed: after ProvisioningTimeout sandgate removed the compute itself, after ComputeFailed it
+ * never ran, and that reason (what the caller needs to read) must not be replaced by this one.
+ */
 export function onComputeVanished(s: LifecycleStatus, now: Date): LifecycleStatus | null {
   if (s.phase === Phase.DELETING || s.phase === Phase.STOPPED || s.phase === Phase.STOPPING) return null;
-  if (s.phase === Phase.ERROR && readyReason(s) === Reason.ComputeVanished) return null;
+  const reason = readyReason(s);
+  if (s.phase === Phase.ERROR && (reason === Reason.ComputeVanished || reason === Reason.ProvisioningTimeout || reason === Reason.ComputeFailed)) return null;
   return withPhase(s, Phase.ERROR, readyCondition('False', Reason.ComputeVanished, 'The sandbox compute no longer exists', now));
 }
 

@@ -6,6 +6,7 @@ import {
   onComputeFailed,
   onComputeVanished,
   onMainProcessExit,
+  onProvisioningTimeout,
   onSupervisorConnected,
   onSupervisorDisconnected,
   type LifecycleStatus,
@@ -31,5 +32,22 @@ describe('ephemeralRunOver', () => {
   it('is not over for a launch that failed (its error stays readable) or a supervisor that is only disconnected', () => {
     expect(ephemeralRunOver(onComputeFailed(provisioning, 'bwrap: exited 1', now)!)).toBe(false);
     expect(ephemeralRunOver(onSupervisorDisconnected(ready, now)!)).toBe(false);
+  });
+});
+
+describe('onComputeVanished', () => {
+  it('keeps the reason of a launch that failed: its compute was removed on purpose (deadline) or never ran', () => {
+    // The provisioning deadline removes the compute; the next reconcile sweep then finds it gone.
+    const timedOut = onProvisioningTimeout(provisioning, 6000, now)!;
+    expect(timedOut.phase).toBe(Phase.ERROR);
+    expect(onComputeVanished(timedOut, now)).toBeNull();
+    expect(onComputeVanished(onComputeFailed(provisioning, 'bwrap: exited 1', now)!, now)).toBeNull();
+  });
+
+  it('marks a sandbox that was serving, or whose main process failed, as vanished', () => {
+    expect(onComputeVanished(ready, now)?.conditions?.[0]?.reason).toBe('ComputeVanished');
+    const failed = onMainProcessExit(ready, 'run-1', 3, now)!;
+    expect(failed.phase).toBe(Phase.ERROR);
+    expect(onComputeVanished(failed, now)?.conditions?.[0]?.reason).toBe('ComputeVanished');
   });
 });
