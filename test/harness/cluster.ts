@@ -99,22 +99,33 @@ export class Cluster {
     const n = opts.replicas ?? 3;
     cluster.credentials.token = await cluster.tokenFor('default', 'admin', 'test harness');
     Object.assign(cluster.credentials, cluster.tlsCredentials());
-    const ports = await freePorts(n * 3);
-    for (let i = 0; i < n; i++) {
-      const [grpcPort, httpPort, peerPort] = [ports[i * 3]!, ports[i * 3 + 1]!, ports[i * 3 + 2]!];
-      cluster.replicas.push({
-        id: `r${i}`,
-        grpcPort,
-        httpPort,
-        peerPort,
-        grpcAddress: `${cluster.host}:${grpcPort}`,
-        httpUrl: `${cluster.tls ? 'https' : 'http'}://${cluster.host}:${httpPort}`,
-        proc: null,
-        logs: [],
-      });
+    // A free port is only free until someone binds it: another test or chaos run on the machine
+    // can take one between freePorts and the replica's bind (EADDRINUSE). The whole start is then
+    // tried again on fresh ports, since every replica's supervisor endpoint names all of them.
+    for (let attempt = 1; ; attempt++) {
+      const ports = await freePorts(n * 3);
+      cluster.replicas.length = 0;
+      for (let i = 0; i < n; i++) {
+        const [grpcPort, httpPort, peerPort] = [ports[i * 3]!, ports[i * 3 + 1]!, ports[i * 3 + 2]!];
+        cluster.replicas.push({
+          id: `r${i}`,
+          grpcPort,
+          httpPort,
+          peerPort,
+          grpcAddress: `${cluster.host}:${grpcPort}`,
+          httpUrl: `${cluster.tls ? 'https' : 'http'}://${cluster.host}:${httpPort}`,
+          proc: null,
+          logs: [],
+        });
+      }
+      const started = await Promise.allSettled(cluster.replicas.map((_, i) => cluster.startReplica(i)));
+      const failures = started.filter((x): x is PromiseRejectedResult => x.status === 'rejected').map((x) => String(x.reason));
+      if (failures.length === 0) return cluster;
+      const portTaken = failures.every((f) => f.includes('EADDRINUSE'));
+      await Promise.all(cluster.replicas.map((r) => (r.proc ? stopped(r.proc) : undefined)));
+      if (!portTaken || attempt === 3) throw new Error(failures.join('\n'));
+      console.warn(`cluster start, attempt ${attempt}: a port was taken before a replica bound it; starting again on fresh ports`);
     }
-    await Promise.all(cluster.replicas.map((_, i) => cluster.startReplica(i)));
-    return cluster;
   }
 
   /** The cluster's admin API token (every test client sends it unless told otherwise). */
@@ -291,6 +302,15 @@ export class Cluster {
 }
 
 /** GET over http or https (with `tls`: trusting that CA, checking that name). */
+/** SIGKILLs a process and resolves once it has exited. */
+function stopped(proc: ChildProcess): Promise<void> {
+  if (proc.exitCode !== null || proc.signalCode !== null) return Promise.resolve();
+  return new Promise((resolve) => {
+    proc.once('exit', () => resolve());
+    proc.kill('SIGKILL');
+  });
+}
+
 export function httpGet(url: string, tls?: { ca: Buffer; servername?: string }): Promise<{ status: number; body: string }> {
   return new Promise((resolve, reject) => {
     const u = new URL(url);
