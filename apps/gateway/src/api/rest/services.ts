@@ -5,10 +5,9 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { Type, type Static } from '@sinclair/typebox';
 import type { RestDeps } from './index.ts';
-import type { httpCaller } from './gate.ts';
 import { authenticate, callerOf } from './common.ts';
 import { sendError } from './errors.ts';
-import { invalid } from '@sandgate/core';
+import { invalid, type Principal } from '@sandgate/core';
 import type { ServiceEndpointResponse as ServiceEndpointResponseMessage } from '@sandgate/protocols';
 
 /** The path segment naming a sandbox's unnamed endpoint. */
@@ -99,7 +98,7 @@ function endpointBody(r: ServiceEndpointResponseMessage): Static<typeof ServiceE
 }
 
 /** Runs `fn` with the caller (the route's `authenticate` hook established it), answers its result or the one error shape. */
-function handle<Req extends FastifyRequest>(deps: RestDeps, fn: (req: Req, caller: Awaited<ReturnType<typeof httpCaller>>) => Promise<unknown>) {
+function handle<Req extends FastifyRequest>(deps: RestDeps, fn: (req: Req, caller: Principal) => Promise<unknown>) {
   return async (req: Req, reply: FastifyReply) => {
     try {
       const caller = callerOf(req);
