@@ -14,6 +14,7 @@ import { execIdOf, expectTreeGone as expectTreeGoneFrom, treeProcs } from '../ha
 import { sleep, waitFor } from '../harness/wait.ts';
 import { openShellClient } from '../harness/grpc-client.ts';
 import { expectOwnedOperationsServed } from '../harness/openapi-coverage.ts';
+import { LINK_SILENCE_LIMIT_MS } from '@sandgate/relay';
 
 let redis: TestRedis;
 let r: Redis;
@@ -417,6 +418,7 @@ describe('back-pressure', () => {
     const execId = await execIdOf(tok);
     // Stop reading: the client's socket is paused, its receive buffer fills, then every hop's.
     exec.ws.pause();
+    const pausedAt = Date.now();
     let last = -1;
     const stalledAt = await waitFor('the output counter to stop advancing', async () => {
       const a = await readCounter();
@@ -432,6 +434,9 @@ describe('back-pressure', () => {
     console.log(`exec-ws back-pressure: stalled after ${((stalledAt * CHUNK) / 2 ** 20).toFixed(1)} MiB of output; entry replica RSS grew ${(rssGrowth / 2 ** 20).toFixed(1)} MiB`);
     expect(stalledAt * CHUNK).toBeLessThan(64 * 1024 * 1024);
     expect(rssGrowth).toBeLessThan(64 * 1024 * 1024);
+    // Held back well past the peer link's silence limit: the entry replica, not reading the link,
+    // does not hear the owner's pings then, and must not take that for a frozen owner.
+    await sleep(Math.max(0, pausedAt + 2 * LINK_SILENCE_LIMIT_MS - Date.now()));
     // Reading again: the command runs on.
     exec.ws.resume();
     let now = stalledAt;

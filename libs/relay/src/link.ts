@@ -21,6 +21,8 @@
 // STATUS  server → client: JSON {code, details, notHere}: the channel failed; the server closes
 // PING    either way, every 1 s once authenticated: a side that hears nothing for 3.5 s drops the
 //         connection, so a frozen replica is noticed as fast as with the gRPC keepalive it replaces.
+//         Not while that side holds its own reading back (a slow consumer): the pings then wait
+//         behind the data it has not read, so the clock restarts when it reads again.
 // Closing the connection without END is a cancel (the owner kills what the channel runs).
 import { connect, type Socket } from 'node:net';
 import { Duplex } from 'node:stream';
@@ -115,6 +117,11 @@ export class LinkChannel<T> extends Duplex {
   private pending: Buffer[] = [];
   private pendingBytes = 0;
   private lastHeardMs = Date.now();
+  /**
+   * Our reader is full, so the socket is paused: the peer's pings wait unread behind its data.
+   * Its silence proves nothing then; the clock starts again once we read.
+   */
+  private readHeld = false;
   private remoteEnded = false;
   private failed = false;
   private socketError = '';
@@ -159,7 +166,7 @@ export class LinkChannel<T> extends Duplex {
       const now = Date.now();
       // A late tick means this process was the one stalled (SIGSTOP, a long GC): what the peer
       // sent meanwhile is still unread in the socket, so its silence proves nothing yet.
-      if (now - lastTickMs > 2 * interval) this.lastHeardMs = now;
+      if (now - lastTickMs > 2 * interval || this.readHeld) this.lastHeardMs = now;
       lastTickMs = now;
       if (now - this.lastHeardMs > silenceLimit) {
         this.socketError ||= `peer silent for more than ${silenceLimit} ms`;
@@ -239,6 +246,10 @@ export class LinkChannel<T> extends Duplex {
   }
 
   override _read(): void {
+    if (this.readHeld) {
+      this.readHeld = false;
+      this.lastHeardMs = Date.now();
+    }
     this.socket.resume();
   }
 
@@ -361,7 +372,10 @@ export class LinkChannel<T> extends Duplex {
         } catch {
           return this.protocolError('undecodable message');
         }
-        if (!this.push(frame)) this.socket.pause();
+        if (!this.push(frame)) {
+          this.readHeld = true;
+          this.socket.pause();
+        }
         return;
       }
       case LinkFrame.END:

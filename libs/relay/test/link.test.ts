@@ -156,6 +156,65 @@ describe('peer link', () => {
     expect(maxBuffered).toBeLessThan(8 * 1024 * 1024);
   });
 
+  it('a reader that holds back longer than the silence limit keeps its channel (the pings wait behind the data)', async () => {
+    // Found by exec-ws.test.ts: a WebSocket client that stopped reading for ~4 s lost its
+    // relayed exec, because the entry replica stopped reading the link and so heard no pings.
+    const timing = { pingIntervalMs: 50, silenceLimitMs: 300 };
+    const chunk = 'x'.repeat(64 * 1024);
+    const total = 200; // 12.5 MiB: far past every buffer, so the server's writes wait too
+    const address = await linkServer((ch) => {
+      ch.sendMetadata();
+      let i = 0;
+      const writeMore = () => {
+        while (i < total) {
+          i++;
+          if (!ch.write({ data: chunk })) return void ch.once('drain', writeMore);
+        }
+        ch.end();
+      };
+      writeMore();
+    }, timing);
+    const client = connectLink(address, json, HELLO, timing);
+    const errors: LinkError[] = [];
+    client.on('error', (err: LinkError) => errors.push(err));
+    await once(client, 'metadata');
+    // Not reading for 5 silence limits.
+    await new Promise((r) => setTimeout(r, 1_500));
+    expect(errors).toEqual([]);
+    let got = 0;
+    client.on('data', () => got++);
+    await once(client, 'end');
+    expect(errors).toEqual([]);
+    expect(got).toBe(total);
+  });
+
+  it('a peer that freezes while the reader holds back is still dropped once the reader reads again', async () => {
+    const timing = { pingIntervalMs: 50, silenceLimitMs: 300 };
+    let serverSocket!: Socket;
+    const address = await linkServer((ch) => {
+      ch.sendMetadata();
+      serverSocket = (ch as unknown as { socket: Socket }).socket;
+      const chunk = 'x'.repeat(64 * 1024);
+      // Fill every buffer, then go mute: no more frames, no pings (a frozen process).
+      const fill = () => {
+        while (ch.write({ data: chunk }));
+      };
+      fill();
+      setTimeout(() => {
+        (ch as unknown as { timer: NodeJS.Timeout }).timer.close();
+        ch.removeAllListeners('drain');
+        serverSocket.pause();
+      }, 100);
+    }, timing);
+    const client = connectLink(address, json, HELLO, timing);
+    await once(client, 'metadata');
+    await new Promise((r) => setTimeout(r, 800));
+    const failed = once(client, 'error') as Promise<[LinkError]>;
+    client.on('data', () => undefined);
+    const [err] = await failed;
+    expect(err.details).toMatch(/silent/);
+  });
+
   it('drops a connection that speaks another protocol, or sends frames before the handshake', async () => {
     const refusals: string[] = [];
     const server = createServer((socket) => {
