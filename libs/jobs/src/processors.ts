@@ -5,7 +5,7 @@
 // instance that has moved on.
 import { Phase, mainProcessFinished, onComputeVanished, onProvisioningTimeout, restartOverdue, type LifecycleStatus, type DebugBreak } from '@sandgate/core';
 import type { ComputeDriver } from '@sandgate/compute';
-import { ClusterCounter, type ClusterCounterName, type OrphanQuarantine, type SandboxStore, type StoredSandbox } from '@sandgate/store';
+import { ClusterCounter, sameRun, type ClusterCounterName, type OrphanQuarantine, type SandboxStore, type StoredSandbox } from '@sandgate/store';
 import type { Logger, Metrics } from '@sandgate/telemetry';
 import type { JobScheduler } from './scheduler.ts';
 import type { JobProcessors } from './worker.ts';
@@ -165,7 +165,8 @@ async function reconcile(deps: JobDeps): Promise<unknown> {
       const expectsCompute = phase === Phase.READY || phase === Phase.COMPLETED || (phase === Phase.ERROR && rec.compute !== null);
       // Give a fresh launch time to show up before calling it vanished.
       if (expectsCompute && !running && rec.compute && Date.now() - rec.runStartedAtMs > 5_000) {
-        const marked = await deps.lifecycle.transition(id, (s) => onComputeVanished(s, now()));
+        // Fenced by the run: a restart or start since the listing launched new compute.
+        const marked = await deps.lifecycle.transition(id, (s, cur) => (sameRun(cur, rec) ? onComputeVanished(s, now()) : null));
         if (marked?.sandbox.status?.phase === Phase.ERROR && phase !== Phase.ERROR) {
           deps.lifecycle.note(id, 'sandbox compute vanished', 'ERROR');
           vanished++;

@@ -29,7 +29,7 @@ import {
   parseResources,
   workloadUserFor,
 } from '@sandgate/core';
-import { policyInForce, type ReplicationGuard, type SandboxLogStore, type SandboxStore, type StoredSandbox } from '@sandgate/store';
+import { policyInForce, sameRun, type ReplicationGuard, type SandboxLogStore, type SandboxStore, type StoredSandbox } from '@sandgate/store';
 import type { ComputeDriver, GatewayTls, LaunchSpec } from '@sandgate/compute';
 import type { JobScheduler, LifecycleTransitions } from '@sandgate/jobs';
 import type { Logger, Metrics } from '@sandgate/telemetry';
@@ -265,7 +265,7 @@ export class LifecycleService implements LifecycleTransitions {
       starting.compute,
     );
     const updated = await this.deps.store.mutate(id, (cur) => ({ sandbox: cur.sandbox, extra: { compute: JSON.stringify(handle) } }));
-    this.watchLaunch(id);
+    this.watchLaunch(id, runStartedAtMs);
     return updated;
   }
 
@@ -273,16 +273,17 @@ export class LifecycleService implements LifecycleTransitions {
    * Watches a fresh launch for a few seconds: compute that dies before its supervisor connects
    * (an image that cannot run it, a crash at start) makes the sandbox Error at once, with the
    * driver's explanation, instead of waiting for the provisioning deadline. Best effort; the
-   * deadline job and the reconcile sweep remain the durable backstops.
+   * deadline job and the reconcile sweep remain the durable backstops. Only this run
+   * (`runStartedAtMs`) is watched: a restart begun meanwhile is the next run's watch's business.
    */
-  watchLaunch(sandboxId: string): void {
+  watchLaunch(sandboxId: string, runStartedAtMs: number): void {
     const delays = [300, 700, 1000, 2000, 3000, 5000, 8000];
     void (async () => {
       for (const delay of delays) {
         await new Promise((r) => setTimeout(r, delay));
         const rec = await this.deps.store.get(sandboxId);
         const phase = rec?.sandbox.status?.phase;
-        if (!rec || (phase !== Phase.PROVISIONING && phase !== Phase.STARTING)) return;
+        if (!rec || rec.runStartedAtMs !== runStartedAtMs || (phase !== Phase.PROVISIONING && phase !== Phase.STARTING)) return;
         if ((await this.deps.driver.inspect(sandboxId, rec.compute)) === 'running') continue;
         await this.failLaunch(rec);
         return;
@@ -290,13 +291,18 @@ export class LifecycleService implements LifecycleTransitions {
     })().catch((err: unknown) => this.deps.log.warn('launch watch failed', { sandboxId, err }));
   }
 
+  /**
+   * The launch `rec` describes died before its supervisor connected: Error/ComputeFailed. Fenced
+   * by the run: `rec` was read before the compute was inspected, and if a new run (a restart, a
+   * start) has begun since, the dead compute was the old run's and the new one is left alone.
+   */
   async failLaunch(rec: StoredSandbox): Promise<void> {
     const id = rec.sandbox.metadata!.id!;
     const reason =
       (await this.deps.driver.failureReason?.(id, rec.compute).catch(() => null)) ??
       `the sandbox compute exited before its supervisor connected (driver ${this.deps.driver.name})`;
-    const failed = await this.transition(id, (s) => onComputeFailed(s, reason, now()));
-    if (failed?.sandbox.status?.phase === Phase.ERROR) {
+    const failed = await this.transition(id, (s, cur) => (sameRun(cur, rec) ? onComputeFailed(s, reason, now()) : null));
+    if (failed?.sandbox.status?.phase === Phase.ERROR && sameRun(failed, rec)) {
       this.note(id, reason, 'ERROR');
       this.deps.log.warn('sandbox compute failed at launch', { sandboxId: id, reason });
     }

@@ -117,7 +117,7 @@ export class SandboxService {
       // Before the answer: an acknowledged create must outlive a Redis failover (else undone below).
       await this.deps.replication.confirm('the create');
       this.deps.lifecycle.note(id, `sandbox created (driver ${driver.name})`);
-      this.deps.lifecycle.watchLaunch(id);
+      this.deps.lifecycle.watchLaunch(id, now);
       this.deps.metrics.inc('sandgate_sandboxes_created_total');
       log.info('sandbox created', { sandboxId: id, name: sandbox.metadata!.name, driver: driver.name });
       return { sandbox: updated?.sandbox ?? sandbox };
