@@ -48,10 +48,6 @@ export interface StoredSandbox {
 }
 
 /**
- * The policy in force and its revision: the one UpdateConfig set last, else the create-time
- * spec.policy (revision 1), else none (revision 0: no egress).
- */
-/**
  * Both records describe the same run of the sandbox: the same launch time and compute handle.
  * A decision made from one read (the compute is dead) applies to a later read only if so.
  */
@@ -59,6 +55,10 @@ export function sameRun(a: Pick<StoredSandbox, 'runStartedAtMs' | 'compute'>, b:
   return a.runStartedAtMs === b.runStartedAtMs && JSON.stringify(a.compute) === JSON.stringify(b.compute);
 }
 
+/**
+ * The policy in force and its revision: the one UpdateConfig set last, else the create-time
+ * spec.policy (revision 1), else none (revision 0: no egress).
+ */
 export function policyInForce(rec: Pick<StoredSandbox, 'sandbox' | 'policy' | 'policyRevision'>): { bytes: Buffer | undefined; revision: number } {
   if (rec.policy) return { bytes: rec.policy, revision: rec.policyRevision };
   const spec = rec.sandbox.spec?.policy;
