@@ -234,16 +234,26 @@ describe('restart policies', () => {
     return Date.now();
   }
 
-  /** Times (ms since create) at which restart_count first reached 1, 2, …, `n`. */
-  async function restartTimes(client: AnyClient, name: string, createdAt: number, n: number): Promise<number[]> {
-    const seen: number[] = [];
-    await waitFor(`${name}: ${n} restarts`, async () => {
-      const count = (await status(client, name)).restart_count ?? 0;
-      while (seen.length < Math.min(count, n)) seen.push(Date.now() - createdAt);
-      return seen.length >= n;
-    }, 60_000, 50);
-    return seen;
+  /** Times (ms since `createdAt`) at which each sandbox's restart_count first reached 1, 2, …, `n`. */
+  async function restartTimesOf(client: AnyClient, names: string[], createdAt: number, n: number): Promise<Map<string, number[]>> {
+    const seen = new Map<string, Status>();
+    const times = new Map<string, number[]>(names.map((name) => [name, []]));
+    await waitFor(`${names.join(', ')}: ${n} restarts`, async () => {
+      for (const name of names) {
+        const s = await status(client, name);
+        seen.set(name, s);
+        const t = times.get(name)!;
+        while (t.length < Math.min(s.restart_count ?? 0, n)) t.push(Date.now() - createdAt);
+      }
+      return names.every((name) => times.get(name)!.length >= n);
+    }, 60_000, 50).catch((err: unknown) => {
+      throw new Error(`${String(err)}:\n${names.map((name) => `${name} ${JSON.stringify(seen.get(name))}`).join('\n')}`);
+    });
+    return times;
   }
+
+  const restartTimes = async (client: AnyClient, name: string, createdAt: number, n: number): Promise<number[]> =>
+    (await restartTimesOf(client, [name], createdAt, n)).get(name)!;
 
   it('on-failure: a non-zero exit restarts with growing backoff (1 s, then 2 s)', async () => {
     const client = openShellClient(gw(0));
@@ -283,19 +293,7 @@ describe('restart policies', () => {
         unaryCall(client, 'CreateSandbox', { name, spec: { command: ['sh', '-c', `sleep 0.${5 + i}; exit 0`], restart_policy: 3 } }),
       ),
     );
-    const seen = new Map<string, Status>();
-    const times = new Map<string, number[]>(names.map((n) => [n, []]));
-    await waitFor('every sandbox restarted twice', async () => {
-      for (const name of names) {
-        const s = await status(client, name);
-        seen.set(name, s);
-        const t = times.get(name)!;
-        while (t.length < Math.min(s.restart_count ?? 0, 2)) t.push(Date.now() - createdAt);
-      }
-      return names.every((name) => times.get(name)!.length >= 2);
-    }, 60_000, 100).catch((err: unknown) => {
-      throw new Error(`${String(err)}:\n${names.map((n) => `${n} ${JSON.stringify(seen.get(n))}`).join('\n')}`);
-    });
+    const times = await restartTimesOf(client, names, createdAt, 2);
     for (const name of names) {
       const [first, second] = times.get(name)!;
       // Each run lives ≥ 0.5 s; the backoff after run k is 2^(k-1) s.

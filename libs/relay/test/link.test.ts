@@ -196,10 +196,7 @@ describe('peer link', () => {
       serverSocket = (ch as unknown as { socket: Socket }).socket;
       const chunk = 'x'.repeat(64 * 1024);
       // Fill every buffer, then go mute: no more frames, no pings (a frozen process).
-      const fill = () => {
-        while (ch.write({ data: chunk }));
-      };
-      fill();
+      while (ch.write({ data: chunk }));
       setTimeout(() => {
         (ch as unknown as { timer: NodeJS.Timeout }).timer.close();
         ch.removeAllListeners('drain');
