@@ -28,7 +28,7 @@ export interface Haproxy {
  * well: SSE and WebSocket upgrades pass untouched, and a client that goes away closes the
  * replica's side too (what the REST exec's kill-on-disconnect relies on).
  */
-export function haproxyConfig(port: number, backends: HaproxyBackend[], healthCa?: string, httpPort?: number): string {
+export function haproxyConfig(port: number, backends: HaproxyBackend[], healthCa?: string, httpPort?: number, statsSocket?: string): string {
   const server = (b: HaproxyBackend, port: number) =>
     `  server ${b.name} 127.0.0.1:${port} check port ${b.httpPort}${healthCa ? ` check-ssl verify required ca-file ${healthCa} verifyhost localhost` : ''}`;
   const health = ['  option httpchk GET /readyz', '  http-check expect status 200', '  default-server inter 300 fall 2 rise 1 on-marked-down shutdown-sessions'];
@@ -39,6 +39,7 @@ export function haproxyConfig(port: number, backends: HaproxyBackend[], healthCa
   return [
     'global',
     '  maxconn 4000',
+    ...(statsSocket ? [`  stats socket ${statsSocket} mode 600 level operator`] : []),
     'defaults',
     '  mode tcp',
     '  timeout connect 1s',
@@ -72,7 +73,8 @@ export async function startHaproxy(
 ): Promise<Haproxy> {
   const dir = mkdtempSync(path.join(os.tmpdir(), 'sg-haproxy-'));
   const cfg = path.join(dir, 'haproxy.cfg');
-  writeFileSync(cfg, haproxyConfig(port, backends, opts.healthCa, opts.httpPort));
+  const statsSocket = path.join(dir, 'stats.sock');
+  writeFileSync(cfg, haproxyConfig(port, backends, opts.healthCa, opts.httpPort, statsSocket));
   const proc: ChildProcess = spawn('haproxy', ['-f', cfg, '-db'], { stdio: ['ignore', 'ignore', 'pipe'] });
   let err = '';
   proc.stderr!.on('data', (c: Buffer) => (err = (err + c.toString()).slice(-4000)));
@@ -85,6 +87,25 @@ export async function startHaproxy(
       });
       s.on('error', () => resolve(false));
     });
+  });
+  // Listening is not serving: until its first health checks pass, a backend may be down and a
+  // client let in meanwhile gets its connection closed ("Empty reply from server"). Every server
+  // of every backend is up before the balancer is handed out (each replica was ready already).
+  let states = '';
+  await waitFor(
+    'haproxy: every backend server UP',
+    async () => {
+      if (proc.exitCode !== null) throw new Error(`haproxy exited ${proc.exitCode}: ${err}`);
+      const servers = serverStates(await statsCommand(statsSocket, 'show stat'));
+      states = servers.map((x) => `${x.backend}/${x.server}=${x.status}`).join(' ');
+      return servers.length === backends.length * (opts.httpPort === undefined ? 1 : 2) && servers.every((x) => x.status === 'UP');
+    },
+    30_000,
+    100,
+  ).catch((e: unknown) => {
+    proc.kill('SIGKILL');
+    rmSync(dir, { recursive: true, force: true });
+    throw new Error(`${String(e)}; servers: ${states}`);
   });
   if (opts.credentials) registerGateway(`127.0.0.1:${port}`, opts.credentials);
   return {
@@ -100,4 +121,26 @@ export async function startHaproxy(
       rmSync(dir, { recursive: true, force: true });
     },
   };
+}
+
+/** One command on haproxy's stats socket; resolves with its whole answer ('' if it cannot connect yet). */
+function statsCommand(socketPath: string, command: string): Promise<string> {
+  return new Promise((resolve) => {
+    let out = '';
+    const s = net.connect(socketPath, () => s.end(`${command}\n`));
+    s.on('data', (c: Buffer) => (out += c.toString()));
+    s.on('close', () => resolve(out));
+    s.on('error', () => resolve(''));
+  });
+}
+
+/** The servers in `show stat`'s CSV (not the FRONTEND/BACKEND summary rows), with their status. */
+function serverStates(csv: string): { backend: string; server: string; status: string }[] {
+  const [header, ...rows] = csv.trim().split('\n');
+  const columns = (header ?? '').replace(/^# /, '').split(',');
+  const at = (name: string) => columns.indexOf(name);
+  return rows
+    .map((row) => row.split(','))
+    .filter((f) => f[at('svname')] !== 'FRONTEND' && f[at('svname')] !== 'BACKEND' && f.length > at('status'))
+    .map((f) => ({ backend: f[at('pxname')]!, server: f[at('svname')]!, status: f[at('status')]! }));
 }
