@@ -2,7 +2,7 @@ import { configDefaults, defineConfig } from 'vitest/config';
 
 /**
  * End-to-end files whose time goes to waiting, not to this machine's two cores, so they run in
- * the second lane (E2E_SIDE_LANE, after the unit tests) beside the rest of the e2e suite
+ * the second lane (`e2e-side`, after the unit tests) beside the rest of the e2e suite
  * (scripts/test-lanes.sh), which keeps CI inside its time. They wait on Redis failovers and WAIT
  * timeouts, drain and exec deadlines, job schedules, Prometheus scrapes and span export. None asserts a duration tighter than what it
  * waits for. (The docker driver's files were tried here too: with them beside it, the main
@@ -20,15 +20,18 @@ const E2E_WAITING = [
 ];
 
 /**
- * End-to-end files run a second time against a Sentinel-managed Redis (a primary, a replica,
- * three Sentinels; SANDGATE_TEST_REDIS=sentinel in test/harness/redis.ts, and the replicas wait
- * for the replica on every acknowledged write): the ones whose subject is the state replicas share
- * (ownership and relays, access rules, tokens, workspaces, forwards, the REST API). In the second
- * lane, after `e2e-side`, inside the time the main lane takes anyway: lifecycle.test.ts (200 s in
- * this mode) does not fit there and runs in Sentinel mode only with the whole suite
- * (`SANDGATE_TEST_REDIS=sentinel bash scripts/test-e2e.sh`; BENCHMARKS.md has the run).
+ * End-to-end files about the state replicas share (ownership and relays, access rules, tokens,
+ * workspaces, forwards, the REST API). `npm test` runs them once, against a Sentinel-managed
+ * Redis (`e2e-sentinel`: a primary, a replica, three Sentinels; SANDGATE_TEST_REDIS=sentinel in
+ * test/harness/redis.ts, and the replicas wait for the replica on every acknowledged write), in
+ * the second lane after `e2e-side`: the harder mode of the two, and the single server's code paths
+ * run in every other e2e file. `e2e-shared` is the same files in whatever mode SANDGATE_TEST_REDIS
+ * says (a single server by default): `scripts/test-e2e.sh`, the whole suite in one mode, runs it.
+ * lifecycle.test.ts (200 s in Sentinel mode) does not fit in the lane and runs in Sentinel mode
+ * only with the whole suite (`SANDGATE_TEST_REDIS=sentinel bash scripts/test-e2e.sh`;
+ * BENCHMARKS.md has the run).
  */
-const E2E_SENTINEL = [
+const E2E_SHARED_STATE = [
   'test/e2e/exec-relay.test.ts',
   'test/e2e/auth.test.ts',
   'test/e2e/workspaces.test.ts',
@@ -38,10 +41,22 @@ const E2E_SENTINEL = [
 ];
 
 /**
- * The second lane's e2e files: the waiting ones, and the shared-state files in their ordinary
- * (single Redis) run too, which balances the two lanes (each ~16 minutes in CI).
+ * The short fuzz run (load-tests/fuzz.ts --short: hostile input at every door of two replicas),
+ * as one test at the end of the second lane, which ends well before the first one.
  */
-const E2E_SIDE_LANE = [...E2E_WAITING, ...E2E_SENTINEL];
+const FUZZ_SHORT = ['test/fuzz/**/*.test.ts'];
+
+const e2eProject = (name: string, include: string[], env?: Record<string, string>) => ({
+  test: {
+    name,
+    include,
+    ...(env ? { env } : {}),
+    // Multi-process tests share two cores: one file at a time keeps them honest.
+    fileParallelism: false,
+    testTimeout: 120_000,
+    hookTimeout: 60_000,
+  },
+});
 
 export default defineConfig({
   test: {
@@ -57,35 +72,15 @@ export default defineConfig({
       },
       {
         test: {
-          name: 'e2e',
-          include: ['test/**/*.test.ts'],
-          exclude: [...configDefaults.exclude, 'test/repo/**', ...E2E_SIDE_LANE],
-          // Multi-process tests share two cores: one file at a time keeps them honest.
-          fileParallelism: false,
-          testTimeout: 120_000,
-          hookTimeout: 60_000,
+          ...e2eProject('e2e', ['test/**/*.test.ts']).test,
+          exclude: [...configDefaults.exclude, 'test/repo/**', ...FUZZ_SHORT, ...E2E_WAITING, ...E2E_SHARED_STATE],
         },
       },
-      {
-        test: {
-          name: 'e2e-sentinel',
-          include: E2E_SENTINEL,
-          env: { SANDGATE_TEST_REDIS: 'sentinel' },
-          fileParallelism: false,
-          testTimeout: 120_000,
-          hookTimeout: 60_000,
-        },
-      },
-      {
-        test: {
-          // Run beside `e2e` (scripts/test-lanes.sh): one file at a time here too.
-          name: 'e2e-side',
-          include: E2E_SIDE_LANE,
-          fileParallelism: false,
-          testTimeout: 120_000,
-          hookTimeout: 60_000,
-        },
-      },
+      // Run beside `e2e` (scripts/test-lanes.sh): one file at a time here too.
+      e2eProject('e2e-side', E2E_WAITING),
+      e2eProject('e2e-shared', E2E_SHARED_STATE),
+      e2eProject('e2e-sentinel', E2E_SHARED_STATE, { SANDGATE_TEST_REDIS: 'sentinel' }),
+      e2eProject('fuzz', FUZZ_SHORT),
     ],
   },
 });
