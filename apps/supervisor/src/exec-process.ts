@@ -38,6 +38,11 @@ export interface ExecProcess {
   /** Output back-pressure: stop reading the process's output (it blocks once the kernel buffer fills). */
   pause(): void;
   resume(): void;
+  /**
+   * Reading the output is paused right now. Not always since pause(): Node's child_process resumes a
+   * piped child's output by itself once the child exited (to reach the end of the pipes).
+   */
+  readingPaused(): boolean;
   /** Give up on output still held open by escaped processes: destroy the streams. */
   abandonOutput(): void;
 }
@@ -79,6 +84,9 @@ export class ProcessTree {
   private readonly killOptions: Omit<KillTreeOptions, 'pty' | 'log' | 'leaderStartTime'>;
   private killing: Promise<boolean> | undefined;
   private outputPaused = false;
+  /** Set once the leader exited and its tree was killed: (re)starts the wait for leftover output. */
+  private armLeftoverGrace: (() => void) | undefined;
+  private leftoverTimer: NodeJS.Timeout | undefined;
   proc: ExecProcess | undefined;
 
   /** DEBUG ONLY (the `exec-kill` fault, negative chaos runs): kill() kills nothing. */
@@ -107,7 +115,9 @@ export class ProcessTree {
     proc.pause();
     stream.once('drain', () => {
       this.outputPaused = false;
-      if (stillRunning()) proc.resume();
+      if (!stillRunning()) return;
+      proc.resume();
+      this.armLeftoverGrace?.();
     });
   }
 
@@ -129,13 +139,22 @@ export class ProcessTree {
   /**
    * The leader exited: what it started ends with it (background jobs, nohup'd or setsid'd
    * children still carrying the tag). Once they are gone the output pipes close; if something
-   * untagged still holds them, stop waiting shortly after — while `stillRunning()`.
+   * untagged still holds them, stop waiting shortly after — while `stillRunning()`. Not while
+   * reading the output is paused by back-pressure, though: what the pipes still hold then is the
+   * command's output the client has not taken yet, and giving up would drop it and report the exit
+   * as if the output were complete. The wait starts again when the output drains. (The reading
+   * itself, not our pause flag: Node resumes the pipes at the exit, and an escapee writing into
+   * them while the flag waits for a drain must not keep the exec, and fill memory, forever.)
    */
   leaderExited(stillRunning: () => boolean): void {
     void this.kill().then(() => {
-      setTimeout(() => {
-        if (stillRunning()) this.proc?.abandonOutput();
-      }, LEFTOVER_OUTPUT_GRACE_MS);
+      this.armLeftoverGrace = () => {
+        clearTimeout(this.leftoverTimer);
+        this.leftoverTimer = setTimeout(() => {
+          if (stillRunning() && !this.proc?.readingPaused()) this.proc?.abandonOutput();
+        }, LEFTOVER_OUTPUT_GRACE_MS);
+      };
+      this.armLeftoverGrace();
     });
   }
 }
@@ -198,6 +217,7 @@ export function spawnPiped(spec: SpawnSpec, h: ExecProcessHandlers): ExecProcess
       stdout.resume();
       stderr.resume();
     },
+    readingPaused: () => stdout.isPaused() || stderr.isPaused(),
     abandonOutput: () => {
       stdout.destroy();
       stderr.destroy();
@@ -221,6 +241,7 @@ export function spawnPty(spec: SpawnSpec, h: ExecProcessHandlers): ExecProcess {
   term.onData((data) => h.stdout(Buffer.isBuffer(data) ? data : Buffer.from(data)));
   // node-pty emits exit once the master side has been read to EOF (or after its own short timeout).
   term.onExit(({ exitCode, signal }) => h.exit(exitCode, signal ? signal : null));
+  let paused = false;
   // node-pty forks with setsid: the child leads its own session and process group.
   return {
     pid: term.pid,
@@ -239,8 +260,15 @@ export function spawnPty(spec: SpawnSpec, h: ExecProcessHandlers): ExecProcess {
         term.resize(cols, rows);
       }
     },
-    pause: () => term.pause(),
-    resume: () => term.resume(),
+    pause: () => {
+      paused = true;
+      term.pause();
+    },
+    resume: () => {
+      paused = false;
+      term.resume();
+    },
+    readingPaused: () => paused,
     abandonOutput: () => {
       try {
         (term as unknown as { destroy?: () => void }).destroy?.();
