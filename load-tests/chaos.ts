@@ -258,6 +258,8 @@ async function main(): Promise<void> {
   const t0 = Date.now();
   const ledger = new Ledger(t0);
   console.log(`chaos: seed=${seed} duration=${durationMs / 1000}s workers=${workers}${breaks.length ? ` NEGATIVE RUN --break ${breaks.join(',')} (${breaks.map((b) => DEBUG_BREAKS[b].removes).join('; ')})` : ''}`);
+  // The [seconds] of every line below count from here: this maps them onto the kept logs' timestamps.
+  console.log(`chaos: t=0 at ${new Date(t0).toISOString()}`);
   // One Redis (restarted once), or a Sentinel group (failed over once).
   const single = redisMode === 'single' ? await startRedis({ persistent: true }) : null;
   const group: SentinelGroup | null = redisMode === 'sentinel' ? await startSentinelGroup({ replicas: 2 }) : null;
@@ -448,7 +450,8 @@ async function main(): Promise<void> {
         const res = await exec(client(), { sandbox_id: sb.id, command: ['sh', '-c', 'echo "$0"', token] });
         if (res.error) return ledger.record('exec', ...tuple(classifyError(res.error, res.deadlineHit)));
         if (res.exit === 0 && res.stdout === `${token}\n`) return ledger.record('exec', 'ok');
-        ledger.record('exec', 'wrong', `exit ${res.exit} stdout ${JSON.stringify(res.stdout.slice(0, 80))}`);
+        // The sandbox names the supervisor log to read (its "exec exited" lines carry stdout_bytes).
+        ledger.record('exec', 'wrong', `exit ${res.exit} stdout ${JSON.stringify(res.stdout.slice(0, 80))} in ${sb.name} (${sb.id})`);
       },
       async 'exec-timeout'() {
         const n = marker(++seq);

@@ -57,6 +57,9 @@ export class ExecRunner {
   private timeoutTimer: NodeJS.Timeout | undefined;
   /** The workload's OOM-kill count when the exec started (tells an OOM kill from any SIGKILL). */
   private oomBefore: number | undefined;
+  /** Output bytes handed to the exec's call, per stream: in the exit log line, so a client that
+   *  says it got less can be told apart from a command that wrote less. */
+  private readonly sent = { stdout: 0, stderr: 0 };
   private readonly onConnAbort = (): void => this.breakPath('control session lost');
   /** The exec's span (tracing on) and its context, parent of the spawn span. */
   private span: Tracing.Span | undefined;
@@ -160,8 +163,12 @@ export class ExecRunner {
     }
 
     const handlers: ExecProcessHandlers = {
-      stdout: (chunk) => this.send({ stdout: chunk }),
-      stderr: (chunk) => this.send({ stderr: chunk }),
+      stdout: (chunk) => {
+        if (this.send({ stdout: chunk })) this.sent.stdout += chunk.length;
+      },
+      stderr: (chunk) => {
+        if (this.send({ stderr: chunk })) this.sent.stderr += chunk.length;
+      },
       exit: (code, signal) => this.onProcessExit(code, signal),
       childExited: () => this.onChildExited(),
       spawnError: (err) => this.reportSpawnFailure(`${argv[0]}: ${reasonOf(err)}`, exitCodeForSpawnError(err)),
@@ -236,18 +243,22 @@ export class ExecRunner {
     }
   }
 
-  /** Writes one frame; on back-pressure stops reading the process's output until the call drains. */
-  private send(frame: ExecFrame): void {
+  /**
+   * Writes one frame; on back-pressure stops reading the process's output until the call drains.
+   * False when the frame was not handed to the call (the exec is over or its path broke).
+   */
+  private send(frame: ExecFrame): boolean {
     const call = this.call;
-    if (this.state !== 'running' || !call) return;
+    if (this.state !== 'running' || !call) return false;
     let ok: boolean;
     try {
       ok = call.write(frame);
     } catch (err) {
       this.breakPath('exec channel write failed', err);
-      return;
+      return false;
     }
     this.tree.afterOutputWrite(ok, call, () => this.state === 'running');
+    return true;
   }
 
   private reportSpawnFailure(message: string, exitCode: number): void {
@@ -318,7 +329,7 @@ export class ExecRunner {
         this.log.warn('could not report exec exit', { err });
       }
     }
-    this.log.info('exec exited', { exit_code: exit.exit_code, timed_out: exit.timed_out, signal: exit.signal });
+    this.log.info('exec exited', { exit_code: exit.exit_code, timed_out: exit.timed_out, signal: exit.signal, stdout_bytes: this.sent.stdout, stderr_bytes: this.sent.stderr });
     const spans = this.opts.spans;
     if (this.span && spans) {
       this.span.setAttributes({

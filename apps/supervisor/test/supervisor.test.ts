@@ -66,6 +66,9 @@ describe('supervisor against a fake gateway', () => {
     // The exit is the last frame and the supervisor ends the call after it.
     expect(exec.frames.at(-1)!.exit).toBeDefined();
     await waitFor('call ended', () => exec.ended);
+    // Its exit log line says how much output it handed over, to match against what a client got.
+    const exited = await waitFor('exec exited logged', () => sup.logs().find((l) => l.msg === 'exec exited' && l.exec_id === id));
+    expect(exited).toMatchObject({ exit_code: 7, stdout_bytes: 4, stderr_bytes: 4 });
   });
 
   it('passes the sandbox environment and the exec env, strips SANDGATE_* except the exec tag', async () => {
