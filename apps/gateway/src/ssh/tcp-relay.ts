@@ -1,7 +1,9 @@
 // Moving a TCP channel's bytes between hops, with back-pressure (libs/relay's pump) and one set of
 // end rules on every hop:
 //   * `data` frames carry bytes; `eof` is a half-close of the sender's direction;
-//   * a stream ending (or erroring) means the connection is closed, in both directions.
+//   * a stream ending (or erroring) means the connection is closed, in both directions; towards
+//     the client, a clean close only after the target's `eof` (or a file transfer's `error`), and
+//     UNAVAILABLE when the supervisor's side ended without saying so (its path broke).
 // ForwardTcp (client ↔ entry replica) maps onto that: the client's half-close becomes `eof`, the
 // target's `eof` ends the client's call (the server closes first, as OpenShell clients expect).
 import type { Duplex } from 'node:stream';
@@ -67,7 +69,11 @@ export function relayForward(client: ServerCall, path: TcpPath, clientError: (er
     else if (frame.error) finish(pathError(frame));
     return null;
   });
-  up.on('end', () => finish());
+  // A connection the target closed sends `eof` first (finish above). The hop ending without one
+  // is the path breaking under it: a supervisor whose connection to its replica dropped ends its
+  // channel call, it does not close the connection. Said as UNAVAILABLE, never as a clean close:
+  // an SSH client that sees a clean close exits 255 and, at LogLevel ERROR, says nothing at all.
+  up.on('end', () => finish(new GatewayError(Code.UNAVAILABLE, 'relay channel ended before the connection was closed')));
   up.on('error', (err: unknown) => finish(brokenError(err)));
   up.on('cancelled', () => finish(brokenError(undefined)));
   const early = path.failure();
@@ -85,9 +91,17 @@ export function relayForward(client: ServerCall, path: TcpPath, clientError: (er
 /** At the owner replica: the entry replica's peer link ↔ the supervisor's TcpChannel. */
 export function spliceTcp(call: ServerCall, path: TcpPath): void {
   const up = path.stream;
-  pump(up, call, (f: TcpFrame) => (f.data || f.eof || f.error || f.file_info ? f : null));
+  // `eof` (the connection closed) or `error` (a file transfer failed): the channel said how it ends.
+  let endSaid = false;
+  pump(up, call, (f: TcpFrame) => {
+    if (f.eof || f.error) endSaid = true;
+    return f.data || f.eof || f.error || f.file_info ? f : null;
+  });
   pump(call, up, (f: TcpFrame) => (f.data || f.eof ? f : null));
   up.on('end', () => {
+    // Without `eof` or `error` first the supervisor's channel broke (its connection here dropped):
+    // the entry replica hears UNAVAILABLE, not a closed connection (see relayForward).
+    if (!endSaid) return endWithError(call, new GatewayError(Code.UNAVAILABLE, 'supervisor tcp channel ended before the connection was closed'));
     // Close the supervisor's side only after the entry replica has been handed everything.
     call.once('finish', () => {
       if (!up.writableEnded) up.end();
