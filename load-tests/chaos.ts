@@ -286,7 +286,17 @@ async function main(): Promise<void> {
   const lb = await startHaproxy(
     lbPort,
     cluster.replicas.map((x) => ({ name: x.id, grpcPort: x.grpcPort, httpPort: x.httpPort })),
-    { healthCa: cluster.tls?.caFile },
+    {
+      healthCa: cluster.tls?.caFile,
+      // The balancer's view beside the faults: a live replica marked DOWN (a health check slower
+      // than its timeout) shuts every session to it, which a run must be able to tell from a fault.
+      onLog: (line) => {
+        const m = /Server (\S+) is (DOWN|UP)[^,]*(?:, reason: ([^,]+))?(?:.*?check duration: (\d+ms))?(?:.*?(\d+) sessions active)?/.exec(line);
+        if (!m) return;
+        const why = [m[3], m[4] && `check took ${m[4]}`, m[2] === 'DOWN' && m[5] && `${m[5]} sessions shut`].filter(Boolean).join(', ');
+        console.log(`[${secs(t0)}] balancer: ${m[1]} ${m[2]}${why ? ` (${why})` : ''}`);
+      },
+    },
   );
   // Clients of the balancer present what a replica's would (TCP mode: TLS goes through to them).
   registerGateway(lb.address, credentialsFor(cluster.replicas[0]!.grpcAddress));
@@ -817,6 +827,7 @@ async function main(): Promise<void> {
       const dir = `${os.tmpdir()}/sandgate-chaos-${seed}-${Date.now()}`;
       mkdirSync(dir, { recursive: true });
       for (const rep of cluster.replicas) writeFileSync(`${dir}/${rep.id}.log`, rep.logs.join(''));
+      writeFileSync(`${dir}/haproxy.log`, lb.log());
       // Logs and handles only: each sandbox's disk image is a sparse 10Gi file (a plain copy writes
       // every byte), and its work directory is that disk's contents.
       const keep = (src: string) => !/\/(disk\.img(\.partial)?|work)$/.test(src);

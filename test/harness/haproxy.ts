@@ -19,6 +19,8 @@ export interface Haproxy {
   address: string;
   /** With `httpPort`: the URL of the frontend in front of the replicas' HTTP ports. */
   httpUrl?: string;
+  /** Everything haproxy wrote to stderr, each line stamped with the wall-clock time it arrived. */
+  log(): string;
   stop(): Promise<void>;
 }
 
@@ -65,11 +67,14 @@ export function haproxyConfig(port: number, backends: HaproxyBackend[], healthCa
  * `opts.credentials`: what clients present through the balancer (normally the cluster's,
  * `cluster.credentials`); registered for its address, so openShellClient and runCli use them.
  * `opts.healthCa`: the replicas' CA, for health checks over TLS.
+ * `opts.onLog`: called with each line haproxy writes to stderr (with -db its warnings, among them
+ * every server it marks DOWN or UP and why: "Layer7 timeout, check duration: 301ms"), so a run
+ * can put the balancer's view of the replicas beside its own faults.
  */
 export async function startHaproxy(
   port: number,
   backends: HaproxyBackend[],
-  opts: { healthCa?: string; credentials?: GatewayCredentials; httpPort?: number } = {},
+  opts: { healthCa?: string; credentials?: GatewayCredentials; httpPort?: number; onLog?: (line: string) => void } = {},
 ): Promise<Haproxy> {
   const dir = mkdtempSync(path.join(os.tmpdir(), 'sg-haproxy-'));
   const cfg = path.join(dir, 'haproxy.cfg');
@@ -77,7 +82,19 @@ export async function startHaproxy(
   writeFileSync(cfg, haproxyConfig(port, backends, opts.healthCa, opts.httpPort, statsSocket));
   const proc: ChildProcess = spawn('haproxy', ['-f', cfg, '-db'], { stdio: ['ignore', 'ignore', 'pipe'] });
   let err = '';
-  proc.stderr!.on('data', (c: Buffer) => (err = (err + c.toString()).slice(-4000)));
+  const lines: string[] = [];
+  let partial = '';
+  proc.stderr!.on('data', (c: Buffer) => {
+    err = (err + c.toString()).slice(-4000);
+    const parts = (partial + c.toString()).split('\n');
+    partial = parts.pop()!;
+    for (const line of parts) {
+      if (!line.trim()) continue;
+      // Bounded: a run long enough to fill this has far more to say than its log's tail.
+      if (lines.length < 20_000) lines.push(`${new Date().toISOString()} ${line}`);
+      opts.onLog?.(line);
+    }
+  });
   await waitFor('haproxy listening', () => {
     if (proc.exitCode !== null) throw new Error(`haproxy exited ${proc.exitCode}: ${err}`);
     return new Promise<boolean>((resolve) => {
@@ -111,6 +128,7 @@ export async function startHaproxy(
   return {
     address: `127.0.0.1:${port}`,
     ...(opts.httpPort !== undefined ? { httpUrl: `${opts.healthCa ? 'https' : 'http'}://127.0.0.1:${opts.httpPort}` } : {}),
+    log: () => lines.join('\n') + (lines.length ? '\n' : ''),
     async stop() {
       forgetGateway(`127.0.0.1:${port}`);
       if (proc.exitCode === null) {
