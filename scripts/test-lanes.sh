@@ -38,8 +38,10 @@ for lane in "${lanes[@]:1}"; do
   run_lane "$lane" >"$log" 2>&1 &
   pids+=($!)
 done
-run_lane "${lanes[0]}"
-rcs=("$?")
+first_log=$(mktemp)
+logs+=("$first_log")
+run_lane "${lanes[0]}" 2>&1 | tee "$first_log"
+rcs=("${PIPESTATUS[0]}")
 for i in "${!pids[@]}"; do
   wait "${pids[$i]}"
   rcs+=("$?")
@@ -47,7 +49,16 @@ for i in "${!pids[@]}"; do
   echo "=== lane '${lanes[$((i + 1))]}' (ran beside the one above)"
   cat "${logs[$i]}"
 done
+# A failed lane's failures again, last: whoever reads only the end of the output (a CI summary
+# keeps the tail) still learns which tests failed and why.
+lane_logs=("$first_log" "${logs[@]:0:${#logs[@]}-1}")
 failed=0
+for i in "${!lanes[@]}"; do
+  [ "${rcs[$i]}" -eq 0 ] && continue
+  echo
+  echo "=== failures in lane '${lanes[$i]}'"
+  sed 's/\x1b\[[0-9;]*m//g' "${lane_logs[$i]}" | grep -E '^ *(FAIL|×|✗) |(Error|error): ' | awk '!seen[$0]++' | head -60
+done
 for i in "${!lanes[@]}"; do
   echo "lane '${lanes[$i]}': exit ${rcs[$i]}"
   [ "${rcs[$i]}" -eq 0 ] || failed=1
