@@ -333,7 +333,8 @@ async function main(): Promise<void> {
     }
   };
   const pendingChecks: Promise<void>[] = [];
-  const failovers: number[] = [];
+  /** Each failover: ms from the fault to an answer, and which fault it followed. */
+  const failovers: { ms: number; after: string }[] = [];
   let sshDir = '';
 
   try {
@@ -438,13 +439,13 @@ async function main(): Promise<void> {
     };
 
     /** Failover: time until each of `owned` answers an exec again through the balancer, at most 30 s after `since`. */
-    const expectFailover = (owned: { id: string; name: string }[], since: number) => {
+    const expectFailover = (owned: { id: string; name: string }[], since: number, after: string) => {
       for (const sb of owned) {
         pendingChecks.push(
           (async () => {
             for (;;) {
               const res = await exec(clients[0]!, { sandbox_id: sb.id, command: ['true'] });
-              if (!res.error && res.exit === 0) return void failovers.push(Date.now() - since);
+              if (!res.error && res.exit === 0) return void failovers.push({ ms: Date.now() - since, after });
               if (Date.now() - since > 30_000) return ledger.violate('failover', `${sb.name} unreachable for 30 s`);
               await sleep(50);
             }
@@ -639,7 +640,7 @@ async function main(): Promise<void> {
           // Its supervisors gave it up for dead: each of its sandboxes must answer again (through
           // the balancer) within 30 s of the wake-up. Judged only from now on: while the replica is
           // frozen, a client channel the balancer pinned to it would just hang.
-          expectFailover(owned, Date.now());
+          expectFailover(owned, Date.now(), 'long freeze (from SIGCONT)');
           // A negative run of `fencing`: nothing more, so no later chaos repairs what the stale
           // owner's unfenced release did before the owner records are judged.
           if (breaks.includes('fencing')) break;
@@ -665,8 +666,10 @@ async function main(): Promise<void> {
           continue;
         }
         const owned = await ownedBy(r, pool, cluster.replicas[victim]!.id);
+        let diedBy = 'SIGKILL';
         if (roll < 0.15 && !terminated) {
           terminated = true;
+          diedBy = 'SIGTERM (drain)';
           scenario('SIGTERM (drain)', true, `${owned.length} sessions`);
           console.log(`[${secs(t0)}] SIGTERM ${cluster.replicas[victim]!.id}`);
           await cluster.signal(victim, 'SIGTERM');
@@ -684,7 +687,7 @@ async function main(): Promise<void> {
           await cluster.signal(victim, 'SIGKILL');
         }
         const diedAt = Date.now();
-        expectFailover(owned, diedAt);
+        expectFailover(owned, diedAt, diedBy);
         const downFor = between(rng, 1_000, 2_000);
         restarting = (async () => {
           await sleep(downFor);
@@ -774,7 +777,14 @@ async function main(): Promise<void> {
     const callViolations = ledger.violations.filter((v) => v.kind.endsWith(': wrong') || v.kind.endsWith(': hang') || v.kind.startsWith('op '));
     results.push(['calls', callViolations.length === 0, `${callViolations.length} violations`]);
     const failoverViolations = ledger.violations.filter((v) => v.kind === 'failover').length;
-    const fo = summarise(failovers);
+    const fo = summarise(failovers.map((f) => f.ms));
+    // Which fault the slow ones followed: the p99 alone cannot say what to make faster.
+    const byFault = new Map<string, number[]>();
+    for (const f of failovers) byFault.set(f.after, [...(byFault.get(f.after) ?? []), f.ms]);
+    for (const [after, ms] of byFault) {
+      const x = summarise(ms);
+      console.log(`failover after ${after}: n=${x.n} p50=${x.p50.toFixed(0)} ms p99=${x.p99.toFixed(0)} ms max=${Math.max(...ms).toFixed(0)} ms`);
+    }
     results.push(['failover', failoverViolations === 0, `n=${fo.n} p50=${fo.p50.toFixed(0)} ms p99=${fo.p99.toFixed(0)} ms, ${failoverViolations} never`]);
     // A check only means something if its scenario ran: the long freeze must have moved sessions,
     // the special scenarios must have happened, and the workload must have killed SSH sessions
