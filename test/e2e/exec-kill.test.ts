@@ -486,6 +486,40 @@ describe('replica crashes', () => {
   it('kill -9 of the owner replica 1 s into a --timeout 4 exec: nothing remains at 4 s + grace', async () => {
     await crashDuringExec('owner');
   });
+
+  it('an exec sent while the session is away (owner killed, supervisor not back yet) waits for it and runs, instead of failing', async () => {
+    // Deterministic: the supervisor is frozen (SIGSTOP) before its owner is killed, so it cannot
+    // reconnect until it is resumed a second later. The exec goes in meanwhile through a survivor,
+    // which finds the owner record naming a dead replica whose peer port refuses: nothing was
+    // sent, so it waits for the session (exec-router.ts, SessionAway) rather than answering
+    // UNAVAILABLE at once.
+    const owner = await ownerIndex();
+    const entry = (owner + 1) % cluster.replicas.length;
+    const client = openShellClient(gw(entry));
+    const supervisor = await supervisorPid();
+    const tok = token();
+    process.kill(supervisor, 'SIGSTOP');
+    let frozen = true;
+    try {
+      await cluster.signal(owner, 'SIGKILL');
+      // The entry replica sees its idle links to the dead owner close (no reconnect can happen).
+      await sleep(300);
+      const exec = rawExec(client, ['echo', `back.${tok}`]);
+      const early = await Promise.race([exec.result, sleep(1_000).then(() => null)]);
+      expect(early, 'the exec was answered while its session was away').toBeNull();
+      process.kill(supervisor, 'SIGCONT');
+      frozen = false;
+      const res = await exec.result;
+      expect(res.error, String(res.error?.details)).toBeUndefined();
+      expect(res.exitCode).toBe(0);
+      expect(res.stdout).toBe(`back.${tok}\n`);
+    } finally {
+      if (frozen) process.kill(supervisor, 'SIGCONT');
+      client.close();
+      await cluster.startReplica(owner);
+      await waitSandboxReachable();
+    }
+  });
 });
 
 describe('after all of the above', () => {

@@ -77,16 +77,23 @@ export interface LinkError extends Error {
   notHere: boolean;
   /** The far end answered (STATUS) rather than the connection breaking. */
   answered: boolean;
+  /**
+   * The link closed before its handshake completed (refused connection, a peer that never
+   * proved itself): frames are held until then, so none of this channel's left this process and
+   * nothing ran at the far end. Sending the channel elsewhere is safe.
+   */
+  unsent: boolean;
 }
 
 const UNAVAILABLE = 14;
 
-export function linkError(code: number, details: string, opts: { notHere?: boolean; answered?: boolean } = {}): LinkError {
+export function linkError(code: number, details: string, opts: { notHere?: boolean; answered?: boolean; unsent?: boolean } = {}): LinkError {
   const err = new Error(details) as LinkError;
   err.code = code;
   err.details = details;
   err.notHere = opts.notHere ?? false;
   err.answered = opts.answered ?? false;
+  err.unsent = opts.unsent ?? false;
   return err;
 }
 
@@ -433,7 +440,7 @@ export class LinkChannel<T> extends Duplex {
     if (this.cancelled) return void this.destroy();
     // After END every frame is here: the channel ends (and is destroyed) once it has been read.
     if (this.remoteEnded) return;
-    this.fail(linkError(UNAVAILABLE, `peer link closed: ${this.socketError || 'connection closed'}`));
+    this.fail(linkError(UNAVAILABLE, `peer link closed: ${this.socketError || 'connection closed'}`, { unsent: !this.authenticated }));
   }
 }
 

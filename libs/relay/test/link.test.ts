@@ -104,6 +104,33 @@ describe('peer link', () => {
     expect(err.code).toBe(14);
     expect(err.details).toMatch(/peer link closed/);
     expect(err.answered).toBe(false);
+    // After the handshake the channel's frames may have reached the server: not unsent.
+    expect(err.unsent).toBe(false);
+  });
+
+  it('a link that never completed its handshake says so (unsent): a refused connection, a silent peer', async () => {
+    // A port nothing listens on: refused before any frame could leave.
+    const closed = createServer();
+    closed.listen(0, '127.0.0.1');
+    await once(closed, 'listening');
+    const port = (closed.address() as { port: number }).port;
+    await new Promise((resolve) => closed.close(resolve));
+    const refused = connectLink(`127.0.0.1:${port}`, json, HELLO);
+    refused.write({ n: 1 });
+    const [err] = (await once(refused, 'error')) as [LinkError];
+    expect(err).toMatchObject({ code: 14, answered: false, unsent: true });
+
+    // A server that accepts and never answers the handshake: the frame written meanwhile stays held.
+    let received = 0;
+    const mute = createServer((socket) => socket.on('data', (c: Buffer) => (received += c.length)));
+    servers.push(mute);
+    mute.listen(0, '127.0.0.1');
+    await once(mute, 'listening');
+    const silent = connectLink(`127.0.0.1:${(mute.address() as { port: number }).port}`, json, HELLO, { pingIntervalMs: 50, silenceLimitMs: 300 });
+    silent.write({ n: 2 });
+    const [err2] = (await once(silent, 'error')) as [LinkError];
+    expect(err2).toMatchObject({ code: 14, unsent: true });
+    expect(received, 'bytes the server received before its challenge (the client sends nothing first)').toBe(0);
   });
 
   it('a peer that stops talking (frozen) is dropped after the silence limit', async () => {

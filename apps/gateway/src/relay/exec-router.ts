@@ -4,6 +4,7 @@ import type { ServiceError } from '@grpc/grpc-js';
 import { constants as http2Constants, type ServerHttp2Stream } from 'node:http2';
 import type { Duplex } from 'node:stream';
 import type { ExecFrame, ExecStart, TcpOpen } from '@sandgate/protocols';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { GatewayError, Code, type DebugBreak } from '@sandgate/core';
 import type { OwnershipStore, ReplicaRegistry } from '@sandgate/store';
 import { injectContext, inSpan, TraceAttr, type Logger } from '@sandgate/telemetry';
@@ -95,12 +96,34 @@ export interface RouterDeps {
   debugBreaks?: ReadonlySet<DebugBreak>;
 }
 
-/** This replica does not hold the sandbox's session (any longer). Safe to route again. */
-export class SessionNotHere extends GatewayError {
-  constructor() {
-    super(Code.UNAVAILABLE, 'supervisor relay failed: supervisor session not connected');
+/**
+ * No replica could be reached for the sandbox's supervisor session, and nothing of the exec or
+ * channel was sent anywhere: the owner just died or drained and the supervisor is reconnecting,
+ * or the session is moving. Routing again later is safe (nothing can run twice).
+ */
+export class SessionAway extends GatewayError {
+  constructor(message: string) {
+    super(Code.UNAVAILABLE, message);
   }
 }
+
+/** This replica does not hold the sandbox's session (any longer). Safe to route again. */
+export class SessionNotHere extends SessionAway {
+  constructor() {
+    super('supervisor relay failed: supervisor session not connected');
+  }
+}
+
+/**
+ * How long an exec or TCP channel that finds its sandbox's session away (SessionAway) waits for
+ * it to come back before answering UNAVAILABLE. A client then sees its call succeed a little
+ * later instead of failing during a failover it would have to retry through. Longer than a
+ * supervisor's reconnect (its backoff is at most 2 s, plus the hello); bounded, so a sandbox
+ * whose supervisor is gone for good still gets its answer.
+ */
+const SESSION_RETURN_WAIT_MS = 5_000;
+/** How often the owner record is read again meanwhile. */
+const SESSION_RETURN_POLL_MS = 25;
 
 /** The status an owner answers a peer link with; "not here" is flagged for the entry replica. */
 export function toPeerError(err: unknown, log?: Logger): Partial<ServiceError> & { notHere: boolean } {
@@ -147,10 +170,32 @@ export class ExecRouter {
   }
 
   /**
+   * routeOnce, again while the session is away (SessionAway: nothing was sent), for at most
+   * SESSION_RETURN_WAIT_MS.
+   */
+  private async route(
+    sandboxId: string,
+    local: () => Promise<ExecPath>,
+    viaPeer: (peer: Peer) => Promise<ExecPath>,
+  ): Promise<ExecPath> {
+    const startedAt = Date.now();
+    for (let attempt = 1; ; attempt++) {
+      try {
+        const path = await this.routeOnce(sandboxId, local, viaPeer);
+        if (attempt > 1) this.deps.log.info('relay waited for the supervisor session to return', { sandboxId, waitedMs: Date.now() - startedAt, attempts: attempt });
+        return path;
+      } catch (err) {
+        if (!(err instanceof SessionAway) || Date.now() - startedAt >= SESSION_RETURN_WAIT_MS) throw err;
+        await sleep(SESSION_RETURN_POLL_MS);
+      }
+    }
+  }
+
+  /**
    * Local session → local path. Otherwise the cached owner first; if it answers "not here" (the
    * session moved and nothing was started), look the owner up in Redis and try once more.
    */
-  private async route(
+  private async routeOnce(
     sandboxId: string,
     local: () => Promise<ExecPath>,
     viaPeer: (peer: Peer) => Promise<ExecPath>,
@@ -165,7 +210,7 @@ export class ExecRouter {
     }
     const path = await this.tryPeer(sandboxId, await this.ownerPeerAddress(sandboxId), viaPeer);
     if (path) return path;
-    throw new GatewayError(Code.UNAVAILABLE, 'supervisor relay failed: the supervisor session is moving between replicas; retry');
+    throw new SessionAway('supervisor relay failed: the supervisor session is moving between replicas; retry');
   }
 
   /** The path through the replica at `address`, or null when it answered "not here". */
@@ -180,7 +225,13 @@ export class ExecRouter {
       }
       // The link itself broke (not an answer from the owner): the next call reconnects and re-resolves.
       if (!e.answered) this.evict(address);
-      throw relayFailure(err, 'supervisor relay failed');
+      const failure = relayFailure(err, 'supervisor relay failed');
+      // Broken before its handshake completed (the owner died, or is restarting): nothing was sent.
+      if (e.unsent) {
+        this.owners.forget(sandboxId);
+        throw new SessionAway(failure.message);
+      }
+      throw failure;
     }
   }
 
@@ -212,14 +263,11 @@ export class ExecRouter {
   private async ownerPeer(sandboxId: string): Promise<{ replica: string; address: string }> {
     const owner = await this.deps.ownership.get(sandboxId);
     if (!owner || owner.replica === this.deps.replicaId) {
-      throw new GatewayError(Code.UNAVAILABLE, 'supervisor relay failed: supervisor session not connected');
+      throw new SessionAway('supervisor relay failed: supervisor session not connected');
     }
     const info = await this.deps.replicas.get(owner.replica);
     if (!info) {
-      throw new GatewayError(
-        Code.UNAVAILABLE,
-        `supervisor relay failed: the session is held by replica ${owner.replica}, which is not live; the supervisor is reconnecting, retry`,
-      );
+      throw new SessionAway(`supervisor relay failed: the session is held by replica ${owner.replica}, which is not live; the supervisor is reconnecting, retry`);
     }
     this.owners.set(sandboxId, { replica: owner.replica, address: info.peerAddress });
     return { replica: owner.replica, address: info.peerAddress };
