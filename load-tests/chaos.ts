@@ -91,6 +91,8 @@ const { values } = parseArgs({
     'no-jobs': { type: 'boolean', default: false },
     // TLS is on by default (replicas, supervisors, clients, the balancer's health checks).
     'no-tls': { type: 'boolean', default: false },
+    // Keep every replica's and supervisor's log even when the run passes (to read a slow failover).
+    'keep-logs': { type: 'boolean', default: false },
   },
 });
 const durationMs = Number(values.duration) * 1000;
@@ -334,7 +336,7 @@ async function main(): Promise<void> {
   };
   const pendingChecks: Promise<void>[] = [];
   /** Each failover: ms from the fault to an answer, and which fault it followed. */
-  const failovers: { ms: number; after: string }[] = [];
+  const failovers: { ms: number; after: string; sandbox: string; at: string }[] = [];
   let sshDir = '';
 
   try {
@@ -445,7 +447,7 @@ async function main(): Promise<void> {
           (async () => {
             for (;;) {
               const res = await exec(clients[0]!, { sandbox_id: sb.id, command: ['true'] });
-              if (!res.error && res.exit === 0) return void failovers.push({ ms: Date.now() - since, after });
+              if (!res.error && res.exit === 0) return void failovers.push({ ms: Date.now() - since, after, sandbox: `${sb.name} (${sb.id})`, at: secs(t0, since) });
               if (Date.now() - since > 30_000) return ledger.violate('failover', `${sb.name} unreachable for 30 s`);
               await sleep(50);
             }
@@ -785,6 +787,7 @@ async function main(): Promise<void> {
       const x = summarise(ms);
       console.log(`failover after ${after}: n=${x.n} p50=${x.p50.toFixed(0)} ms p99=${x.p99.toFixed(0)} ms max=${Math.max(...ms).toFixed(0)} ms`);
     }
+    for (const f of [...failovers].sort((a, b) => b.ms - a.ms).slice(0, 3)) console.log(`slow failover: ${f.ms} ms after ${f.after} at [${f.at}], ${f.sandbox}`);
     results.push(['failover', failoverViolations === 0, `n=${fo.n} p50=${fo.p50.toFixed(0)} ms p99=${fo.p99.toFixed(0)} ms, ${failoverViolations} never`]);
     // A check only means something if its scenario ran: the long freeze must have moved sessions,
     // the special scenarios must have happened, and the workload must have killed SSH sessions
@@ -832,7 +835,7 @@ async function main(): Promise<void> {
         console.log(`negative run --break ${b}: expected invariant '${target}' ${failedIds.includes(target) ? 'FAILED, as it must' : 'did NOT fail: this check cannot catch what it guards'}`);
       }
     }
-    if (!passed) {
+    if (!passed || values['keep-logs']) {
       // Keep what explains the failure: every replica's log and every supervisor's log.
       const dir = `${os.tmpdir()}/sandgate-chaos-${seed}-${Date.now()}`;
       mkdirSync(dir, { recursive: true });
@@ -891,8 +894,8 @@ function tuple(x: { outcome: 'ok' | 'retriable' | 'wrong' | 'hang'; detail: stri
   return [x.outcome, x.detail];
 }
 
-function secs(t0: number): string {
-  return `${((Date.now() - t0) / 1000).toFixed(1)}s`;
+function secs(t0: number, at = Date.now()): string {
+  return `${((at - t0) / 1000).toFixed(1)}s`;
 }
 
 async function ownedBy(r: import('ioredis').Redis, pool: { id: string; name: string }[], replicaId: string) {
