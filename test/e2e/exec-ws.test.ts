@@ -384,17 +384,25 @@ describe('back-pressure', () => {
       call.write({ start: { sandbox_id: sbx.id, command: ['sleep', `612.${tok}`], environment: {} } });
       const execId = await execIdOf(tok);
       const frame = Buffer.alloc(256 * 1024, 7);
-      // 32 MiB, past every buffer on the way: the rest waits in the client's own write buffer.
-      for (let i = 0; i < 128; i++) call.write({ stdin: frame });
+      // 64 MiB, past every buffer on the way: the rest waits in the client's own write buffer.
+      // The buffers together hold 25–32 MiB of 256 KiB frames (queues of 16 messages at several
+      // hops, socket buffers); with 32 MiB sent, a run saw all of it leave the client.
+      const FRAMES = 256;
+      for (let i = 0; i < FRAMES; i++) call.write({ stdin: frame });
       const writable = call as unknown as { writableLength: number };
       let last = -1;
+      const seen: number[] = [];
       await waitFor('the client write buffer to stop draining', async () => {
         const now = writable.writableLength;
         await sleep(500);
         const stable = writable.writableLength === now && now === last && now > 0;
         last = writable.writableLength;
+        seen.push(last);
         return stable;
-      }, 30_000, 0);
+      }, 30_000, 0).catch((err: unknown) => {
+        throw new Error(`${String(err)}: frames still queued in the client, every 500 ms: ${seen.join(' ')}\n${cluster.logs()}`);
+      });
+      console.log(`exec-interactive stdin back-pressure: ${FRAMES - last} of ${FRAMES} frames left the client before it stalled (queued every 500 ms: ${seen.join(' ')})`);
       call.cancel();
       await expectTreeGone(tok, execId, 5_000);
     } finally {
