@@ -1,6 +1,7 @@
 // haproxy in front of the replicas, as a production load balancer would be: TCP mode (gRPC is
-// HTTP/2 end to end), health checks on /readyz, sessions to a backend that goes down are shut
-// so clients and supervisors reconnect to a live replica.
+// HTTP/2 end to end), health checks on /healthz, sessions to a backend that goes down are shut
+// so clients and supervisors reconnect to a live replica. Liveness, not /readyz: a Redis restart
+// makes every replica not ready at once, and the balancer would cut every session on every one.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
@@ -25,7 +26,7 @@ export interface Haproxy {
 }
 
 /**
- * `healthCa`: the replicas serve HTTPS; their /readyz is checked over TLS trusting this CA file.
+ * `healthCa`: the replicas serve HTTPS; their /healthz is checked over TLS trusting this CA file.
  * `httpPort`: a second frontend, in front of the replicas' HTTP ports (the REST API). TCP mode as
  * well: SSE and WebSocket upgrades pass untouched, and a client that goes away closes the
  * replica's side too (what the REST exec's kill-on-disconnect relies on).
@@ -33,7 +34,7 @@ export interface Haproxy {
 export function haproxyConfig(port: number, backends: HaproxyBackend[], healthCa?: string, httpPort?: number, statsSocket?: string): string {
   const server = (b: HaproxyBackend, port: number) =>
     `  server ${b.name} 127.0.0.1:${port} check port ${b.httpPort}${healthCa ? ` check-ssl verify required ca-file ${healthCa} verifyhost localhost` : ''}`;
-  const health = ['  option httpchk GET /readyz', '  http-check expect status 200', '  default-server inter 300 fall 2 rise 1 on-marked-down shutdown-sessions'];
+  const health = ['  option httpchk GET /healthz', '  http-check expect status 200', '  default-server inter 300 fall 2 rise 1 on-marked-down shutdown-sessions'];
   const httpSections =
     httpPort === undefined
       ? []
