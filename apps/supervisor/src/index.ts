@@ -6,3 +6,4 @@ export { backoffDelay } from './backoff.ts';
 export { preflight } from './preflight.ts';
 export { createGatewayClient, callMetadata, type GatewayClient } from './gateway-client.ts';
 export { ConfinedLauncher, NATIVE_LAUNCHER, type LaunchCommand } from './workload/launcher.ts';
+export { NATIVE_NETNS_AGENT } from './workload/netns.ts';

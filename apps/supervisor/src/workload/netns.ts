@@ -8,6 +8,7 @@
 // that namespace, so starting over in a new one would split the sandbox's loopback in two.
 // Exiting lets the driver see a dead sandbox instead of one that silently lost its network.
 import { spawn, type ChildProcess } from 'node:child_process';
+import { accessSync, constants as fsConstants } from 'node:fs';
 import { createInterface } from 'node:readline';
 import net from 'node:net';
 import path from 'node:path';
@@ -15,13 +16,28 @@ import { fileURLToPath } from 'node:url';
 import type { Logger } from '@sandgate/telemetry/log';
 
 const AGENT_SCRIPT = path.join(path.dirname(fileURLToPath(import.meta.url)), 'netns-agent.ts');
-// Generous: the agent is a second Node process, and on a loaded host (the chaos suite, 20
+/**
+ * The same agent in C (native/sandgate-netns.c, built at `npm install`): enters the namespace
+ * itself and speaks the same protocol, in a few hundred KiB instead of a second Node process.
+ * Without it (a checkout installed with --ignore-scripts) the Node agent runs, and the log says so.
+ */
+export const NATIVE_NETNS_AGENT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../native/build/sandgate-netns');
+// Generous: the Node agent is a second Node process, and on a loaded host (the chaos suite, 20
 // sandboxes starting at once on 2 cores) its start-up alone took over 15 s.
 const READY_TIMEOUT_MS = 60_000;
 /** Beyond the connect timeout the agent applies: only guards against a lost answer. */
 const DIAL_ANSWER_MARGIN_MS = 2_000;
 /** What the agent is started with: enough to find `ip`, nothing of the supervisor's. */
 const AGENT_ENV = { PATH: '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' };
+
+function executable(file: string): boolean {
+  try {
+    accessSync(file, fsConstants.X_OK);
+    return true;
+  } catch {
+    return false;
+  }
+}
 
 /** A failed dial, with the errno-style code the agent saw (ECONNREFUSED…). */
 export class DialError extends Error {
@@ -60,8 +76,10 @@ export class NetnsAgent {
   }
 
   /** Starts the agent in a new network namespace; resolves once it handed over the proxy socket. */
-  static start(opts: { proxyPort: number; log: Logger; onDeath(reason: string): void; compileCacheDir?: string }): Promise<NetnsAgent> {
+  /** `agentBinary`: the native agent to run, null for the Node one; default: the native one if built. */
+  static start(opts: { proxyPort: number; log: Logger; onDeath(reason: string): void; compileCacheDir?: string; agentBinary?: string | null }): Promise<NetnsAgent> {
     const { log } = opts;
+    const binary = opts.agentBinary !== undefined ? opts.agentBinary : executable(NATIVE_NETNS_AGENT) ? NATIVE_NETNS_AGENT : null;
     return new Promise((resolve, reject) => {
       let agent: NetnsAgent | undefined;
       let settled = false;
@@ -76,24 +94,28 @@ export class NetnsAgent {
         }
         reject(new Error(reason));
       };
-      const child = spawn('unshare', ['--net', '--', process.execPath, AGENT_SCRIPT, String(opts.proxyPort)], {
+      const native = binary !== null;
+      const [command, args] = native
+        ? [binary, [String(opts.proxyPort)]]
+        : ['unshare', ['--net', '--', process.execPath, AGENT_SCRIPT, String(opts.proxyPort)]];
+      const child = spawn(command, args, {
         // Through the compile cache (filled with the agent too, main.ts): a TypeScript file
         // otherwise costs Node its type-stripping compiler's start, most of the agent's.
-        env: opts.compileCacheDir ? { ...AGENT_ENV, NODE_COMPILE_CACHE: opts.compileCacheDir } : AGENT_ENV,
+        env: opts.compileCacheDir && !native ? { ...AGENT_ENV, NODE_COMPILE_CACHE: opts.compileCacheDir } : AGENT_ENV,
         // Whatever it says (a fatal reason, a crash's stack) goes through our logger into the
         // sandbox log, as a JSON line naming the sandbox like every other line there.
         stdio: ['ignore', 'ignore', 'pipe', 'ipc'],
       });
       if (child.stderr) createInterface({ input: child.stderr }).on('line', (line) => log.error('netns agent stderr', { agent_pid: child.pid, line }));
       const timer = setTimeout(() => fail(`netns agent not ready after ${READY_TIMEOUT_MS} ms`), READY_TIMEOUT_MS);
-      child.once('error', (err) => fail(`cannot start the netns agent (unshare): ${err.message}`));
+      child.once('error', (err) => fail(`cannot start the netns agent (${command}): ${err.message}`));
       child.on('message', (msg: { op?: string; id?: number; code?: string; message?: string; port?: number }, handle?: net.Server | net.Socket) => {
         if (msg?.op === 'ready' && !settled) {
           if (!(handle instanceof net.Server)) return fail('netns agent sent no listening socket');
           settled = true;
           clearTimeout(timer);
           agent = new NetnsAgent(child, handle, opts.proxyPort);
-          log.info('workload network namespace ready', { agent_pid: child.pid, proxy_port: opts.proxyPort });
+          log.info('workload network namespace ready', { agent_pid: child.pid, proxy_port: opts.proxyPort, agent: native ? 'native' : 'node' });
           resolve(agent);
           return;
         }
