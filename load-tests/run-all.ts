@@ -46,6 +46,8 @@ const BENCHES: Bench[] = [
   { id: 'rest-exec', args: ['--iterations', '300', '--warmup', '20'], quickArgs: ['--iterations', '20', '--warmup', '3'], timeoutMs: 180_000 },
   // Written alongside (kill-latency, docker-create); included when present.
   { id: 'kill-latency', args: [], quickArgs: ['--iterations', '10'], precondition: fileExists('kill-latency'), timeoutMs: 300_000 },
+  // Issue 16: the native netns agent against the Node one (a sandbox's start and footprint).
+  { id: 'netns-agent', args: ['--sandboxes', '10', '--settle-seconds', '10'], quickArgs: ['--sandboxes', '2', '--settle-seconds', '2'], timeoutMs: 300_000 },
   {
     id: 'create-latency',
     args: ['--iterations', '20', '--duration', '20', '--concurrency', '4', '--docker-iterations', '5', '--cache-iterations', '20'],
