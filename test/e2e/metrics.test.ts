@@ -22,6 +22,7 @@ const CATALOGUE = [
   'sandgate_sandboxes_owned',
   'sandgate_ownership_claims_total',
   'sandgate_ownership_renewals_refused_total',
+  'sandgate_ownership_lapsed_total',
   'sandgate_failovers_total',
   'sandgate_failover_duration',
   'sandgate_queue_jobs',

@@ -29,6 +29,8 @@ export interface ReplicaProcess {
   /** Per-replica overrides (extra replicas for special cases). */
   env?: Record<string, string>;
   supervisorEndpoint?: string;
+  /** This replica's own Redis URL (another ACL user, to cut it off alone); default: the cluster's. */
+  redisUrl?: string;
 }
 
 export interface ClusterOptions {
@@ -154,7 +156,7 @@ export class Cluster {
   }
 
   /** Adds one more replica (e.g. with a bogus supervisor endpoint) and starts it; returns its index. */
-  async addReplica(opts: { env?: Record<string, string>; supervisorEndpoint?: string } = {}): Promise<number> {
+  async addReplica(opts: { env?: Record<string, string>; supervisorEndpoint?: string; redisUrl?: string } = {}): Promise<number> {
     const [grpcPort, httpPort, peerPort] = await freePorts(3);
     const i = this.replicas.length;
     this.replicas.push({
@@ -168,6 +170,7 @@ export class Cluster {
       logs: [],
       env: opts.env,
       supervisorEndpoint: opts.supervisorEndpoint,
+      redisUrl: opts.redisUrl,
     });
     await this.startReplica(i);
     return i;
@@ -184,7 +187,7 @@ export class Cluster {
       '--grpc-port', String(r.grpcPort),
       '--http-port', String(r.httpPort),
       '--peer-port', String(r.peerPort),
-      '--redis', this.redisUrl,
+      '--redis', r.redisUrl ?? this.redisUrl,
       '--replica-id', r.id,
       '--driver', this.driver,
       '--state-dir', this.stateDir,

@@ -61,6 +61,7 @@ const DESCRIPTIONS: Readonly<Record<string, string>> = {
   sandgate_sandboxes_owned: 'Sandboxes whose session this replica owns',
   sandgate_ownership_claims_total: 'Session ownership claims this replica won',
   sandgate_ownership_renewals_refused_total: 'Ownership renewals refused (another session or replica holds the sandbox)',
+  sandgate_ownership_lapsed_total: 'Sessions ended here because their ownership expired while Redis was out of reach',
   sandgate_failovers_total: 'Sessions this replica took over from an owner whose lease had lapsed',
   sandgate_queue_jobs: 'Durable jobs in the queue by state (cached, read every few seconds)',
   sandgate_job_failures_total: 'Failed job attempts',

@@ -34,6 +34,11 @@ export class Session {
   readonly call: ControlCall;
   fence = 0;
   lastSeenMs = Date.now();
+  /**
+   * Until when the ownership key surely lives: the claim's or the last successful renewal's
+   * start plus the TTL. Past it, with Redis out of reach, the session is ended (renewAll).
+   */
+  leaseUntilMs = 0;
   closed = false;
   /** Execs asked for with `open_exec`, by exec id, until their ExecChannel attaches. */
   readonly pendingExecs = new PendingRequests<ExecChannelCall>();
@@ -87,7 +92,7 @@ export class SessionRegistry {
     this.deps = deps;
     deps.metrics.gauge('sandgate_supervisor_sessions', () => this.sessions.size);
     // Zero from the start, so rates and alerts have a series before the first event.
-    for (const name of ['sandgate_ownership_claims_total', 'sandgate_ownership_renewals_refused_total', 'sandgate_failovers_total']) deps.metrics.inc(name, 0);
+    for (const name of ['sandgate_ownership_claims_total', 'sandgate_ownership_renewals_refused_total', 'sandgate_ownership_lapsed_total', 'sandgate_failovers_total']) deps.metrics.inc(name, 0);
     deps.metrics.gauge('sandgate_sandboxes_owned', () => {
       let owned = 0;
       for (const session of this.sessions.values()) if (!session.closed) owned++;
@@ -208,7 +213,9 @@ export class SessionRegistry {
     // renewal (TTL minus what is left) is how long the sandbox had no working owner, to within a
     // renewal interval. (A session back after its lease lapsed is an ordinary claim.)
     const lease = await ownership.lease(sandboxId).catch(() => null);
+    const claimedAt = Date.now();
     session.fence = await ownership.claim(sandboxId, replicaId, session.sessionId, instanceId);
+    session.leaseUntilMs = claimedAt + ownership.ttlMs;
     metrics.inc('sandgate_ownership_claims_total');
     if (lease && lease.replica !== replicaId) {
       metrics.inc('sandgate_failovers_total');
@@ -487,23 +494,48 @@ export class SessionRegistry {
    * A session whose record is no longer ours — a newer claim or a revocation — is closed.
    */
   async renewAll(): Promise<void> {
-    if (this.renewing) return; // the previous tick is still waiting for Redis
+    if (this.renewing) {
+      // The previous tick is still waiting for Redis: leases may run out meanwhile.
+      this.endLapsed();
+      return;
+    }
     const live = [...this.sessions.values()].filter((s) => !s.closed);
     if (live.length === 0) return;
     this.renewing = true;
+    const sentAt = Date.now();
     try {
       const results = await this.deps.ownership.renewMany(
         live.map((s) => ({ sandboxId: s.sandboxId, fence: s.fence, holder: { replica: this.deps.replicaId, session: s.sessionId, instance: s.instanceId } })),
       );
       results.forEach((ok, i) => {
-        if (ok) return;
+        if (ok) {
+          live[i]!.leaseUntilMs = sentAt + this.deps.ownership.ttlMs;
+          return;
+        }
         this.deps.metrics.inc('sandgate_ownership_renewals_refused_total');
         void this.close(live[i]!, 'ownership lost to a newer session');
       });
     } catch (err) {
       this.deps.log.warn('ownership renew failed', { sessions: live.length, err });
+      this.endLapsed();
     } finally {
       this.renewing = false;
+    }
+  }
+
+  /**
+   * Redis out of reach for this replica: a session whose ownership key has expired by now holds
+   * a sandbox no other replica can route to (no owner record) while its supervisor, hearing our
+   * heartbeats, stays. Ending it sends the supervisor to reconnect wherever the balancer sends
+   * it, a replica that can reach Redis if there is one. A short blip (shorter than the TTL)
+   * ends nothing. Also run from a timer, since a renewal can wait on Redis for long.
+   */
+  private endLapsed(): void {
+    const now = Date.now();
+    for (const s of this.sessions.values()) {
+      if (s.closed || s.leaseUntilMs === 0 || now <= s.leaseUntilMs) continue;
+      this.deps.metrics.inc('sandgate_ownership_lapsed_total');
+      void this.close(s, 'ownership lapsed: Redis out of reach for longer than the owner TTL');
     }
   }
 
