@@ -7,7 +7,7 @@ import net from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import { createLogger } from '@sandgate/telemetry/log';
 import { DialError, NATIVE_NETNS_AGENT, NetnsAgent } from '../src/workload/netns.ts';
-import { waitFor } from '../../../test/harness/wait.ts';
+import { waitFor } from './helpers.ts';
 
 if (!fs.existsSync(NATIVE_NETNS_AGENT)) throw new Error(`the native netns agent was not built: ${NATIVE_NETNS_AGENT} (npm install runs apps/supervisor/native/build.sh)`);
 
