@@ -180,8 +180,11 @@ describe('files through any replica', () => {
     expect(upStall.moved, 'bytes the client could push while the worker was frozen').toBeLessThan(32 * MiB);
     upStall.growth.forEach((g, i) => expect(g, `upload stall: replica ${i} grew by ${g} bytes`).toBeLessThan(32 * MiB));
     downStall!.forEach((g, i) => expect(g, `download stall: replica ${i} grew by ${g} bytes`).toBeLessThan(32 * MiB));
-    // The whole transfers: bounded well below the file, garbage included.
-    [...upGrowth, ...downGrowth].forEach((g, i) => expect(g, `replica ${i % 3} grew by ${g} bytes`).toBeLessThan(96 * MiB));
+    // The whole transfers, garbage included: the stalls above prove the buffering is bounded
+    // (under 32 MiB while the other end is frozen); this only catches copies kept (the file and
+    // its frames, 200 MiB and more). A peak of 96.03 MiB was seen on a CI run (2026-12-04) with
+    // nothing retained: V8 collects late when nothing presses it, so 96 MiB was too close.
+    [...upGrowth, ...downGrowth].forEach((g, i) => expect(g, `replica ${i % 3} grew by ${g} bytes`).toBeLessThan(128 * MiB));
     // Written as the workload, not as the supervisor's root.
     expect((await sh('stat -c %u /sandbox/big.bin; id -u')).trim().split('\n')).toSatisfy((l: string[]) => l[0] === l[1] && l[0] !== '0');
     await sh('rm /sandbox/big.bin');
