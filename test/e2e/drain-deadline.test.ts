@@ -48,7 +48,10 @@ describe('SIGTERM with Redis gone', () => {
     const tookMs = Date.now() - sent;
     expect(code, `after ${tookMs} ms:\n${cluster.logs()}`).toBe(0);
     cluster.replicas[0]!.proc = null;
-    expect(cluster.logs()).toContain('drain deadline passed');
+    // Usually the deadline cuts the drain short and the replica says what it dropped. A drain
+    // whose Redis calls all failed fast can also finish right at the deadline (a CI run:
+    // 3288 ms, "replica stopped" drained): the bound is what matters, and it held either way.
+    expect(cluster.logs()).toMatch(/drain deadline passed|"msg":"replica stopped"/);
     expect(tookMs).toBeGreaterThanOrEqual(DRAIN_TIMEOUT_MS - 100);
   });
 
