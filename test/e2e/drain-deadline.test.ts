@@ -48,11 +48,12 @@ describe('SIGTERM with Redis gone', () => {
     const tookMs = Date.now() - sent;
     expect(code, `after ${tookMs} ms:\n${cluster.logs()}`).toBe(0);
     cluster.replicas[0]!.proc = null;
-    // Usually the deadline cuts the drain short and the replica says what it dropped. A drain
-    // whose Redis calls all failed fast can also finish right at the deadline (a CI run:
-    // 3288 ms, "replica stopped" drained): the bound is what matters, and it held either way.
-    expect(cluster.logs()).toMatch(/drain deadline passed|"msg":"replica stopped"/);
-    expect(tookMs).toBeGreaterThanOrEqual(DRAIN_TIMEOUT_MS - 100);
+    // Either the deadline cut the drain short and the replica says what it dropped, or every
+    // Redis call of the drain failed fast and it finished on its own first (CI runs of
+    // 2026-12-04: 1989 ms and 3288 ms, "replica stopped" with drained true). The bound is the
+    // requirement; it held either way.
+    if (cluster.logs().includes('drain deadline passed')) expect(tookMs).toBeGreaterThanOrEqual(DRAIN_TIMEOUT_MS - 100);
+    else expect(cluster.logs()).toMatch(/"msg":"replica stopped".*"drained":true|"drained":true.*"msg":"replica stopped"/);
   });
 
   it('nothing is lost: Redis and the replica come back, the sandbox serves again', async () => {
