@@ -75,8 +75,10 @@ export class NetnsAgent {
     this.proxyPort = port;
   }
 
-  /** Starts the agent in a new network namespace; resolves once it handed over the proxy socket. */
-  /** `agentBinary`: the native agent to run, null for the Node one; default: the native one if built. */
+  /**
+   * Starts the agent in a new network namespace; resolves once it handed over the proxy socket.
+   * `agentBinary`: the native agent to run, null for the Node one; default: the native one if built.
+   */
   static start(opts: { proxyPort: number; log: Logger; onDeath(reason: string): void; compileCacheDir?: string; agentBinary?: string | null }): Promise<NetnsAgent> {
     const { log } = opts;
     const binary = opts.agentBinary !== undefined ? opts.agentBinary : executable(NATIVE_NETNS_AGENT) ? NATIVE_NETNS_AGENT : null;
