@@ -2,7 +2,9 @@
 // sends SIGTERM, as an operator would try it: `sandgate gateway` as its own process holding a live
 // supervisor session and its BullMQ worker, `kill -9` of redis-server, then SIGTERM. Before the
 // deadline existed the replica kept retrying Redis and ignored the signal. After it, the sandbox is
-// not lost: Redis and the replica come back and it serves again.
+// not lost: Redis and the replica come back and it serves again. A dead Redis lets the drain's calls
+// fail fast, so the drain may finish before the deadline; a frozen one (SIGSTOP: connections kept,
+// no answer) holds them, so the second case proves the deadline itself cuts the drain.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Cluster, runCli } from '../harness/cluster.ts';
 import { startRedis, type TestRedis } from '../harness/redis.ts';
@@ -60,5 +62,31 @@ describe('SIGTERM with Redis gone', () => {
     await redis.restart();
     await cluster.startReplica(0);
     await waitFor('drain-me serving again', async () => (await echo('back')) === 'back', 60_000, 500);
+  });
+});
+
+describe('SIGTERM with Redis frozen', () => {
+  it('the drain hangs on Redis and the deadline cuts it', async () => {
+    const replicaLogs = cluster.replicas[0]!.logs;
+    const logsBefore = replicaLogs.length;
+    redis.freeze();
+    const proc = cluster.replicas[0]!.proc!;
+    const exited = new Promise<number | null>((resolve) => proc.once('exit', (code) => resolve(code)));
+    const sent = Date.now();
+    proc.kill('SIGTERM');
+    const code = await Promise.race([exited, new Promise<'still running'>((r) => setTimeout(() => r('still running'), DRAIN_TIMEOUT_MS + 7000))]);
+    const tookMs = Date.now() - sent;
+    const logs = replicaLogs.slice(logsBefore).join('');
+    expect(code, `after ${tookMs} ms:\n${logs}`).toBe(0);
+    cluster.replicas[0]!.proc = null;
+    expect(logs, 'the deadline path, not a drain that finished').toContain('drain deadline passed');
+    expect(logs).toMatch(/"msg":"replica stopped".*"drained":false|"drained":false.*"msg":"replica stopped"/);
+    expect(tookMs).toBeGreaterThanOrEqual(DRAIN_TIMEOUT_MS - 100);
+  });
+
+  it('nothing is lost: Redis thaws, the replica comes back, the sandbox serves again', async () => {
+    redis.thaw();
+    await cluster.startReplica(0);
+    await waitFor('drain-me serving after the freeze', async () => (await echo('thawed')) === 'thawed', 60_000, 500);
   });
 });

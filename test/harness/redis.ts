@@ -23,6 +23,9 @@ export interface TestRedis {
   restart(): Promise<void>;
   /** `kill -9` of the server, keeping its data directory: restart() brings it back. */
   kill(): Promise<void>;
+  /** SIGSTOP: the server keeps its connections but answers nothing (a hung Redis); thaw() resumes it. */
+  freeze(): void;
+  thaw(): void;
   stop(): Promise<void>;
 }
 
@@ -135,8 +138,15 @@ export async function startRedis(opts: RedisOptions = {}): Promise<TestRedis> {
     async kill() {
       await exit(proc, 'SIGKILL');
     },
+    freeze() {
+      proc.kill('SIGSTOP');
+    },
+    thaw() {
+      proc.kill('SIGCONT');
+    },
     async stop() {
       for (const c of clients) c.disconnect();
+      proc.kill('SIGCONT');
       await exit(proc, 'SIGKILL');
       rmSync(dir, { recursive: true, force: true });
     },
@@ -169,6 +179,12 @@ async function startSentinelRedis(opts: RedisOptions): Promise<TestRedis> {
     client: () => group.client(),
     restart: refuse('restart'),
     kill: refuse('kill'),
+    freeze: () => {
+      throw new Error('TestRedis.freeze() is one server\'s; in Sentinel mode (SANDGATE_TEST_REDIS=sentinel) use a SentinelGroup');
+    },
+    thaw: () => {
+      throw new Error('TestRedis.thaw() is one server\'s; in Sentinel mode (SANDGATE_TEST_REDIS=sentinel) use a SentinelGroup');
+    },
     stop: async () => {
       sentinelModeUrls.delete(group.url);
       await group.stop();
