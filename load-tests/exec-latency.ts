@@ -1,6 +1,7 @@
 // Exec latency of `true` through the owner replica vs through a non-owner (one relay hop),
 // measured side by side in one run (interleaved, so machine noise hits both alike).
 //   node load-tests/exec-latency.ts [--iterations 300] [--warmup 20]
+import { spawn } from 'node:child_process';
 import { parseArgs } from 'node:util';
 import { summarise, ms } from './stats.ts';
 import { COMMON_OPTIONS, emitReport, now, runMain, type BenchReport } from './bench.ts';
@@ -42,19 +43,26 @@ export async function run(opts: ExecLatencyOptions): Promise<BenchReport> {
   }
   const d: number[] = [];
   const r: number[] = [];
+  const b: number[] = [];
+  for (let i = 0; i < opts.warmup; i++) await bareSpawn();
   // ABBA: pairs alternate direct-first and relayed-first, so whatever the second run of a pair
   // inherits from the first (a warm cache, a GC the first one triggered) does not bias one path.
+  // The bare spawn (issue 16's floor) goes between them, so it sees the same machine.
   for (let i = 0; i < opts.iterations; i++) {
     if (i % 2 === 0) {
       d.push(await execOnce(direct, sbx.id));
+      b.push(await bareSpawn());
       r.push(await execOnce(relayed, sbx.id));
     } else {
       r.push(await execOnce(relayed, sbx.id));
+      b.push(await bareSpawn());
       d.push(await execOnce(direct, sbx.id));
     }
   }
   const sd = summarise(d);
   const sr = summarise(r);
+  const sb = summarise(b);
+  const overSpawn = summarise(d.map((v, i) => v - b[i]!));
   // Each relayed exec against the direct one of its pair: machine noise that spans a pair cancels
   // out, which the difference of two percentiles does not do. These are the overhead figures.
   const paired = summarise(r.map((v, i) => v - d[i]!));
@@ -89,15 +97,37 @@ export async function run(opts: ExecLatencyOptions): Promise<BenchReport> {
         rows: overheadRows(sd, sr, paired, 'relayed − direct of the same ABBA pair'),
       },
       {
+        caption: `exec of \`true\` through the owner against a bare \`child_process.spawn('/bin/true')\` from this (the client's) Node process, same iterations, interleaved (issue 16's floor)`,
+        headers: ['path', 'p50', 'p90', 'p99', 'mean'],
+        rows: [
+          ['bare spawn of /bin/true', ms(sb.p50), ms(sb.p90), ms(sb.p99), ms(sb.mean)],
+          ['exec through the owner', ms(sd.p50), ms(sd.p90), ms(sd.p99), ms(sd.mean)],
+          ['exec − spawn, paired', ms(overSpawn.p50), ms(overSpawn.p90), ms(overSpawn.p99), ms(overSpawn.mean)],
+          ['exec / spawn (target p50 ≤ 2)', ratio(sd.p50, sb.p50), ratio(sd.p90, sb.p90), ratio(sd.p99, sb.p99), ratio(sd.mean, sb.mean)],
+        ],
+      },
+      {
         caption: `stdin → stdout round trip of one line through an open interactive \`cat\` exec, ${opts.iterations} each, interleaved ABBA (the relay hop without process start-up)`,
         headers: ['path', 'p50', 'p90', 'p99', 'mean'],
         rows: overheadRows(sed, ser, echoPaired, 'same ABBA pair'),
       },
     ],
-    notes: [`targets (issue 7): p50 overhead < 1 ms, p99 overhead < 5 ms, judged on the paired differences`],
+    notes: [`targets (issue 7): p50 overhead < 1 ms, p99 overhead < 5 ms, judged on the paired differences; issue 16: exec p50 ≤ 2 × the bare spawn's, relay overhead p50 < 0.5 ms, p99 < 2 ms`],
     durationMs: now() - t0,
   };
 }
+
+/** ms from spawning /bin/true until it exited: the floor an exec is measured against. */
+function bareSpawn(): Promise<number> {
+  const t = now();
+  return new Promise((resolve, reject) => {
+    const child = spawn('/bin/true', [], { stdio: 'ignore' });
+    child.once('error', reject);
+    child.once('exit', () => resolve(now() - t));
+  });
+}
+
+const ratio = (a: number, b: number) => (a / b).toFixed(2);
 
 /** An interactive `cat` through one replica; each round trip writes a line and waits for it back. */
 async function echoSession(client: AnyClient, sandboxId: string): Promise<{ roundTrip(): Promise<number>; close(): void }> {
