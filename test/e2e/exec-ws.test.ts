@@ -383,11 +383,13 @@ describe('back-pressure', () => {
       call.on('error', () => undefined);
       call.write({ start: { sandbox_id: sbx.id, command: ['sleep', `612.${tok}`], environment: {} } });
       const execId = await execIdOf(tok);
-      const frame = Buffer.alloc(256 * 1024, 7);
-      // 64 MiB, past every buffer on the way: the rest waits in the client's own write buffer.
-      // The buffers together hold 25–32 MiB of 256 KiB frames (queues of 16 messages at several
-      // hops, socket buffers); with 32 MiB sent, a run saw all of it leave the client.
-      const FRAMES = 256;
+      // 64 MiB in messages as large as gRPC takes (4 MiB with its framing): the buffers on the way
+      // count messages, so until stdin was cut into 64 KiB pieces at the entry and its call read
+      // one message ahead, 16 queued messages per hop let all of it into the replicas (a probe on
+      // 2026-12-04: 196 MiB direct, 344 MiB relayed before the client stalled). Now the rest waits
+      // in the client's own write buffer.
+      const frame = Buffer.alloc(4 * 1024 * 1024 - 1024, 7);
+      const FRAMES = 16;
       for (let i = 0; i < FRAMES; i++) call.write({ stdin: frame });
       const writable = call as unknown as { writableLength: number };
       let last = -1;
@@ -400,9 +402,11 @@ describe('back-pressure', () => {
         seen.push(last);
         return stable;
       }, 30_000, 0).catch((err: unknown) => {
-        throw new Error(`${String(err)}: frames still queued in the client, every 500 ms: ${seen.join(' ')}\n${cluster.logs()}`);
+        throw new Error(`${String(err)}: messages still queued in the client, every 500 ms: ${seen.join(' ')}\n${cluster.logs()}`);
       });
-      console.log(`exec-interactive stdin back-pressure: ${FRAMES - last} of ${FRAMES} frames left the client before it stalled (queued every 500 ms: ${seen.join(' ')})`);
+      const leftMiB = ((FRAMES - last) * frame.length) / 2 ** 20;
+      console.log(`exec-interactive stdin back-pressure: ${FRAMES - last} of ${FRAMES} 4 MiB messages (${leftMiB.toFixed(1)} MiB) left the client before it stalled (queued every 500 ms: ${seen.join(' ')})`);
+      expect(leftMiB, 'stdin held between the client and a process that does not read it').toBeLessThan(32);
       call.cancel();
       await expectTreeGone(tok, execId, 5_000);
     } finally {

@@ -3,10 +3,28 @@
 // replica buffer grow. Used for every hop (client ↔ entry replica ↔ owner replica ↔ supervisor).
 import type { Readable, Writable } from 'node:stream';
 
-/** Pipes `src` frames into `dst` with back-pressure. Returns a function that stops the pump. */
+/**
+ * Pipes `src` frames into `dst` with back-pressure. `map` turns a frame into one frame, several
+ * (written one at a time: past a full `dst` the rest wait, with `src` paused, until it drains), or
+ * none. Returns a function that stops the pump.
+ */
 export function pump<T>(src: Readable, dst: Writable, map: (frame: T) => unknown): () => void {
   let waiting = false;
+  /** Pieces of one source frame not written yet because `dst` was full. */
+  let pending: unknown[] = [];
+  const writeAll = (frames: unknown[]): void => {
+    for (let i = 0; i < frames.length; i++) {
+      if (dst.writableEnded || dst.destroyed) return;
+      if (!dst.write(frames[i]) && i + 1 < frames.length) {
+        pending = frames.slice(i + 1);
+        return;
+      }
+    }
+    pending = [];
+  };
   const onDrain = () => {
+    writeAll(pending);
+    if (dst.writableNeedDrain) return void dst.once('drain', onDrain);
     waiting = false;
     src.resume();
   };
@@ -14,7 +32,8 @@ export function pump<T>(src: Readable, dst: Writable, map: (frame: T) => unknown
     const out = map(frame);
     if (out === null || out === undefined) return;
     if (dst.writableEnded || dst.destroyed) return;
-    if (!dst.write(out) && !waiting) {
+    writeAll(Array.isArray(out) ? out : [out]);
+    if (dst.writableNeedDrain && !waiting) {
       waiting = true;
       src.pause();
       dst.once('drain', onDrain);
@@ -26,4 +45,16 @@ export function pump<T>(src: Readable, dst: Writable, map: (frame: T) => unknown
     src.off('data', onData);
     dst.off('drain', onDrain);
   };
+}
+
+/**
+ * How many messages a client's stream may hold read ahead of its consumer. A gRPC call's
+ * readable side counts messages, not bytes (16 by default), and a message can be 4 MiB: paused
+ * by back-pressure, one interactive exec's call would still read 64 MiB into the replica. One
+ * message bounds that to the size of one.
+ */
+export function limitReadAhead(stream: Readable, messages = 1): void {
+  // No public setter: the readable state's high-water mark is what _read() is called against.
+  const state = (stream as unknown as { _readableState?: { highWaterMark: number } })._readableState;
+  if (state) state.highWaterMark = messages;
 }

@@ -12,7 +12,7 @@ import type { SandboxStore, WorkspaceExecSlots } from '@sandgate/store';
 import { activeSpan, extractContext, failSpan, injectContext, otelContext, SpanKind, startSpan, TraceAttr, type Logger, type Metrics, type Span } from '@sandgate/telemetry';
 import { SessionNotHere, toPeerError, type ExecPath, type ExecRouter } from '../relay/exec-router.ts';
 import { endWithError, onceGone, takeFirstMessage } from '../api/calls.ts';
-import { pump, type LinkChannel } from '@sandgate/relay';
+import { limitReadAhead, pump, type LinkChannel } from '@sandgate/relay';
 import { relayFailure, toClientError, toServiceError } from '../api/grpc-errors.ts';
 import { requireAccess, type AccessDeps, type WorkspaceAccess } from '../api/access.ts';
 import { OOM_NOTE } from '../sandboxes/lifecycle-service.ts';
@@ -55,6 +55,21 @@ type ClientCall = Writable & { cancelled: boolean; on(e: 'cancelled', f: () => v
  * exec's process group, and stdin EOF. (Upstream's ExecSandboxInput has neither, so a gRPC client
  * never produces them: protobuf decoding yields only the proto's fields.)
  */
+/**
+ * Stdin is handed on in pieces of at most this size: the buffers between the entry replica and the
+ * supervisor count frames, not bytes (16 each), so a client's 4 MiB message (or a 16 MiB WebSocket
+ * one) must not become one frame of that size in every one of them.
+ */
+export const STDIN_PIECE_BYTES = 64 * 1024;
+
+/** Stdin bytes as frames of at most STDIN_PIECE_BYTES (views of the same memory, not copies). */
+export function stdinPieces(data: Buffer): ExecFrame[] {
+  if (data.length <= STDIN_PIECE_BYTES) return [{ stdin: data }];
+  const pieces: ExecFrame[] = [];
+  for (let off = 0; off < data.length; off += STDIN_PIECE_BYTES) pieces.push({ stdin: data.subarray(off, off + STDIN_PIECE_BYTES) });
+  return pieces;
+}
+
 export type InteractiveInput = ExecSandboxInput & { signal?: { signo: number }; stdin_eof?: true };
 
 /**
@@ -207,7 +222,8 @@ export class ExecService {
   /** ExecSandboxInteractive: bidi; the first message must be `start`. */
   handleInteractive(call: InteractiveCall, caller: Principal): void {
     this.deps.metrics.inc('sandgate_exec_started_total');
-    // Later stdin frames stay buffered until the path is open.
+    // Later stdin frames stay buffered until the path is open: one message's worth, not 16.
+    limitReadAhead(call);
     takeFirstMessage(call, 'empty stream: expected start message', (first: ExecSandboxInput) => {
       if (!first.start) {
         endWithError(call, new GatewayError(Code.INVALID_ARGUMENT, 'first message must be a start payload'));
@@ -216,8 +232,8 @@ export class ExecService {
       this.begin(first.start, false, call, caller)
         .then((path) => {
           if (!path) return;
-          pump(call, path.stream, (input: InteractiveInput): ExecFrame | null => {
-            if (input.stdin) return { stdin: input.stdin };
+          pump(call, path.stream, (input: InteractiveInput): ExecFrame | ExecFrame[] | null => {
+            if (input.stdin) return stdinPieces(input.stdin);
             if (input.resize) return { resize: { cols: input.resize.cols ?? 0, rows: input.resize.rows ?? 0 } };
             // The supervisor delivers it to the exec's process group (exec-runner.ts).
             if (input.signal) return { signal: { signo: input.signal.signo } };

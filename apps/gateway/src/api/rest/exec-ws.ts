@@ -20,7 +20,7 @@ import { Type } from '@sinclair/typebox';
 import { Code, GatewayError, type Principal } from '@sandgate/core';
 import type { ExecSandboxRequest } from '@sandgate/protocols';
 import type { Logger } from '@sandgate/telemetry';
-import type { ClientExecEvent, InteractiveInput } from '../../exec/exec-service.ts';
+import { STDIN_PIECE_BYTES, type ClientExecEvent, type InteractiveInput } from '../../exec/exec-service.ts';
 import { httpCaller } from './gate.ts';
 import { httpError, sendError } from './errors.ts';
 import type { RestDeps } from './index.ts';
@@ -40,11 +40,6 @@ export const CLOSE_ERROR_BASE = 4000;
  * pumped (and, hop by hop, the supervisor stops reading the process) until it drains.
  */
 export const OUTPUT_HIGH_WATER_BYTES = 1024 * 1024;
-/**
- * Stdin is handed on in pieces of at most this size: the buffers between here and the supervisor
- * count frames, not bytes, so a 16 MiB WebSocket message must not become one 16 MiB frame.
- */
-export const STDIN_PIECE_BYTES = 64 * 1024;
 /**
  * While the socket is paused (stdin back-pressure) the server reads nothing, so it cannot see the
  * client's close or its connection drop. It pings this often instead: a client that is gone
