@@ -466,6 +466,55 @@ describe('SSH session tokens', () => {
     await expectError([{ init: { sandbox_id: other.id, ssh: {}, authorization_token: 'forged' } }], grpcStatus.UNAUTHENTICATED, 'SSH session token not found');
   });
 
+  it('a target that does not read holds the client: 4 MiB data messages stay in the client, not in the replicas', async () => {
+    // A listener in the sandbox that accepts and never reads, run by an exec for the test's length.
+    const port = 7300 + Math.floor(Math.random() * 500);
+    const listener = client.ExecSandbox({
+      sandbox_id: other.id,
+      command: [process.execPath, '-e', `require('net').createServer((s) => s.pause()).listen(${port}, '127.0.0.1', () => console.log('listening'))`],
+      environment: {},
+    });
+    const listening = new Promise<void>((resolve, reject) => {
+      listener.on('data', (ev: { stdout?: { data?: Buffer } }) => {
+        if (ev.stdout?.data?.toString().includes('listening')) resolve();
+      });
+      listener.on('error', (err: Error) => (err.message.includes('CANCELLED') ? undefined : reject(err)));
+      listener.on('end', () => reject(new Error('the listener exec ended')));
+    });
+    try {
+      await listening;
+      const { token } = await mint(other.id);
+      const call: ClientDuplexStream<object, { data?: Buffer }> = client.ForwardTcp();
+      opened.push(call);
+      call.on('data', () => undefined);
+      call.on('error', () => undefined);
+      call.write({ init: { sandbox_id: other.id, tcp: { host: '127.0.0.1', port }, authorization_token: token, service_id: 'test' } });
+      // Until data was cut into 64 KiB pieces at the entry and the call read one message ahead,
+      // the queues on the way held 16 messages each, whatever their size.
+      const frame = Buffer.alloc(4 * 1024 * 1024 - 1024, 7);
+      const FRAMES = 24;
+      for (let i = 0; i < FRAMES; i++) call.write({ data: frame });
+      const writable = call as unknown as { writableLength: number };
+      let last = -1;
+      const seen: number[] = [];
+      await waitFor('the client write buffer to stop draining', async () => {
+        const now = writable.writableLength;
+        await new Promise((r) => setTimeout(r, 500));
+        const stable = writable.writableLength === now && now === last && now > 0;
+        last = writable.writableLength;
+        seen.push(last);
+        return stable;
+      }, 30_000, 0).catch((err: unknown) => {
+        throw new Error(`${String(err)}: messages still queued in the client, every 500 ms: ${seen.join(' ')}`);
+      });
+      const leftMiB = ((FRAMES - last) * frame.length) / 2 ** 20;
+      console.log(`ForwardTcp back-pressure: ${FRAMES - last} of ${FRAMES} 4 MiB messages (${leftMiB.toFixed(1)} MiB) left the client before it stalled`);
+      expect(leftMiB, 'data held between the client and a target that does not read').toBeLessThan(40);
+    } finally {
+      listener.cancel();
+    }
+  });
+
   it('a revoked token is refused; a token for sandbox A cannot reach sandbox B', async () => {
     const { token } = await mint(other.id);
     const ok = forward(other.id, token);

@@ -58,3 +58,18 @@ export function limitReadAhead(stream: Readable, messages = 1): void {
   const state = (stream as unknown as { _readableState?: { highWaterMark: number } })._readableState;
   if (state) state.highWaterMark = messages;
 }
+
+/**
+ * Bytes a client sent in one message are handed on in pieces of at most this size: the queues
+ * between the entry replica and the supervisor count frames (16 each), not bytes, so one 4 MiB
+ * message must not become a 4 MiB frame in every one of them.
+ */
+export const PIECE_BYTES = 64 * 1024;
+
+/** `data` as views of at most `size` bytes (the same memory, not copies). */
+export function byteSlices(data: Buffer, size = PIECE_BYTES): Buffer[] {
+  if (data.length <= size) return [data];
+  const slices: Buffer[] = [];
+  for (let off = 0; off < data.length; off += size) slices.push(data.subarray(off, off + size));
+  return slices;
+}

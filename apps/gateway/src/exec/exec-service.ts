@@ -12,7 +12,7 @@ import type { SandboxStore, WorkspaceExecSlots } from '@sandgate/store';
 import { activeSpan, extractContext, failSpan, injectContext, otelContext, SpanKind, startSpan, TraceAttr, type Logger, type Metrics, type Span } from '@sandgate/telemetry';
 import { SessionNotHere, toPeerError, type ExecPath, type ExecRouter } from '../relay/exec-router.ts';
 import { endWithError, onceGone, takeFirstMessage } from '../api/calls.ts';
-import { limitReadAhead, pump, type LinkChannel } from '@sandgate/relay';
+import { byteSlices, limitReadAhead, PIECE_BYTES, pump, type LinkChannel } from '@sandgate/relay';
 import { relayFailure, toClientError, toServiceError } from '../api/grpc-errors.ts';
 import { requireAccess, type AccessDeps, type WorkspaceAccess } from '../api/access.ts';
 import { OOM_NOTE } from '../sandboxes/lifecycle-service.ts';
@@ -55,20 +55,8 @@ type ClientCall = Writable & { cancelled: boolean; on(e: 'cancelled', f: () => v
  * exec's process group, and stdin EOF. (Upstream's ExecSandboxInput has neither, so a gRPC client
  * never produces them: protobuf decoding yields only the proto's fields.)
  */
-/**
- * Stdin is handed on in pieces of at most this size: the buffers between the entry replica and the
- * supervisor count frames, not bytes (16 each), so a client's 4 MiB message (or a 16 MiB WebSocket
- * one) must not become one frame of that size in every one of them.
- */
-export const STDIN_PIECE_BYTES = 64 * 1024;
-
-/** Stdin bytes as frames of at most STDIN_PIECE_BYTES (views of the same memory, not copies). */
-export function stdinPieces(data: Buffer): ExecFrame[] {
-  if (data.length <= STDIN_PIECE_BYTES) return [{ stdin: data }];
-  const pieces: ExecFrame[] = [];
-  for (let off = 0; off < data.length; off += STDIN_PIECE_BYTES) pieces.push({ stdin: data.subarray(off, off + STDIN_PIECE_BYTES) });
-  return pieces;
-}
+/** Stdin is handed on in pieces of at most this size (libs/relay's PIECE_BYTES says why). */
+export const STDIN_PIECE_BYTES = PIECE_BYTES;
 
 export type InteractiveInput = ExecSandboxInput & { signal?: { signo: number }; stdin_eof?: true };
 
@@ -233,7 +221,7 @@ export class ExecService {
         .then((path) => {
           if (!path) return;
           pump(call, path.stream, (input: InteractiveInput): ExecFrame | ExecFrame[] | null => {
-            if (input.stdin) return stdinPieces(input.stdin);
+            if (input.stdin) return byteSlices(input.stdin).map((stdin) => ({ stdin }));
             if (input.resize) return { resize: { cols: input.resize.cols ?? 0, rows: input.resize.rows ?? 0 } };
             // The supervisor delivers it to the exec's process group (exec-runner.ts).
             if (input.signal) return { signal: { signo: input.signal.signo } };

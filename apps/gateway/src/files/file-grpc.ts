@@ -6,6 +6,7 @@ import type { sendUnaryData, ServerReadableStream, ServerWritableStream } from '
 import { GatewayError, Code, type Principal } from '@sandgate/core';
 import type { DownloadFileFrame, FileRequest, FileTransferResult, UploadFileFrame } from '@sandgate/protocols';
 import type { Logger } from '@sandgate/telemetry';
+import { limitReadAhead } from '@sandgate/relay';
 import { toServiceError } from '../api/grpc-errors.ts';
 import type { FileService } from './file-service.ts';
 
@@ -37,6 +38,8 @@ export function uploadFileHandler(files: FileService, log: Logger) {
       if (err) callback(toServiceError(err, log));
       else callback(null, res);
     };
+    // Read one message ahead, not 16 of up to 4 MiB each (libs/relay's limitReadAhead).
+    limitReadAhead(call);
     const onEmpty = () => answer(new GatewayError(Code.INVALID_ARGUMENT, 'UploadFile needs a start frame (sandbox_id, path) first'));
     call.once('end', onEmpty);
     call.once('data', (first: UploadFileFrame) => {

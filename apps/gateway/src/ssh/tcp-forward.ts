@@ -5,7 +5,7 @@
 import type { Principal } from '@sandgate/core';
 import { randomUUID } from 'node:crypto';
 import type { ServerDuplexStream } from '@grpc/grpc-js';
-import type { LinkChannel } from '@sandgate/relay';
+import { limitReadAhead, type LinkChannel } from '@sandgate/relay';
 import type { Duplex } from 'node:stream';
 import type { TcpForwardFrame, TcpFrame, TcpForwardInit } from '@sandgate/protocols';
 import { GatewayError, Code, type DebugBreak } from '@sandgate/core';
@@ -41,7 +41,8 @@ export class TcpForwardService {
 
   /** ForwardTcp: bidi; the first client frame must be `init`. */
   handleForward(call: ForwardCall, caller: Principal): void {
-    // Later data frames wait until the path is open.
+    // Later data frames wait until the path is open: one message's worth (libs/relay's limitReadAhead).
+    limitReadAhead(call);
     takeFirstMessage(call, 'empty ForwardTcp stream', (first: TcpForwardFrame) => {
       if (!first.init) {
         endWithError(call, new GatewayError(Code.INVALID_ARGUMENT, 'first TcpForwardFrame must be init'));

@@ -9,7 +9,7 @@
 import type { Duplex } from 'node:stream';
 import type { TcpForwardFrame, TcpFrame } from '@sandgate/protocols';
 import { GatewayError, Code } from '@sandgate/core';
-import { pump } from '@sandgate/relay';
+import { byteSlices, pump } from '@sandgate/relay';
 import type { ServiceError } from '@grpc/grpc-js';
 import type { TcpPath } from '../relay/exec-router.ts';
 import { endWithError } from '../api/calls.ts';
@@ -55,9 +55,9 @@ export function relayForward(client: ServerCall, path: TcpPath, clientError: (er
     }
     onDone();
   };
-  const stopUp = pump(client, up, (frame: TcpForwardFrame): TcpFrame | null => {
+  const stopUp = pump(client, up, (frame: TcpForwardFrame): TcpFrame[] | null => {
     if (eofSent) return null;
-    if (frame.data !== undefined) return frame.data.length > 0 ? { data: frame.data } : null;
+    if (frame.data !== undefined) return frame.data.length > 0 ? byteSlices(frame.data).map((data) => ({ data })) : null;
     // Anything but data after init ends the client → target direction (as upstream does).
     sendEof();
     return null;
