@@ -351,25 +351,45 @@ async function dockerPhase(opts: CreateLatencyOptions, redisUrl: string, tables:
     return [`docker: skipped (gateway --driver docker did not start: ${msg})`];
   }
   onCleanup('docker gateway', () => gw.stop());
+  // The same driver with the supervisors' compile cache off, created alternately with the first.
+  const stateDirNoCache = mkdtempSync(path.join(os.tmpdir(), 'sg-bench-docker-'));
+  onCleanup('docker state dir (cache off)', () => rmSync(stateDirNoCache, { recursive: true, force: true }));
+  const gwNoCache = await startGateway({ redisUrl, driver: 'docker', stateDir: stateDirNoCache, replicaId: 'rdocker-nocache', env: { SANDGATE_SUPERVISOR_COMPILE_CACHE: '0' } });
+  onCleanup('docker gateway (cache off)', () => gwNoCache.stop());
   const image = await run0(['docker', 'image', 'inspect', opts.image], 15_000);
   if (image.code !== 0) return [`docker: skipped (image ${opts.image} missing: scripts/build-sandbox-image.sh)`];
   const client = openShellClient(gw.grpcAddress);
   onCleanup('docker grpc client', () => client.close());
+  const clientNoCache = openShellClient(gwNoCache.grpcAddress);
+  onCleanup('docker grpc client (cache off)', () => clientNoCache.close());
   const live = new Set<string>();
   onCleanup('docker benchmark sandboxes', () => deleteAll(client, live));
   const tag = `cd${process.pid.toString(36)}`;
   const driver: Created[] = [];
+  const driverNoCache: Created[] = [];
   const plain: number[] = [];
+  const detached: number[] = [];
   const notes: string[] = [];
   try {
     await createToFirstExec(client, `${tag}-warm`, opts.image, live, 120_000);
+    await createToFirstExec(clientNoCache, `${tag}-warm-nc`, opts.image, live, 120_000);
     await run0(['docker', 'run', '--rm', opts.image, 'true']);
     for (let i = 0; i < opts.dockerIterations; i++) {
       driver.push(await createToFirstExec(client, `${tag}-${i}`, opts.image, live, 120_000));
+      driverNoCache.push(await createToFirstExec(clientNoCache, `${tag}-${i}-nc`, opts.image, live, 120_000));
       const t = now();
       const r = await run0(['docker', 'run', '--rm', opts.image, 'true']);
       if (r.code !== 0) throw new Error(`docker run failed: ${r.out.trim().slice(0, 200)}`);
       plain.push(now() - t);
+      // Issue 16's docker baseline: a container started detached, then one exec in it.
+      const t2 = now();
+      const started = await run0(['docker', 'run', '-d', opts.image, 'sleep', 'infinity']);
+      if (started.code !== 0) throw new Error(`docker run -d failed: ${started.out.trim().slice(0, 200)}`);
+      const container = started.out.split('\n').find((l) => /^[0-9a-f]{64}$/.test(l.trim()))?.trim() ?? '';
+      const exec = await run0(['docker', 'exec', container, 'true']);
+      detached.push(now() - t2);
+      await run0(['docker', 'rm', '-f', container]);
+      if (exec.code !== 0) throw new Error(`docker exec failed: ${exec.out.trim().slice(0, 200)}`);
     }
   } catch (err) {
     notes.push(`docker: failed after ${driver.length} iteration(s): ${errText(err)}`);
@@ -379,15 +399,21 @@ async function dockerPhase(opts: CreateLatencyOptions, redisUrl: string, tables:
   if (driver.length) {
     const d = summarise(driver.map((c) => c.firstExecMs));
     const p = summarise(plain);
+    const dx = summarise(detached);
     tables.push({
-      caption: `docker driver (image ${opts.image}), ${driver.length} sandboxes one after another, interleaved with plain \`docker run --rm ${opts.image} true\``,
+      caption: `docker driver (image ${opts.image}), ${driver.length} sandboxes one after another, interleaved with as many made by a second replica whose supervisors have no compile cache, and with plain \`docker run --rm ${opts.image} true\` and \`docker run -d ${opts.image} sleep infinity\` + \`docker exec <c> true\``,
       headers: LATENCY_HEADERS,
       rows: [
         latencyRow('docker driver: CreateSandbox returned', driver.map((c) => c.rpcMs)),
         latencyRow('docker driver: phase Ready', driver.map((c) => c.readyMs)),
         latencyRow('docker driver: first `true` exited 0', driver.map((c) => c.firstExecMs)),
+        latencyRow('docker driver, compile cache off: phase Ready', driverNoCache.map((c) => c.readyMs)),
+        latencyRow('docker driver, compile cache off: first `true` exited 0', driverNoCache.map((c) => c.firstExecMs)),
         latencyRow('plain `docker run --rm IMAGE true`', plain),
+        latencyRow('plain `docker run -d IMAGE sleep infinity` + `docker exec <c> true`', detached),
         ['ratio driver first exec / docker run', '', fixed(d.p50 / p.p50, 2), fixed(d.p90 / p.p90, 2), fixed(d.p99 / p.p99, 2), fixed(d.mean / p.mean, 2)],
+        ...(driverNoCache.length ? [((nc) => ['ratio first exec, compile cache on / off', '', fixed(d.p50 / nc.p50, 2), fixed(d.p90 / nc.p90, 2), fixed(d.p99 / nc.p99, 2), fixed(d.mean / nc.mean, 2)])(summarise(driverNoCache.map((c) => c.firstExecMs)))] : []),
+        ['ratio driver first exec / (run -d + exec) (issue 16: ≤ 1.1)', '', fixed(d.p50 / dx.p50, 2), fixed(d.p90 / dx.p90, 2), fixed(d.p99 / dx.p99, 2), fixed(d.mean / dx.mean, 2)],
       ],
     });
   }

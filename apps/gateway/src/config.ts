@@ -308,7 +308,7 @@ export const REPLICA_OPTIONS: Specs = {
     worker: true,
     env: 'SANDGATE_SUPERVISOR_COMPILE_CACHE',
     default: '1',
-    description: 'local driver: supervisors load their code through Node\'s compile cache, filled on the host and read-only in every sandbox (a faster start), 0 or 1',
+    description: 'supervisors load their code through Node\'s compile cache, read-only in every sandbox (a faster start): the local driver fills it on the host, the docker driver in a one-off container of its default image; 0 or 1',
     parse: zeroOrOne,
   },
   ownerTtlMs: {

@@ -106,6 +106,7 @@ export function createDriver(config: Pick<ReplicaConfig, 'driver' | 'stateDir' |
       // The supervisor and its node_modules are bind-mounted read-only from this checkout.
       repoRoot: path.resolve(path.dirname(supervisorEntry), '../../..'),
       defaultImage: config.dockerImage || undefined,
+      compileCache: config.supervisorCompileCache,
     });
   }
   throw new Error(`unknown driver '${config.driver}': use local or docker`);

@@ -34,6 +34,7 @@ import { assertLaunchSpec, assertSandboxId } from './validate.ts';
 import {
   assertLimits,
   assertWorkloadUser,
+  buildCompileCacheFillOptions,
   buildContainerCreateOptions,
   containerName,
   DEFAULT_IMAGE,
@@ -80,6 +81,14 @@ export interface DockerDriverOptions {
   limitsOn?: 'workload' | 'container';
   /** Workload cgroups (tests pass their own); default: this host's, under `sandgate-docker`. */
   cgroups?: DockerCgroups;
+  /**
+   * The supervisor's compile cache (default true), as the local driver has one: filled once per
+   * driver by a container of the default image that runs `main.ts --fill-compile-cache` with the
+   * same mounts (Node keys the cache by file path, so it must be filled where the supervisors read
+   * it), then bound read-only into every sandbox. false: every supervisor compiles its ~300
+   * modules itself.
+   */
+  compileCache?: boolean;
 }
 
 /** The docker driver's handle, as persisted by the gateway. */
@@ -112,6 +121,9 @@ export class DockerDriver implements ComputeDriver {
   private readonly limitsOn: 'workload' | 'container' | undefined;
   private cgroupsCache: Promise<DockerCgroups | null> | null = null;
   private readonly cgroupsOpt: DockerCgroups | undefined;
+  private readonly useCompileCache: boolean;
+  /** The compile cache's host directory once its fill was started (null: off or unusable). */
+  private compileCacheDir: string | null | undefined;
 
   constructor(opts: DockerDriverOptions) {
     if (!opts.stateDir) throw new Error('DockerDriver: stateDir is required');
@@ -140,6 +152,7 @@ export class DockerDriver implements ComputeDriver {
       throw new Error(`DockerDriver: network must be a Docker network name (got ${JSON.stringify(opts.network)})`);
     }
     this.docker = opts.docker ?? new Docker();
+    this.useCompileCache = opts.compileCache ?? true;
   }
 
   async create(spec: LaunchSpec): Promise<ComputeHandle> {
@@ -179,6 +192,7 @@ export class DockerDriver implements ComputeDriver {
     await assertGatewayReachable(spec.gatewayEndpoints, network.gateway);
     const dir = path.join(this.stateDir, 'docker', id);
     const cg = await this.cgroups();
+    const compileCacheHostPath = await this.compileCache(rt);
     const dirs = cg ? cg.dirs(id) : [];
     return {
       spec: { ...spec, command, gatewayEndpoints },
@@ -189,6 +203,7 @@ export class DockerDriver implements ComputeDriver {
       credentialHostPath: path.join(dir, CREDENTIAL_FILE),
       environmentHostPath: path.join(dir, ENVIRONMENT_FILE),
       gatewayCaHostPath: spec.gatewayTls ? path.join(dir, GATEWAY_CA_FILE) : undefined,
+      compileCacheHostPath,
       network: network.name,
       limits,
       cgroups: cg ? { parent: cg.cgroupParent(id), dirs, hostNamespace: cg.anyV2 } : undefined,
@@ -257,6 +272,7 @@ export class DockerDriver implements ComputeDriver {
       credentialHostPath: plan.credentialHostPath,
       environmentHostPath: plan.environmentHostPath,
       gatewayCaHostPath: plan.gatewayCaHostPath,
+      compileCacheHostPath: plan.compileCacheHostPath,
       network: plan.network,
       limits: plan.limits,
       cgroups: plan.cgroups,
@@ -505,6 +521,35 @@ export class DockerDriver implements ComputeDriver {
 
   // ---- internals -------------------------------------------------------------------------------
 
+  /**
+   * The compile cache's host directory, its fill started by the first call (not awaited: a
+   * sandbox started meanwhile reads what is there, and Node writes each entry by rename, so never
+   * a partial one). undefined: no cache, because it is off or the directory cannot be made; a
+   * failed fill only costs the speed-up, never a create.
+   *
+   * Always the operator's default image, never the image a caller asked for: node runs on the
+   * image's libraries, and the cache it writes is code every later supervisor runs as root. A
+   * caller's image may compromise its own sandbox's supervisor, never the others' through here.
+   */
+  private async compileCache(rt: Runtime): Promise<string | undefined> {
+    if (!this.useCompileCache || this.compileCacheDir === null) return undefined;
+    if (this.compileCacheDir !== undefined) return this.compileCacheDir;
+    const dir = path.join(this.stateDir, 'docker-compile-cache');
+    try {
+      await fsp.mkdir(dir, { recursive: true, mode: 0o755 });
+    } catch {
+      this.compileCacheDir = null;
+      return undefined;
+    }
+    if (this.compileCacheDir !== undefined) return this.compileCacheDir ?? undefined;
+    this.compileCacheDir = dir;
+    void this.docker
+      .createContainer(buildCompileCacheFillOptions({ image: this.defaultImage, nodeHostPath: rt.nodeHostPath, appHostPath: rt.appHostPath, supervisorRelPath: rt.supervisorRelPath, cacheHostPath: dir }))
+      .then((c) => c.start())
+      .catch(() => undefined);
+    return dir;
+  }
+
   private async runtime(): Promise<Runtime> {
     if (this.runtimeCache) return this.runtimeCache;
     let nodeHostPath: string;
@@ -673,6 +718,8 @@ interface LaunchPlan {
   credentialHostPath: string;
   environmentHostPath: string;
   gatewayCaHostPath?: string;
+  /** The supervisors' compile cache, bound read-only; absent: none. */
+  compileCacheHostPath?: string;
   network: string;
   limits: ResourceLimits;
   cgroups: { parent: string; dirs: { hostDir: string; containerDir: string }[]; hostNamespace: boolean } | undefined;

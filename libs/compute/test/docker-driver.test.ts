@@ -289,10 +289,12 @@ describe('docker driver (real dockerd)', () => {
       '/run/sandgate/cgroup/cpu',
       '/run/sandgate/cgroup/memory',
       '/run/sandgate/cgroup/pids',
+      '/run/sandgate/compile-cache',
       '/run/sandgate/credential',
       '/run/sandgate/environment.json',
       '/sandbox',
     ]);
+    expect(mounts['/run/sandgate/compile-cache']).toMatchObject({ Type: 'bind', RW: false });
     expect(mounts['/run/sandgate/environment.json']).toMatchObject({ Type: 'bind', RW: false });
     // The workload cgroup binds are this sandbox's own cgroup directories, nothing else of the host's.
     for (const c of ['cpu', 'memory', 'pids']) {
@@ -363,6 +365,47 @@ describe('docker driver (real dockerd)', () => {
 
     expect((await driver.list()).find((o) => o.sandboxId === s.sandboxId)?.state).toBe('running');
     await expect(driver.create(s)).rejects.toThrow(/already exists/);
+  });
+
+  it('fills the supervisors\' compile cache in a container of the default image (never a caller\'s) and shows it read-only: nothing in a sandbox can plant code there', async () => {
+    const s = spec('cache');
+    const handle = (await driver.create(s)) as unknown as DockerHandle;
+    // The fill ran in its own container (the fake supervisor's --fill-compile-cache writes one entry).
+    const entry = path.join(fs.realpathSync(stateDir), 'docker-compile-cache', 'fake-entry');
+    await waitFor('the fill to write its entry', async () => fs.existsSync(entry), 30_000);
+    const later = spec('cache-later');
+    const h2 = (await driver.create(later)) as unknown as DockerHandle;
+    const r = await report(h2.container);
+    expect(r.env.SANDGATE_COMPILE_CACHE).toBe('/run/sandgate/compile-cache');
+    expect(r.compileCacheEntry).toBe('cached');
+    expect(r.compileCacheWrite).toBe('EROFS'); // the attack: code planted for the next supervisor (root in the container)
+    expect(fs.existsSync(path.join(path.dirname(entry), 'planted'))).toBe(false);
+    // The fill container removed itself; it is never one of the driver's sandboxes.
+    const fills = await docker.listContainers({ all: true, filters: { label: ['sandgate.managed=compile-cache'] } });
+    expect(fills).toEqual([]);
+    for (const [id, h] of [[s.sandboxId, handle], [later.sandboxId, h2]] as const) expect(await driver.delete(id, h as any)).toBe(true);
+
+    // The attack: a caller's image is the first a fresh driver starts. Node would run on that
+    // image's libraries while writing code for every later supervisor; the fill must use the
+    // operator's default image (here an image that cannot run node at all: a fill with it would
+    // write nothing).
+    const fresh = fs.mkdtempSync(path.join(os.tmpdir(), 'sg-docker-cache-'));
+    const first = new DockerDriver({ stateDir: fresh, repoRoot, supervisorEntry: fakeSupervisor, network: NETWORK });
+    const theirs = spec('cache-their-image', { image: NO_NODE_IMAGE, command: ['sleep', '1000'] });
+    const h4 = await first.create(theirs);
+    await waitFor('the fill (default image) to write its entry', async () => fs.existsSync(path.join(fs.realpathSync(fresh), 'docker-compile-cache', 'fake-entry')), 30_000);
+    expect(await first.delete(theirs.sandboxId, h4)).toBe(true);
+    fs.rmSync(fresh, { recursive: true, force: true });
+
+    const off = new DockerDriver({ stateDir, repoRoot, supervisorEntry: fakeSupervisor, network: NETWORK, compileCache: false });
+    const plain = spec('cache-off');
+    const h3 = (await off.create(plain)) as unknown as DockerHandle;
+    const r3 = await report(h3.container);
+    expect(r3.env.SANDGATE_COMPILE_CACHE).toBe('');
+    expect(r3.compileCacheEntry).toMatch(/^ERR:/);
+    const info = await docker.getContainer(h3.containerId).inspect();
+    expect(info.Mounts.map((m) => m.Destination)).not.toContain('/run/sandgate/compile-cache');
+    expect(await off.delete(plain.sandboxId, h3 as any)).toBe(true);
   });
 
   it('puts the limits on the workload cgroups (cgroupfs engines), falls back to the image command, removes the cgroups on delete', async () => {

@@ -24,6 +24,12 @@ function tryRead(file) {
   }
 }
 
+// The driver's compile cache fill: main.ts --fill-compile-cache writes the cache and exits.
+if (process.argv.includes('--fill-compile-cache')) {
+  fs.writeFileSync(`${process.env.SANDGATE_COMPILE_CACHE}/fake-entry`, 'cached');
+  process.exit(0);
+}
+
 const status = fs.readFileSync('/proc/self/status', 'utf8');
 const field = (name) => new RegExp(`^${name}:\\s*(\\S+)`, 'm').exec(status)?.[1] ?? null;
 const args = process.argv.slice(2);
@@ -41,6 +47,9 @@ const report = {
   credential: tryRead(process.env.SANDGATE_CREDENTIAL_FILE ?? '/nonexistent'),
   credentialWrite: tryWrite(process.env.SANDGATE_CREDENTIAL_FILE ?? '/nonexistent'),
   sandboxWrite: tryWrite('/sandbox/probe.txt'),
+  // What the compile cache holds, and whether code could be planted there for the next supervisor.
+  compileCacheEntry: tryRead(`${process.env.SANDGATE_COMPILE_CACHE || '/nonexistent'}/fake-entry`),
+  compileCacheWrite: tryWrite(`${process.env.SANDGATE_COMPILE_CACHE || '/nonexistent'}/planted`),
   capEff: field('CapEff'),
   capBnd: field('CapBnd'),
   noNewPrivs: field('NoNewPrivs'),

@@ -3,7 +3,7 @@
 // read and unit-tested in one place.
 import path from 'node:path';
 import type Dockerode from 'dockerode';
-import { SANDBOX_CREDENTIAL_PATH, SANDBOX_ENVIRONMENT_PATH, SANDBOX_GATEWAY_CA_PATH, type WorkloadIsolation } from '@sandgate/protocols/contract';
+import { SANDBOX_COMPILE_CACHE_PATH, SANDBOX_CREDENTIAL_PATH, SANDBOX_ENVIRONMENT_PATH, SANDBOX_GATEWAY_CA_PATH, SupervisorEnv, type WorkloadIsolation } from '@sandgate/protocols/contract';
 import { CONFINEMENT_CAPABILITIES, DEFAULT_PIDS_LIMIT, supervisorEnvironmentFor, type LaunchSpec, type ResourceLimits } from '../driver.ts';
 import type { WorkloadCgroup } from './cgroups.ts';
 
@@ -99,10 +99,40 @@ export function assertWorkloadUser(u: { uid: number; gid: number }, what: string
  * explicitly, so an image's ENV can neither supply nor change one. The credential is never here:
  * only the path of its file.
  */
-export function buildContainerEnv(spec: LaunchSpec, workload?: WorkloadIsolation): string[] {
+export function buildContainerEnv(spec: LaunchSpec, workload?: WorkloadIsolation, compileCache = false): string[] {
   // HOME: the workload's own directory (as the local driver does), not Docker's default /root,
   // which the workload's uid cannot read; the sandbox's environment may still set another.
-  return Object.entries({ HOME: SANDBOX_DIR, ...supervisorEnvironmentFor(spec, workload) }).map(([k, v]) => `${k}=${v}`);
+  return Object.entries({ HOME: SANDBOX_DIR, ...supervisorEnvironmentFor(spec, workload, compileCache ? SANDBOX_COMPILE_CACHE_PATH : undefined) }).map(([k, v]) => `${k}=${v}`);
+}
+
+/**
+ * The body of the one-off container that fills the supervisors' compile cache: the sandbox's
+ * image, node and the checkout mounted where a sandbox has them (Node keys the cache by file
+ * path), the cache directory writable at SANDBOX_COMPILE_CACHE_PATH. No network, no capability;
+ * Docker removes it when it exits.
+ */
+export function buildCompileCacheFillOptions(f: { image: string; nodeHostPath: string; appHostPath: string; supervisorRelPath: string; cacheHostPath: string }): Dockerode.ContainerCreateOptions {
+  return {
+    Image: f.image,
+    User: '0:0',
+    Entrypoint: [NODE_IN_CONTAINER, path.posix.join(APP_IN_CONTAINER, f.supervisorRelPath), '--fill-compile-cache'],
+    Cmd: [],
+    Env: [`${SupervisorEnv.compileCache}=${SANDBOX_COMPILE_CACHE_PATH}`],
+    // Not `true`: the driver's listings of sandbox containers (reconcile, delete) leave it alone.
+    Labels: { [LABEL_MANAGED]: 'compile-cache' },
+    HostConfig: {
+      AutoRemove: true,
+      NetworkMode: 'none',
+      CapDrop: ['ALL'],
+      SecurityOpt: ['no-new-privileges'],
+      Mounts: [
+        { Type: 'bind', Source: f.nodeHostPath, Target: NODE_IN_CONTAINER, ReadOnly: true },
+        { Type: 'bind', Source: f.appHostPath, Target: APP_IN_CONTAINER, ReadOnly: true },
+        { Type: 'bind', Source: f.cacheHostPath, Target: SANDBOX_COMPILE_CACHE_PATH, ReadOnly: false },
+      ],
+      LogConfig: { Type: 'json-file', Config: { 'max-size': '1m', 'max-file': '1' } },
+    },
+  };
 }
 
 export interface ContainerLaunch {
@@ -124,6 +154,8 @@ export interface ContainerLaunch {
   environmentHostPath: string;
   /** Host path of the gateway's CA (PEM) when it serves TLS; absent: plaintext. */
   gatewayCaHostPath?: string;
+  /** Host directory of the supervisors' compile cache, bound read-only; absent: none. */
+  compileCacheHostPath?: string;
   /** The sandbox network (a user-defined bridge, see docker/network.ts). */
   network: string;
   /** Effective limits: the spec's over the driver's defaults. */
@@ -168,6 +200,8 @@ export function buildContainerCreateOptions(l: ContainerLaunch): Dockerode.Conta
       { Type: 'bind', Source: l.environmentHostPath, Target: SANDBOX_ENVIRONMENT_PATH, ReadOnly: true },
       // Public (a CA certificate); read-only so nothing in the container can swap the gateway's trust.
       ...(l.gatewayCaHostPath ? [{ Type: 'bind' as const, Source: l.gatewayCaHostPath, Target: SANDBOX_GATEWAY_CA_PATH, ReadOnly: true }] : []),
+      // Compiled code of the supervisor's own (public) modules: nothing secret, read-only.
+      ...(l.compileCacheHostPath ? [{ Type: 'bind' as const, Source: l.compileCacheHostPath, Target: SANDBOX_COMPILE_CACHE_PATH, ReadOnly: true }] : []),
       // Created (labelled) by the driver beforehand and chowned to the workload's uid; an image's
       // files at /sandbox are copied in.
       { Type: 'volume', Source: volumeName(id), Target: SANDBOX_DIR },
@@ -201,7 +235,7 @@ export function buildContainerCreateOptions(l: ContainerLaunch): Dockerode.Conta
     User: '0:0',
     Entrypoint: [NODE_IN_CONTAINER, path.posix.join(APP_IN_CONTAINER, l.supervisorRelPath), '--'],
     Cmd: l.command,
-    Env: buildContainerEnv(l.spec, l.workload),
+    Env: buildContainerEnv(l.spec, l.workload, l.compileCacheHostPath !== undefined),
     WorkingDir: SANDBOX_DIR,
     Labels: labelsFor(id),
     // The supervisor makes its own PTY (node-pty) for a tty main process; the container has none.
