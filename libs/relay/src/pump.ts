@@ -32,7 +32,11 @@ export function pump<T>(src: Readable, dst: Writable, map: (frame: T) => unknown
     const out = map(frame);
     if (out === null || out === undefined) return;
     if (dst.writableEnded || dst.destroyed) return;
-    writeAll(Array.isArray(out) ? out : [out]);
+    const frames = Array.isArray(out) ? out : [out];
+    // Pieces still wait for a drain: these go behind them, in order (a source that emits after
+    // pause() must not overtake them, nor replace them).
+    if (pending.length > 0) return void pending.push(...frames);
+    writeAll(frames);
     if (dst.writableNeedDrain && !waiting) {
       waiting = true;
       src.pause();

@@ -80,3 +80,17 @@ describe('limitReadAhead', () => {
     expect(src.readableLength).toBeLessThanOrEqual(1);
   });
 });
+
+describe('pump, a source that emits while paused', () => {
+  it('frames that come while pieces wait go behind them, in order, none lost', async () => {
+    const src = new PassThrough({ objectMode: true });
+    const { sink, got, open } = heldSink(1);
+    pump(src, sink, (n: number) => [n * 10, n * 10 + 1, n * 10 + 2]);
+    src.emit('data', 1); // pieces 11 and 12 wait
+    src.emit('data', 2); // emitted despite the pause: must queue behind them
+    open();
+    await tick();
+    await tick();
+    expect(got).toEqual([10, 11, 12, 20, 21, 22]);
+  });
+});
