@@ -30,6 +30,21 @@ afterAll(async () => {
 
 const gw = () => cluster.replicas[0]!.grpcAddress;
 
+/** SIGTERM to the replica; its exit code (or 'still running' past the bound), how long it took, and what it logged meanwhile. */
+async function sigterm(): Promise<{ code: number | null | 'still running'; tookMs: number; logs: string }> {
+  const replicaLogs = cluster.replicas[0]!.logs;
+  const logsBefore = replicaLogs.length;
+  const proc = cluster.replicas[0]!.proc!;
+  const exited = new Promise<number | null>((resolve) => proc.once('exit', (code) => resolve(code)));
+  const sent = Date.now();
+  proc.kill('SIGTERM');
+  // The bound under test, plus time for the process to act on it on a loaded machine.
+  const code = await Promise.race([exited, new Promise<'still running'>((r) => setTimeout(() => r('still running'), DRAIN_TIMEOUT_MS + 7000))]);
+  const tookMs = Date.now() - sent;
+  if (code !== 'still running') cluster.replicas[0]!.proc = null;
+  return { code, tookMs, logs: replicaLogs.slice(logsBefore).join('') };
+}
+
 async function echo(text: string): Promise<string> {
   const res = await runCli(['sandbox', 'exec', 'drain-me', '--', 'echo', text], { gateway: gw(), timeoutMs: 20_000 });
   return res.code === 0 ? res.stdout.toString().trim() : `exit ${res.code}: ${res.stderr.toString().trim()}`;
@@ -41,15 +56,8 @@ describe('SIGTERM with Redis gone', () => {
     await waitFor('drain-me serving', async () => (await echo('up')) === 'up', 30_000, 250);
 
     await redis.kill();
-    const proc = cluster.replicas[0]!.proc!;
-    const exited = new Promise<number | null>((resolve) => proc.once('exit', (code) => resolve(code)));
-    const sent = Date.now();
-    proc.kill('SIGTERM');
-    // The bound under test, plus time for the process to act on it on a loaded machine.
-    const code = await Promise.race([exited, new Promise<'still running'>((r) => setTimeout(() => r('still running'), DRAIN_TIMEOUT_MS + 7000))]);
-    const tookMs = Date.now() - sent;
+    const { code, tookMs } = await sigterm();
     expect(code, `after ${tookMs} ms:\n${cluster.logs()}`).toBe(0);
-    cluster.replicas[0]!.proc = null;
     // Either the deadline cut the drain short and the replica says what it dropped, or every
     // Redis call of the drain failed fast and it finished on its own first (CI runs of
     // 2026-12-04: 1989 ms and 3288 ms, "replica stopped" with drained true). The bound is the
@@ -67,18 +75,9 @@ describe('SIGTERM with Redis gone', () => {
 
 describe('SIGTERM with Redis frozen', () => {
   it('the drain hangs on Redis and the deadline cuts it', async () => {
-    const replicaLogs = cluster.replicas[0]!.logs;
-    const logsBefore = replicaLogs.length;
     redis.freeze();
-    const proc = cluster.replicas[0]!.proc!;
-    const exited = new Promise<number | null>((resolve) => proc.once('exit', (code) => resolve(code)));
-    const sent = Date.now();
-    proc.kill('SIGTERM');
-    const code = await Promise.race([exited, new Promise<'still running'>((r) => setTimeout(() => r('still running'), DRAIN_TIMEOUT_MS + 7000))]);
-    const tookMs = Date.now() - sent;
-    const logs = replicaLogs.slice(logsBefore).join('');
+    const { code, tookMs, logs } = await sigterm();
     expect(code, `after ${tookMs} ms:\n${logs}`).toBe(0);
-    cluster.replicas[0]!.proc = null;
     expect(logs, 'the deadline path, not a drain that finished').toContain('drain deadline passed');
     expect(logs).toMatch(/"msg":"replica stopped".*"drained":false|"drained":false.*"msg":"replica stopped"/);
     expect(tookMs).toBeGreaterThanOrEqual(DRAIN_TIMEOUT_MS - 100);

@@ -11,7 +11,7 @@ import { Cluster, runCli } from '../harness/cluster.ts';
 import { startRedis, type TestRedis } from '../harness/redis.ts';
 import { createSandbox, ownerOf, rssBytes, type CreatedSandbox } from '../harness/sandbox.ts';
 import { execIdOf, expectTreeGone as expectTreeGoneFrom, treeProcs } from '../harness/proc-tree.ts';
-import { sleep, waitFor } from '../harness/wait.ts';
+import { sleep, waitFor, waitForStalledWrites } from '../harness/wait.ts';
 import { openShellClient } from '../harness/grpc-client.ts';
 import { expectOwnedOperationsServed } from '../harness/openapi-coverage.ts';
 import { LINK_SILENCE_LIMIT_MS } from '@sandgate/relay';
@@ -391,21 +391,11 @@ describe('back-pressure', () => {
       const frame = Buffer.alloc(4 * 1024 * 1024 - 1024, 7);
       const FRAMES = 16;
       for (let i = 0; i < FRAMES; i++) call.write({ stdin: frame });
-      const writable = call as unknown as { writableLength: number };
-      let last = -1;
-      const seen: number[] = [];
-      await waitFor('the client write buffer to stop draining', async () => {
-        const now = writable.writableLength;
-        await sleep(500);
-        const stable = writable.writableLength === now && now === last && now > 0;
-        last = writable.writableLength;
-        seen.push(last);
-        return stable;
-      }, 30_000, 0).catch((err: unknown) => {
-        throw new Error(`${String(err)}: messages still queued in the client, every 500 ms: ${seen.join(' ')}\n${cluster.logs()}`);
+      const last = await waitForStalledWrites(call as unknown as { writableLength: number }).catch((err: unknown) => {
+        throw new Error(`${String(err)}\n${cluster.logs()}`);
       });
       const leftMiB = ((FRAMES - last) * frame.length) / 2 ** 20;
-      console.log(`exec-interactive stdin back-pressure: ${FRAMES - last} of ${FRAMES} 4 MiB messages (${leftMiB.toFixed(1)} MiB) left the client before it stalled (queued every 500 ms: ${seen.join(' ')})`);
+      console.log(`exec-interactive stdin back-pressure: ${FRAMES - last} of ${FRAMES} 4 MiB messages (${leftMiB.toFixed(1)} MiB) left the client before it stalled`);
       expect(leftMiB, 'stdin held between the client and a process that does not read it').toBeLessThan(32);
       call.cancel();
       await expectTreeGone(tok, execId, 5_000);

@@ -16,7 +16,7 @@ import { startRedis, type TestRedis } from '../harness/redis.ts';
 import { openShellClient, unaryCall, type AnyClient } from '../harness/grpc-client.ts';
 import { createSandbox, ownerOf, pidsMatching, rssBytes, type CreatedSandbox } from '../harness/sandbox.ts';
 import { freePort } from '../harness/ports.ts';
-import { waitFor } from '../harness/wait.ts';
+import { waitFor, waitForStalledWrites } from '../harness/wait.ts';
 import { cliEnv } from '../harness/credentials.ts';
 
 let redis: TestRedis;
@@ -494,19 +494,7 @@ describe('SSH session tokens', () => {
       const frame = Buffer.alloc(4 * 1024 * 1024 - 1024, 7);
       const FRAMES = 24;
       for (let i = 0; i < FRAMES; i++) call.write({ data: frame });
-      const writable = call as unknown as { writableLength: number };
-      let last = -1;
-      const seen: number[] = [];
-      await waitFor('the client write buffer to stop draining', async () => {
-        const now = writable.writableLength;
-        await new Promise((r) => setTimeout(r, 500));
-        const stable = writable.writableLength === now && now === last && now > 0;
-        last = writable.writableLength;
-        seen.push(last);
-        return stable;
-      }, 30_000, 0).catch((err: unknown) => {
-        throw new Error(`${String(err)}: messages still queued in the client, every 500 ms: ${seen.join(' ')}`);
-      });
+      const last = await waitForStalledWrites(call as unknown as { writableLength: number });
       const leftMiB = ((FRAMES - last) * frame.length) / 2 ** 20;
       console.log(`ForwardTcp back-pressure: ${FRAMES - last} of ${FRAMES} 4 MiB messages (${leftMiB.toFixed(1)} MiB) left the client before it stalled`);
       expect(leftMiB, 'data held between the client and a target that does not read').toBeLessThan(40);

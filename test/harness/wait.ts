@@ -17,3 +17,24 @@ export async function waitFor<T>(what: string, probe: () => Promise<T | undefine
     await sleep(intervalMs);
   }
 }
+
+/**
+ * Waits until a client stream's write buffer stops draining (the same non-zero number of messages
+ * queued for a second): the far end holds the rest back. Returns how many are still queued; fails
+ * naming the trajectory (every 500 ms) when it keeps draining or empties.
+ */
+export async function waitForStalledWrites(stream: { writableLength: number }, timeoutMs = 30_000): Promise<number> {
+  let last = -1;
+  const seen: number[] = [];
+  await waitFor('the client write buffer to stop draining', async () => {
+    const now = stream.writableLength;
+    await sleep(500);
+    const stable = stream.writableLength === now && now === last && now > 0;
+    last = stream.writableLength;
+    seen.push(last);
+    return stable;
+  }, timeoutMs, 0).catch((err: unknown) => {
+    throw new Error(`${String(err)}: messages still queued in the client, every 500 ms: ${seen.join(' ')}`);
+  });
+  return last;
+}
