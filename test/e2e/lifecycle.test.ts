@@ -290,7 +290,9 @@ describe('restart policies', () => {
     const createdAt = Date.now();
     await Promise.all(
       names.map((name, i) =>
-        unaryCall(client, 'CreateSandbox', { name, spec: { command: ['sh', '-c', `sleep 0.${5 + i}; exit 0`], restart_policy: 3 } }),
+        // 0.5 … 1.0 s (`0.${5 + i}` made the sixth `sleep 0.10`, shorter than the bound below
+        // assumes: a CI run measured 2434 ms between its restarts, against ≥ 2500).
+        unaryCall(client, 'CreateSandbox', { name, spec: { command: ['sh', '-c', `sleep ${(0.5 + i / 10).toFixed(1)}; exit 0`], restart_policy: 3 } }),
       ),
     );
     const times = await restartTimesOf(client, names, createdAt, 2);
