@@ -3,6 +3,7 @@
 // `sandgate sandbox get`, a failover (the owner SIGKILLed), a delete (a job). Every name of the
 // catalogue must then be on /metrics (job metrics on the replica that ran the job), with the
 // labels the dashboards use.
+import { readFileSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Redis } from 'ioredis';
 import { Cluster, runCli } from '../harness/cluster.ts';
@@ -76,6 +77,16 @@ function sample(text: string, series: string): number | undefined {
 function families(text: string): Set<string> {
   return new Set(text.split('\n').flatMap((l) => (l.startsWith('# TYPE ') ? [l.split(' ')[2]!] : [])));
 }
+
+describe('the replica process', () => {
+  it('runs with the small young generation the CLI gives long-running commands (same pid, flag on its command line)', () => {
+    for (const replica of cluster.replicas) {
+      const argv = readFileSync(`/proc/${replica.proc!.pid}/cmdline`, 'utf8').split('\0');
+      expect(argv, replica.id).toContain('--max-semi-space-size=4');
+      expect(argv, replica.id).toContain('gateway');
+    }
+  });
+});
 
 describe('/metrics on live replicas', () => {
   let owner = 0;
