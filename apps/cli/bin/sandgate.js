@@ -10,13 +10,15 @@ import { enableCompileCache } from 'node:module';
 // 4 MiB one holds a replica's memory at about 0.7 of that for the same sessions, at the same
 // throughput (BENCHMARKS.md "Replica memory per session"). The flag must be on Node's command
 // line (V8 sizes the heap at start), so these commands replace this process (same pid, same
-// stdio) with one that has it, unless the caller chose a size already.
+// stdio) with one that has it, unless the caller chose a size already, or asked for an inspector
+// (this process has announced one already: the new one would listen elsewhere).
 const LONG_RUNNING = new Set(['gateway', 'up', 'worker']);
 const YOUNG_GENERATION_FLAG = '--max-semi-space-size=4';
+const nodeFlags = [...process.execArgv, process.env.NODE_OPTIONS ?? ''];
 if (
   LONG_RUNNING.has(process.argv[2] ?? '') &&
   typeof process.execve === 'function' &&
-  ![...process.execArgv, process.env.NODE_OPTIONS ?? ''].some((a) => a.includes('--max-semi-space-size'))
+  !nodeFlags.some((a) => a.includes('--max-semi-space-size') || a.includes('--inspect'))
 ) {
   process.execve(process.execPath, [process.execPath, YOUNG_GENERATION_FLAG, ...process.execArgv, ...process.argv.slice(1)], process.env);
 }
