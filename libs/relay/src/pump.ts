@@ -70,8 +70,9 @@ export function limitReadAhead(stream: Readable, messages = 1): void {
  */
 export const PIECE_BYTES = 64 * 1024;
 
-/** `data` as views of at most `size` bytes (the same memory, not copies). */
+/** `data` as views of at most `size` bytes (the same memory, not copies); none for no bytes. */
 export function byteSlices(data: Buffer, size = PIECE_BYTES): Buffer[] {
+  if (data.length === 0) return [];
   if (data.length <= size) return [data];
   const slices: Buffer[] = [];
   for (let off = 0; off < data.length; off += size) slices.push(data.subarray(off, off + size));

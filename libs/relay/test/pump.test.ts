@@ -94,3 +94,15 @@ describe('pump, a source that emits while paused', () => {
     expect(got).toEqual([10, 11, 12, 20, 21, 22]);
   });
 });
+
+describe('byteSlices', () => {
+  it('cuts into views of at most PIECE_BYTES, in order, nothing for no bytes', async () => {
+    const { byteSlices, PIECE_BYTES } = await import('../src/pump.ts');
+    const data = Buffer.alloc(2 * PIECE_BYTES + 5, 1);
+    const slices = byteSlices(data);
+    expect(slices.map((s) => s.length)).toEqual([PIECE_BYTES, PIECE_BYTES, 5]);
+    expect(Buffer.concat(slices).equals(data)).toBe(true);
+    expect(slices[0]!.buffer).toBe(data.buffer); // views, not copies
+    expect(byteSlices(Buffer.alloc(0))).toEqual([]);
+  });
+});

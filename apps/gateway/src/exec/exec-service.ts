@@ -12,7 +12,7 @@ import type { SandboxStore, WorkspaceExecSlots } from '@sandgate/store';
 import { activeSpan, extractContext, failSpan, injectContext, otelContext, SpanKind, startSpan, TraceAttr, type Logger, type Metrics, type Span } from '@sandgate/telemetry';
 import { SessionNotHere, toPeerError, type ExecPath, type ExecRouter } from '../relay/exec-router.ts';
 import { endWithError, onceGone, takeFirstMessage } from '../api/calls.ts';
-import { byteSlices, limitReadAhead, PIECE_BYTES, pump, type LinkChannel } from '@sandgate/relay';
+import { byteSlices, limitReadAhead, pump, type LinkChannel } from '@sandgate/relay';
 import { relayFailure, toClientError, toServiceError } from '../api/grpc-errors.ts';
 import { requireAccess, type AccessDeps, type WorkspaceAccess } from '../api/access.ts';
 import { OOM_NOTE } from '../sandboxes/lifecycle-service.ts';
@@ -55,9 +55,6 @@ type ClientCall = Writable & { cancelled: boolean; on(e: 'cancelled', f: () => v
  * exec's process group, and stdin EOF. (Upstream's ExecSandboxInput has neither, so a gRPC client
  * never produces them: protobuf decoding yields only the proto's fields.)
  */
-/** Stdin is handed on in pieces of at most this size (libs/relay's PIECE_BYTES says why). */
-export const STDIN_PIECE_BYTES = PIECE_BYTES;
-
 export type InteractiveInput = ExecSandboxInput & { signal?: { signo: number }; stdin_eof?: true };
 
 /**

@@ -106,10 +106,10 @@ export function buildContainerEnv(spec: LaunchSpec, workload?: WorkloadIsolation
 }
 
 /**
- * The body of the one-off container that fills the supervisors' compile cache: the sandbox's
- * image, node and the checkout mounted where a sandbox has them (Node keys the cache by file
- * path), the cache directory writable at SANDBOX_COMPILE_CACHE_PATH. No network, no capability;
- * Docker removes it when it exits.
+ * The body of the one-off container that fills the supervisors' compile cache: `image` (the
+ * driver's default: see DockerDriver.compileCache), node and the checkout mounted where a sandbox
+ * has them (Node keys the cache by file path), the cache directory writable at
+ * SANDBOX_COMPILE_CACHE_PATH. No network, no capability; Docker removes it when it exits.
  */
 export function buildCompileCacheFillOptions(f: { image: string; nodeHostPath: string; appHostPath: string; supervisorRelPath: string; cacheHostPath: string }): Dockerode.ContainerCreateOptions {
   return {

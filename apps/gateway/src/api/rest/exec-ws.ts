@@ -20,7 +20,8 @@ import { Type } from '@sinclair/typebox';
 import { Code, GatewayError, type Principal } from '@sandgate/core';
 import type { ExecSandboxRequest } from '@sandgate/protocols';
 import type { Logger } from '@sandgate/telemetry';
-import { STDIN_PIECE_BYTES, type ClientExecEvent, type InteractiveInput } from '../../exec/exec-service.ts';
+import { byteSlices } from '@sandgate/relay';
+import type { ClientExecEvent, InteractiveInput } from '../../exec/exec-service.ts';
 import { httpCaller } from './gate.ts';
 import { httpError, sendError } from './errors.ts';
 import type { RestDeps } from './index.ts';
@@ -354,7 +355,7 @@ function serveExec(ws: WebSocket, caller: Principal, sandboxId: string, deps: Re
       }
       if (isBinary) {
         if (stdinEnded) throw invalid('stdin after stdin_eof');
-        for (let off = 0; off < bytes.length; off += STDIN_PIECE_BYTES) call.input({ stdin: bytes.subarray(off, off + STDIN_PIECE_BYTES) });
+        for (const stdin of byteSlices(bytes)) call.input({ stdin });
         return;
       }
       const input = parseControl(parseJson(bytes.toString('utf8')));
