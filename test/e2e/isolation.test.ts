@@ -3,7 +3,8 @@
 // process. A test fails if its attack works. Two replicas behind haproxy (the supervisors dial the
 // balancer, as in production), a private Redis, a test network namespace for egress.
 import { randomBytes } from 'node:crypto';
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { execFileSync, spawnSync } from 'node:child_process';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import net from 'node:net';
 import os from 'node:os';
@@ -50,6 +51,10 @@ const NODE = process.execPath; // bound into every sandbox at its host path
 const VICTIM_SECRET = `victim-secret-${randomBytes(12).toString('hex')}`;
 const HOST_BANNER = `host-loopback-${randomBytes(6).toString('hex')}`;
 const EGRESS_BANNER = `egress-ok-${randomBytes(6).toString('hex')}`;
+// Host state on its own mount under /var, readable by anyone on the host: what docker's and
+// kubelet's container filesystems look like to a bind of /var.
+const HOST_VAR_DIR = `/var/lib/sg-iso-${randomBytes(6).toString('hex')}`;
+const HOST_VAR_FILE = `${HOST_VAR_DIR}/host-state`;
 
 let tmp: string;
 let redis: TestRedis;
@@ -271,6 +276,9 @@ function expectCrossContained(out: string, route: string): void {
 
 beforeAll(async () => {
   tmp = mkdtempSync(path.join(os.tmpdir(), 'sg-iso-'));
+  mkdirSync(HOST_VAR_DIR, { recursive: true });
+  execFileSync('mount', ['-t', 'tmpfs', '-o', 'size=1m,mode=0755', 'sg-iso', HOST_VAR_DIR]);
+  writeFileSync(HOST_VAR_FILE, 'host state\n', { mode: 0o644 });
   redis = await startRedis();
   r = redis.client();
   const lbPort = await freePort();
@@ -308,7 +316,7 @@ beforeAll(async () => {
   // Created after the victim: its attacks name the victim's id and name.
   attacker = await create('attacker', [], [
     'sh', '-c', mainScript, 'attacker-main',
-    '/bin/sh', identityAttackScript({ stateDir: cluster.stateDir }),
+    '/bin/sh', identityAttackScript({ stateDir: cluster.stateDir, hostVarFile: HOST_VAR_FILE }),
     NODE, TCP_PROBE, JSON.stringify(controlPlaneTargets()), PROC_PROBE, crossAttackScript(),
   ]);
   attackerSsh = await sshConfig(attacker);
@@ -330,18 +338,22 @@ afterAll(async () => {
   cluster?.cleanup();
   await redis?.stop();
   if (tmp) rmSync(tmp, { recursive: true, force: true });
+  if (existsSync(HOST_VAR_DIR)) {
+    spawnSync('umount', [HOST_VAR_DIR]);
+    rmSync(HOST_VAR_DIR, { recursive: true, force: true });
+  }
 }, 120_000);
 
 // ---- identity and host secrets --------------------------------------------------------------
 
 describe('non-root, no host secrets', () => {
-  it('exec: uid 10001 without capabilities; /etc/shadow, /root, the credential and the driver state are unreadable', async () => {
-    const res = await exec(attacker, ['sh', '-c', identityAttackScript({ stateDir: cluster.stateDir })]);
+  it('exec: uid 10001 without capabilities; /etc/shadow, /root, the credential, the driver state and host state under /var are unreadable', async () => {
+    const res = await exec(attacker, ['sh', '-c', identityAttackScript({ stateDir: cluster.stateDir, hostVarFile: HOST_VAR_FILE })]);
     expectIdentityContained(res.stdout.toString() + res.stderr, credentialOf(attacker), 'exec');
   });
 
   it('SSH shell: the same attacks fail', async () => {
-    const res = await ssh(attackerSsh, attacker, identityAttackScript({ stateDir: cluster.stateDir }));
+    const res = await ssh(attackerSsh, attacker, identityAttackScript({ stateDir: cluster.stateDir, hostVarFile: HOST_VAR_FILE }));
     expectIdentityContained(res.stdout.toString() + res.stderr, credentialOf(attacker), 'ssh');
   });
 

@@ -78,9 +78,9 @@ export function parseAttempts(text: string): Record<string, string> {
 /**
  * The identity and host-secret attacks of issue 12, as one sh script: the workload's ids and
  * capabilities, then root-only files, the credential, the driver's state, host control sockets,
- * privilege regain. Every attempt line must read `blocked`.
+ * host state under /var, privilege regain. Every attempt line must read `blocked`.
  */
-export function identityAttackScript(opts: { stateDir: string }): string {
+export function identityAttackScript(opts: { stateDir: string; hostVarFile: string }): string {
   return [
     ATTEMPT_PRELUDE,
     'echo "uid=$(id -u)"',
@@ -99,6 +99,8 @@ export function identityAttackScript(opts: { stateDir: string }): string {
     `attempt state_dir ls -A ${shq(`${opts.stateDir}/sandboxes`)}`,
     `attempt state_credentials sh -c ${shq(`cat ${shq(opts.stateDir)}/sandboxes/*/credential`)}`,
     "attempt docker_socket sh -c 'test -e /var/run/docker.sock || test -e /run/docker.sock'",
+    // A world-readable host file on a mount under /var (where other runtimes keep containers).
+    `attempt host_var cat ${shq(opts.hostVarFile)}`,
     "attempt write_etc sh -c 'echo x >> /etc/passwd'",
     'attempt setuid_root setpriv --reuid 0 --regid 0 --clear-groups id -u',
     'attempt nsenter_pid1 nsenter -t 1 -m -n -p true',
@@ -116,6 +118,7 @@ export const IDENTITY_ATTEMPTS = [
   'state_dir',
   'state_credentials',
   'docker_socket',
+  'host_var',
   'write_etc',
   'setuid_root',
   'nsenter_pid1',

@@ -57,6 +57,23 @@ const MASKED_TOP_LEVEL = new Map([
   ['home', '0755'],
 ]);
 
+/**
+ * The host's /var is not shown: it is the host's state (service data, logs, other runtimes'
+ * container filesystems, this driver's own sandbox disks), and mounts come and go under it all the
+ * time. bwrap's binds are recursive and it remounts every submount read-only one by one, so a
+ * mount that vanished in between (a docker container stopping, another sandbox's disk unmounted)
+ * made the launch fail with EINVAL ("Unable to apply mount flags"), and one made after the
+ * launch would have shown up read-write. The sandbox gets an empty read-only /var with the usual
+ * links, /var/tmp on its own /tmp, and only the package database (for tools that ask what is
+ * installed).
+ */
+const HOST_VAR_SHOWN = ['/var/lib/dpkg'];
+const VAR_LINKS: [target: string, link: string][] = [
+  ['../run', '/var/run'],
+  ['../run/lock', '/var/lock'],
+  ['../tmp', '/var/tmp'],
+];
+
 /** One entry of the host's `/`, as the driver read it at launch time. */
 export interface RootEntry {
   name: string;
@@ -141,6 +158,11 @@ export function buildBwrapArgs(l: BwrapLaunch): string[] {
     const p = `/${e.name}`;
     if (e.kind === 'symlink' && e.target !== undefined) args.push('--symlink', e.target, p);
     else if (e.kind === 'dir' && MASKED_TOP_LEVEL.has(e.name)) args.push('--perms', MASKED_TOP_LEVEL.get(e.name)!, '--tmpfs', p);
+    else if (e.kind === 'dir' && e.name === 'var') {
+      args.push('--perms', '0755', '--tmpfs', p);
+      for (const [target, link] of VAR_LINKS) args.push('--symlink', target, link);
+      for (const shown of HOST_VAR_SHOWN) args.push('--ro-bind-try', shown, shown);
+    }
     else if (e.kind === 'dir' || e.kind === 'file') args.push('--ro-bind', p, p);
     // Sockets, fifos and devices at the top level are not something a sandbox should reach.
   }
@@ -207,6 +229,7 @@ export function buildBwrapArgs(l: BwrapLaunch): string[] {
   // runtimes that size themselves by their limits (node, the JVM).
   for (const t of l.cgroupTrees) args.push('--tmpfs', t.parentDir, '--ro-bind', t.sandboxDir, t.sandboxDir);
   args.push(
+    ...(l.rootEntries.some((e) => e.name === 'var' && e.kind === 'dir') ? ['--remount-ro', '/var'] : []),
     '--remount-ro',
     '/',
     '--chdir',

@@ -22,6 +22,7 @@ describe('buildBwrapArgs', () => {
     sandboxDir: '/var/lib/sandgate/sandboxes/sb-1234567890',
     rootEntries: [
       { name: 'usr', kind: 'dir' },
+      { name: 'var', kind: 'dir' },
       { name: 'sys', kind: 'dir' },
       { name: 'root', kind: 'dir' },
       { name: 'home', kind: 'dir' },
@@ -124,6 +125,15 @@ describe('buildBwrapArgs', () => {
     expect(joined).toContain('--tmpfs /var/lib/sandgate --bind /var/lib/sandgate/sandboxes/sb-1234567890/work /sandbox');
     expect(joined).toContain('--ro-bind /var/lib/sandgate/sandboxes/sb-1234567890/credential /run/sandgate/credential');
     expect(joined).toContain('--remount-ro / --chdir /sandbox');
+  });
+
+  it("shows an empty read-only /var (links, /var/tmp on /tmp, the package database), never the host's", () => {
+    expect(joined).not.toContain('--ro-bind /var /var');
+    expect(joined).toContain(
+      '--perms 0755 --tmpfs /var --symlink ../run /var/run --symlink ../run/lock /var/lock --symlink ../tmp /var/tmp ' +
+        '--ro-bind-try /var/lib/dpkg /var/lib/dpkg',
+    );
+    expect(joined).toContain('--remount-ro /var --remount-ro / --chdir /sandbox');
   });
 
   it('binds the supervisor runtime read-only over the private /tmp and /run, under the state mask', () => {
