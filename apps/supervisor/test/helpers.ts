@@ -2,7 +2,6 @@
 // and /proc scanning to prove process trees are really gone. No network mocks.
 import { spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
-import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -59,16 +58,8 @@ export function killTagged(prefix: string): void {
   }
 }
 
-export async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const srv = net.createServer();
-    srv.once('error', reject);
-    srv.listen(0, '127.0.0.1', () => {
-      const port = (srv.address() as net.AddressInfo).port;
-      srv.close(() => resolve(port));
-    });
-  });
-}
+// One way to pick ports for every test (see its comment on why not listen(0)).
+export { freePort } from '@sandgate/test-harness/ports';
 
 export interface ControlConn {
   call: grpc.ServerDuplexStream<SupervisorMessage, GatewayMessage>;
