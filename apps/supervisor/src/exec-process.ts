@@ -2,11 +2,21 @@
 // care which. The runner gets raw output chunks, and an exit notification only once the output
 // has been fully read (so no output can arrive after the exit frame).
 import { spawn, type ChildProcess } from 'node:child_process';
-import * as pty from 'node-pty';
+import { createRequire } from 'node:module';
+import type * as pty from 'node-pty';
 import { killExecTree, readProcStat, type KillTreeOptions } from './kill-tree.ts';
 import type { Logger } from '@sandgate/telemetry/log';
 import { signalNumber } from './signals.ts';
 import type { WorkloadLauncher } from './workload/launcher.ts';
+
+// node-pty is required at the first PTY, not at start: most execs run on pipes, and an idle
+// supervisor need not hold it (start-up and memory in every sandbox).
+const requireModule = createRequire(import.meta.url);
+let ptyModule: typeof pty | null = null;
+export function nodePty(): typeof pty {
+  ptyModule ??= requireModule('node-pty') as typeof pty;
+  return ptyModule;
+}
 
 export interface ExecProcessHandlers {
   stdout(chunk: Buffer): void;
@@ -229,7 +239,7 @@ export function spawnPty(spec: SpawnSpec, h: ExecProcessHandlers): ExecProcess {
   const name = spec.env.TERM || 'xterm-256color';
   // node-pty sets TERM on what it starts; a confined process gets its environment from the wrapper.
   const cmd = launchCommand({ ...spec, env: { ...spec.env, TERM: name } });
-  const term = pty.spawn(cmd.file, cmd.args, {
+  const term = nodePty().spawn(cmd.file, cmd.args, {
     name,
     cols: spec.cols || DEFAULT_COLS,
     rows: spec.rows || DEFAULT_ROWS,

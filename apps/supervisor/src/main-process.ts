@@ -4,10 +4,10 @@
 // does not end the supervisor: execs must keep working afterwards.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { setTimeout as sleep } from 'node:timers/promises';
-import * as pty from 'node-pty';
+import type * as pty from 'node-pty';
 import { normaliseExit } from '@sandgate/core';
 import type { Logger } from '@sandgate/telemetry/log';
-import { ignorePtyErrors, launchCommand } from './exec-process.ts';
+import { ignorePtyErrors, launchCommand, nodePty } from './exec-process.ts';
 import { preflight } from './preflight.ts';
 import { RingBuffer } from './ring-buffer.ts';
 import { OutputJournal } from './output-journal.ts';
@@ -78,7 +78,7 @@ export class MainProcess {
     this.oomBefore = launcher?.oomKills();
     if (tty) {
       const cmd = launchCommand({ argv, env: { ...env, TERM: 'xterm-256color' }, launcher });
-      this.term = pty.spawn(cmd.file, cmd.args, {
+      this.term = nodePty().spawn(cmd.file, cmd.args, {
         name: 'xterm-256color',
         cols: MAIN_PTY_COLS,
         rows: MAIN_PTY_ROWS,

@@ -24,8 +24,9 @@ if (process.argv[2] === '--fill-compile-cache') {
     process.stderr.write(`--fill-compile-cache needs ${SupervisorEnv.compileCache}\n`);
     process.exit(2);
   }
-  // The netns agent is a Node process of its own (started with the same cache): compile it too.
-  await import('./workload/netns-agent.ts');
+  // The netns agent is a Node process of its own (started with the same cache), and the SSH
+  // server's code loads at the first SSH connection: compile them too.
+  await Promise.all([import('./workload/netns-agent.ts'), import('./ssh/ssh-connection.ts'), import('./ssh/host-key.ts')]);
   module.flushCompileCache();
   process.exit(0);
 }

@@ -3,13 +3,16 @@
 // injected into the server. Keepalives detect a client that went silent (laptop asleep, client
 // frozen) within keepaliveInterval × (keepaliveCountMax + 1) = 45 s; the connection then ends
 // and its channels' processes are killed like any other dropped connection.
+//
+// ssh2 and the connection code load on the first SSH connection, not at start: they are a third
+// of the supervisor's start-up (~28 of ~90 ms of module loading, BENCHMARKS.md "Cold create") and
+// memory in every idle sandbox, while most sandboxes are never reached over SSH.
 import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
-import ssh2 from 'ssh2';
+import type ssh2 from 'ssh2';
 import type { Logger } from '@sandgate/telemetry/log';
-import { generateHostKey } from './host-key.ts';
 import type { MainChannel, MainChannelDeps } from './main-channel.ts';
-import { SshConnection } from './ssh-connection.ts';
+import type { SshConnection } from './ssh-connection.ts';
 import type { Dialer } from '../workload/dial.ts';
 import type { WorkloadLauncher } from '../workload/launcher.ts';
 
@@ -33,8 +36,14 @@ export interface SshServerOptions {
   dial?: Dialer;
 }
 
+interface LoadedServer {
+  server: InstanceType<typeof ssh2.Server>;
+  Connection: typeof SshConnection;
+}
+
 export class SshServer {
-  private readonly server: InstanceType<typeof ssh2.Server>;
+  /** Made on the first connection (see the top of this file). */
+  private loaded: Promise<LoadedServer> | null = null;
   private readonly opts: SshServerOptions;
   private readonly log: Logger;
   /** Sockets being served, with their channel id and (once ssh2 has read the client's header) connection. */
@@ -48,19 +57,29 @@ export class SshServer {
   constructor(opts: SshServerOptions) {
     this.opts = opts;
     this.log = opts.log.child({ component: 'ssh' });
-    this.server = new ssh2.Server(
-      {
-        hostKeys: [generateHostKey()],
-        ident: 'sandgate',
-        keepaliveInterval: opts.keepaliveIntervalMs ?? KEEPALIVE_INTERVAL_MS,
-        keepaliveCountMax: opts.keepaliveCountMax ?? KEEPALIVE_COUNT_MAX,
-      },
-    );
-    this.server.on('error', (err: Error) => this.log.warn('ssh server error', { err: err.message }));
-    this.server.on('connection', (client: ssh2.Connection) => this.onConnection(client));
   }
 
-  private onConnection(client: ssh2.Connection): void {
+  private load(): Promise<LoadedServer> {
+    this.loaded ??= (async () => {
+      const [{ default: ssh2 }, { generateHostKey }, { SshConnection: Connection }] = await Promise.all([
+        import('ssh2'),
+        import('./host-key.ts'),
+        import('./ssh-connection.ts'),
+      ]);
+      const server = new ssh2.Server({
+        hostKeys: [generateHostKey()],
+        ident: 'sandgate',
+        keepaliveInterval: this.opts.keepaliveIntervalMs ?? KEEPALIVE_INTERVAL_MS,
+        keepaliveCountMax: this.opts.keepaliveCountMax ?? KEEPALIVE_COUNT_MAX,
+      });
+      server.on('error', (err: Error) => this.log.warn('ssh server error', { err: err.message }));
+      server.on('connection', (client: ssh2.Connection) => this.onConnection(client, Connection));
+      return { server, Connection };
+    })();
+    return this.loaded;
+  }
+
+  private onConnection(client: ssh2.Connection, Connection: typeof SshConnection): void {
     // ssh2 creates one connection per injected socket; find ours by identity.
     const socket = (client as unknown as { _sock?: Duplex })._sock;
     const entry = socket ? this.sockets.get(socket) : undefined;
@@ -68,7 +87,7 @@ export class SshServer {
       client.end();
       return;
     }
-    const conn = new SshConnection(client, this.connectionContext(), entry.channelId);
+    const conn = new Connection(client, this.connectionContext(), entry.channelId);
     entry.conn = conn;
     this.connections.add(conn);
     void conn.closed.then(() => {
@@ -110,7 +129,17 @@ export class SshServer {
       this.sockets.delete(socket);
     });
     socket.on('error', () => socket.destroy());
-    this.server.injectSocket(socket as unknown as Socket);
+    // Until ssh2 is loaded nothing reads the socket: what the client sent waits in it.
+    this.load().then(
+      ({ server }) => {
+        if (this.stopped || socket.destroyed) socket.destroy();
+        else server.injectSocket(socket as unknown as Socket);
+      },
+      (err: unknown) => {
+        this.log.error('ssh server could not be loaded', { err });
+        socket.destroy();
+      },
+    );
   }
 
   private connectionContext() {
