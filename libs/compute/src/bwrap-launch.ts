@@ -2,7 +2,7 @@
 // driver does the I/O, so the exact isolation can be read (and unit-tested) in one place.
 import path from 'node:path';
 import { SANDBOX_COMPILE_CACHE_PATH, SANDBOX_CREDENTIAL_PATH, SANDBOX_ENVIRONMENT_PATH, SANDBOX_GATEWAY_CA_PATH, type WorkloadIsolation } from '@sandgate/protocols/contract';
-import { CONFINEMENT_CAPABILITIES, supervisorEnvironmentFor, type LaunchSpec } from './driver.ts';
+import { CONFINEMENT_CAPABILITIES, SUPERVISOR_NODE_FLAGS, supervisorEnvironmentFor, type LaunchSpec } from './driver.ts';
 
 /** Where the sandbox sees its own work directory, and uses it as cwd and HOME. */
 export const SANDBOX_MOUNT = '/sandbox';
@@ -235,6 +235,7 @@ export function buildBwrapArgs(l: BwrapLaunch): string[] {
     '--chdir',
     SANDBOX_MOUNT,
     l.nodePath,
+    ...SUPERVISOR_NODE_FLAGS,
     l.supervisorEntry,
     '--',
     ...l.command,

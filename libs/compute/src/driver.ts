@@ -136,6 +136,14 @@ export interface ComputeDriver {
 }
 
 /**
+ * Node flags every driver starts the supervisor with: it runs in every sandbox, so its idle memory
+ * is multiplied by their number. A young generation of at most 1 MiB (Node lets it grow to 16+)
+ * and one V8 worker thread instead of four: idle PSS 43.5 -> 39.4 MiB, with no measured cost to
+ * streamed output (BENCHMARKS.md, "The supervisor's V8 flags").
+ */
+export const SUPERVISOR_NODE_FLAGS = ['--max-semi-space-size=1', '--v8-pool-size=1'] as const;
+
+/**
  * The capabilities a supervisor needs to confine its workload, whatever runs it (bwrap, a
  * container). Each driver adds one for reading another uid's files; every other capability is
  * dropped, and the workload (another uid, no_new_privs) holds none.

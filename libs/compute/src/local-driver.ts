@@ -23,7 +23,7 @@ import fsp from 'node:fs/promises';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { renderSandboxEnvironment, SANDBOX_GID, SANDBOX_UID, SupervisorEnv, type WorkloadIsolation } from '@sandgate/protocols/contract';
-import type { ComputeDriver, ComputeHandle, ComputeState, ComputeUsage, LaunchSpec, ObservedCompute } from './driver.ts';
+import { SUPERVISOR_NODE_FLAGS, type ComputeDriver, type ComputeHandle, type ComputeState, type ComputeUsage, type LaunchSpec, type ObservedCompute } from './driver.ts';
 import { DEFAULT_DISK_BYTES, mountDisk, unmountDisk } from './disk.ts';
 import { buildBwrapArgs, buildSandboxEnv, DEFAULT_PATH, identityFilesFor, SANDBOX_MOUNT, sandboxCgroupDir, type RootEntry } from './bwrap-launch.ts';
 import { assertLimits, Cgroups, type SandboxCgroups } from './cgroups.ts';
@@ -553,7 +553,8 @@ async function startCompileCache(stateRoot: string, nodePath: string, supervisor
   } catch {
     return null;
   }
-  const filler = spawn(nodePath, [supervisorEntry, '--fill-compile-cache'], {
+  // With the supervisor's own flags: V8 rejects a code cache made under different flags.
+  const filler = spawn(nodePath, [...SUPERVISOR_NODE_FLAGS, supervisorEntry, '--fill-compile-cache'], {
     env: { PATH: DEFAULT_PATH, [SupervisorEnv.compileCache]: dir },
     stdio: 'ignore',
   });

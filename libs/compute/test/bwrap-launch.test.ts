@@ -2,7 +2,7 @@
 import { describe, expect, it } from 'vitest';
 import { buildBwrapArgs, buildSandboxEnv, hostnameFor, identityFilesFor, SUPERVISOR_CAPABILITIES, tmpfsSizes } from '../src/bwrap-launch.ts';
 import { buildContainerEnv } from '../src/docker/launch.ts';
-import type { LaunchSpec } from '../src/driver.ts';
+import { SUPERVISOR_NODE_FLAGS, type LaunchSpec } from '../src/driver.ts';
 
 const spec: LaunchSpec = {
   sandboxId: 'sb-1234567890',
@@ -144,7 +144,7 @@ describe('buildBwrapArgs', () => {
   });
 
   it('ends with node, the supervisor entry, -- and the command verbatim', () => {
-    expect(args.slice(-5)).toEqual(['/usr/local/bin/node', '/tmp/app/apps/supervisor/src/main.ts', '--', '--looks-like-an-option', 'x']);
+    expect(args.slice(-7)).toEqual(['/usr/local/bin/node', ...SUPERVISOR_NODE_FLAGS, '/tmp/app/apps/supervisor/src/main.ts', '--', '--looks-like-an-option', 'x']);
     expect(joined).not.toContain('top-secret');
   });
 });

@@ -10,7 +10,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import Docker from 'dockerode';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { LaunchSpec } from '../src/driver.ts';
+import { SUPERVISOR_NODE_FLAGS, type LaunchSpec } from '../src/driver.ts';
 import { DockerDriver, type DockerHandle } from '../src/docker-driver.ts';
 import { buildContainerCreateOptions, buildContainerEnv, DEFAULT_IMAGE, SUPERVISOR_CAPABILITIES } from '../src/docker/launch.ts';
 import { endpointsForBridge } from '../src/docker/network.ts';
@@ -186,7 +186,7 @@ describe('container definition (pure)', () => {
     };
     const opts = buildContainerCreateOptions({ ...launch, limits: { cpuMillis: 1500, memoryBytes: 512 * 1024 * 1024 } });
     expect(JSON.stringify(opts)).not.toContain('TOPSECRET');
-    expect(opts.Entrypoint).toEqual(['/opt/sandgate/node/bin/node', '/opt/sandgate/app/apps/supervisor/src/main.ts', '--']);
+    expect(opts.Entrypoint).toEqual(['/opt/sandgate/node/bin/node', ...SUPERVISOR_NODE_FLAGS, '/opt/sandgate/app/apps/supervisor/src/main.ts', '--']);
     expect(opts.User).toBe('0:0');
     const hc = opts.HostConfig!;
     expect(hc.NetworkMode).toBe('sandgate');

@@ -4,7 +4,7 @@
 import path from 'node:path';
 import type Dockerode from 'dockerode';
 import { SANDBOX_COMPILE_CACHE_PATH, SANDBOX_CREDENTIAL_PATH, SANDBOX_ENVIRONMENT_PATH, SANDBOX_GATEWAY_CA_PATH, SupervisorEnv, type WorkloadIsolation } from '@sandgate/protocols/contract';
-import { CONFINEMENT_CAPABILITIES, DEFAULT_PIDS_LIMIT, supervisorEnvironmentFor, type LaunchSpec, type ResourceLimits } from '../driver.ts';
+import { CONFINEMENT_CAPABILITIES, DEFAULT_PIDS_LIMIT, SUPERVISOR_NODE_FLAGS, supervisorEnvironmentFor, type LaunchSpec, type ResourceLimits } from '../driver.ts';
 import type { WorkloadCgroup } from './cgroups.ts';
 
 /** Every container and volume sandgate makes carries these labels. */
@@ -115,7 +115,8 @@ export function buildCompileCacheFillOptions(f: { image: string; nodeHostPath: s
   return {
     Image: f.image,
     User: '0:0',
-    Entrypoint: [NODE_IN_CONTAINER, path.posix.join(APP_IN_CONTAINER, f.supervisorRelPath), '--fill-compile-cache'],
+    // With the supervisor's own flags: V8 rejects a code cache made under different flags.
+    Entrypoint: [NODE_IN_CONTAINER, ...SUPERVISOR_NODE_FLAGS, path.posix.join(APP_IN_CONTAINER, f.supervisorRelPath), '--fill-compile-cache'],
     Cmd: [],
     Env: [`${SupervisorEnv.compileCache}=${SANDBOX_COMPILE_CACHE_PATH}`],
     // Not `true`: the driver's listings of sandbox containers (reconcile, delete) leave it alone.
@@ -233,7 +234,7 @@ export function buildContainerCreateOptions(l: ContainerLaunch): Dockerode.Conta
     // The supervisor is root whatever the image's USER says: it confines the workload itself
     // (drops to the workload's uid); a non-root supervisor could not.
     User: '0:0',
-    Entrypoint: [NODE_IN_CONTAINER, path.posix.join(APP_IN_CONTAINER, l.supervisorRelPath), '--'],
+    Entrypoint: [NODE_IN_CONTAINER, ...SUPERVISOR_NODE_FLAGS, path.posix.join(APP_IN_CONTAINER, l.supervisorRelPath), '--'],
     Cmd: l.command,
     Env: buildContainerEnv(l.spec, l.workload, l.compileCacheHostPath !== undefined),
     WorkingDir: SANDBOX_DIR,
