@@ -8,7 +8,7 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SUPERVISOR_CAPABILITIES } from '../src/bwrap-launch.ts';
 import { Cgroups } from '../src/cgroups.ts';
-import type { LaunchSpec } from '../src/driver.ts';
+import { SUPERVISOR_NODE_FLAGS, type LaunchSpec } from '../src/driver.ts';
 import { LocalDriver } from '../src/local-driver.ts';
 import { isAlive, isDead, listPids, readCmdline, readPidNamespace, readStat } from '../src/proc.ts';
 
@@ -135,7 +135,7 @@ function statusField(pid: number, field: string): string | null {
 
 /** The supervisor's host pid: the process in the sandbox running the fake supervisor. */
 function supervisorPid(bwrapPid: number): number {
-  const pid = sandboxProcesses(bwrapPid).pids.find((p) => readCmdline(p)?.[1] === fakeSupervisor);
+  const pid = sandboxProcesses(bwrapPid).pids.find((p) => readCmdline(p)?.[1 + SUPERVISOR_NODE_FLAGS.length] === fakeSupervisor);
   if (pid === undefined) throw new Error('no supervisor process in the sandbox');
   return pid;
 }

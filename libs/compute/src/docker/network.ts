@@ -36,7 +36,10 @@ export interface SandboxNetwork {
  */
 export async function ensureSandboxNetwork(docker: Dockerode, name: string): Promise<SandboxNetwork> {
   let info = await settleDuplicates(docker, name);
-  if (!info) {
+  // Racing callers can each see a different set of the duplicates being made, so one may keep a
+  // network another just removed (CI saw it: five at once, one found nothing left). Looking
+  // again, and creating again if need be, converges on the survivor.
+  for (let attempt = 0; !info && attempt < 3; attempt++) {
     try {
       await docker.createNetwork({
         Name: name,
@@ -54,7 +57,7 @@ export async function ensureSandboxNetwork(docker: Dockerode, name: string): Pro
     }
     info = await settleDuplicates(docker, name);
   }
-  if (!info) throw new Error(`docker: the sandbox network ${name} vanished right after it was created`);
+  if (!info) throw new Error(`docker: the sandbox network ${name} vanished right after it was created, three times`);
   return describe(info, name);
 }
 
