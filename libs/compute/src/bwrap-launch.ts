@@ -153,12 +153,14 @@ export function buildBwrapArgs(l: BwrapLaunch): string[] {
     'ALL',
     ...SUPERVISOR_CAPABILITIES.flatMap((c) => ['--cap-add', c]),
   ];
+  let hostVarMasked = false;
   for (const e of [...l.rootEntries].sort((a, b) => a.name.localeCompare(b.name))) {
     if (PRIVATE_TOP_LEVEL.has(e.name) || e.name === '' || e.name.includes('/')) continue;
     const p = `/${e.name}`;
     if (e.kind === 'symlink' && e.target !== undefined) args.push('--symlink', e.target, p);
     else if (e.kind === 'dir' && MASKED_TOP_LEVEL.has(e.name)) args.push('--perms', MASKED_TOP_LEVEL.get(e.name)!, '--tmpfs', p);
     else if (e.kind === 'dir' && e.name === 'var') {
+      hostVarMasked = true;
       args.push('--perms', '0755', '--tmpfs', p);
       for (const [target, link] of VAR_LINKS) args.push('--symlink', target, link);
       for (const shown of HOST_VAR_SHOWN) args.push('--ro-bind-try', shown, shown);
@@ -229,7 +231,7 @@ export function buildBwrapArgs(l: BwrapLaunch): string[] {
   // runtimes that size themselves by their limits (node, the JVM).
   for (const t of l.cgroupTrees) args.push('--tmpfs', t.parentDir, '--ro-bind', t.sandboxDir, t.sandboxDir);
   args.push(
-    ...(l.rootEntries.some((e) => e.name === 'var' && e.kind === 'dir') ? ['--remount-ro', '/var'] : []),
+    ...(hostVarMasked ? ['--remount-ro', '/var'] : []),
     '--remount-ro',
     '/',
     '--chdir',
