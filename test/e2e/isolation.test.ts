@@ -55,6 +55,8 @@ const EGRESS_BANNER = `egress-ok-${randomBytes(6).toString('hex')}`;
 // kubelet's container filesystems look like to a bind of /var.
 const HOST_VAR_DIR = `/var/lib/sg-iso-${randomBytes(6).toString('hex')}`;
 const HOST_VAR_FILE = `${HOST_VAR_DIR}/host-state`;
+/** The identity and host-secret attacks, aimed at this file's cluster and host state. */
+const identityAttacks = () => identityAttackScript({ stateDir: cluster.stateDir, hostVarFile: HOST_VAR_FILE });
 
 let tmp: string;
 let redis: TestRedis;
@@ -316,7 +318,7 @@ beforeAll(async () => {
   // Created after the victim: its attacks name the victim's id and name.
   attacker = await create('attacker', [], [
     'sh', '-c', mainScript, 'attacker-main',
-    '/bin/sh', identityAttackScript({ stateDir: cluster.stateDir, hostVarFile: HOST_VAR_FILE }),
+    '/bin/sh', identityAttacks(),
     NODE, TCP_PROBE, JSON.stringify(controlPlaneTargets()), PROC_PROBE, crossAttackScript(),
   ]);
   attackerSsh = await sshConfig(attacker);
@@ -348,12 +350,12 @@ afterAll(async () => {
 
 describe('non-root, no host secrets', () => {
   it('exec: uid 10001 without capabilities; /etc/shadow, /root, the credential, the driver state and host state under /var are unreadable', async () => {
-    const res = await exec(attacker, ['sh', '-c', identityAttackScript({ stateDir: cluster.stateDir, hostVarFile: HOST_VAR_FILE })]);
+    const res = await exec(attacker, ['sh', '-c', identityAttacks()]);
     expectIdentityContained(res.stdout.toString() + res.stderr, credentialOf(attacker), 'exec');
   });
 
   it('SSH shell: the same attacks fail', async () => {
-    const res = await ssh(attackerSsh, attacker, identityAttackScript({ stateDir: cluster.stateDir, hostVarFile: HOST_VAR_FILE }));
+    const res = await ssh(attackerSsh, attacker, identityAttacks());
     expectIdentityContained(res.stdout.toString() + res.stderr, credentialOf(attacker), 'ssh');
   });
 
