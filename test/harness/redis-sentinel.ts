@@ -41,7 +41,10 @@ export interface SentinelGroup {
   restartNode(port: number, primary: number): Promise<void>;
   /** Sends a signal to the data node on `port` (SIGKILL: it is gone for good; SIGSTOP/SIGCONT: frozen, thawed). */
   signal(port: number, sig: NodeJS.Signals): void;
-  /** Waits until the Sentinels name a primary other than `port` and it answers as a primary. */
+  /**
+   * Waits until the failover away from `fromPort` has settled: every answering Sentinel names the
+   * same other primary, it answers as a primary, and every other live data node replicates from it.
+   */
   waitFailover(fromPort: number, timeoutMs?: number): Promise<number>;
   stop(): Promise<void>;
 }
@@ -197,6 +200,22 @@ export async function startSentinelGroup(opts: SentinelGroupOptions = {}): Promi
     throw err;
   });
 
+  const alive = (port: number): boolean => {
+    const p = procs.get(port);
+    return p !== undefined && p.exitCode === null && p.signalCode === null;
+  };
+  /** Is the data node on `port` a replica of `primary` with its replication link up? */
+  const replicatesFrom = async (port: number, primary: number): Promise<boolean> => {
+    const c = node(port);
+    try {
+      const info = (await c.info('replication')) as string;
+      return /^role:slave\r?$/m.test(info) && new RegExp(`^master_port:${primary}\\r?$`, 'm').test(info) && /^master_link_status:up\r?$/m.test(info);
+    } catch {
+      return false;
+    } finally {
+      c.disconnect();
+    }
+  };
   const isPrimary = async (port: number): Promise<boolean> => {
     const c = node(port);
     try {
@@ -267,12 +286,25 @@ export async function startSentinelGroup(opts: SentinelGroupOptions = {}): Promi
       await answers(port);
     },
     async waitFailover(fromPort, timeoutMs = 30_000) {
+      // Settled, not merely begun: a Sentinel may name a promoted replica while another still
+      // names the old primary, or a failover that timed out may be followed by a second one that
+      // promotes the other replica (CI saw a record missing from the node the first answer named).
+      // So every Sentinel that answers names the same new primary, it answers as a primary, and
+      // every other live data node replicates from it with its link up.
       let now = fromPort;
       await waitFor(
-        `the Sentinels to promote a replica in place of :${fromPort}`,
+        `the Sentinels to agree on a primary in place of :${fromPort}, its replicas following it`,
         async () => {
-          now = await primaryPort().catch(() => fromPort);
-          return now !== fromPort && (await isPrimary(now));
+          const named = (await Promise.all(sentinels.map((s) => s.call('SENTINEL', 'get-master-addr-by-name', SENTINEL_MASTER).then((a) => (a ? Number((a as [string, string])[1]) : null), () => undefined)))).filter((p) => p !== undefined);
+          const candidate = named[0];
+          if (named.length < 2 || candidate === null || candidate === undefined || candidate === fromPort || !named.every((p) => p === candidate)) return false;
+          if (!(await isPrimary(candidate))) return false;
+          for (const port of dataPorts) {
+            if (port === candidate || port === fromPort || !alive(port)) continue;
+            if (!(await replicatesFrom(port, candidate))) return false;
+          }
+          now = candidate;
+          return true;
         },
         timeoutMs,
         100,
