@@ -17,6 +17,13 @@
  * runs), 126 when the command cannot be executed, 127 when it is not found (env's conventions).
  * Every step is checked; any failure ends the process before the exec.
  *
+ *   sandgate-launch --spare        (descriptor 3: CWD NUL NETNS NUL UID NUL ... ARGV NUL, then EOF)
+ *
+ * The spare form is started ahead of need (apps/supervisor/src/workload/spare.ts), so an exec does
+ * not pay for a fork of the supervisor's large process: it waits on descriptor 3 for the same
+ * arguments, NUL-terminated and preceded by the working directory, enters that directory, and goes
+ * on exactly as above. EOF before any byte (the supervisor is gone, or retired it) ends it with 0.
+ *
  * Built by apps/supervisor/native/build.sh at `npm install` (Debian's C compiler, static).
  */
 #define _GNU_SOURCE
@@ -33,6 +40,9 @@
 #include <unistd.h>
 
 #define EXIT_CONFINE_FAILED 125
+/* The spare form's arguments at most: the kernel's own limit on an exec's arguments and environment. */
+#define SPARE_SPEC_MAX (2 * 1024 * 1024)
+#define SPARE_ARGS_MAX 65536
 #define WORKLOAD_OOM_SCORE_ADJ "500"
 
 extern char **environ;
@@ -111,7 +121,47 @@ static void drop_to(uid_t uid, gid_t gid) {
   if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) die("cannot set no_new_privs", NULL);
 }
 
+/*
+ * The spare form: reads descriptor 3 to EOF and returns the argv it carries (argv[0] kept, then the
+ * fields after CWD), after entering CWD. Exits 0 on an empty read (retired), 125 on anything else
+ * malformed.
+ */
+static char **read_spare_spec(char *self, int *argc_out) {
+  static char spec[SPARE_SPEC_MAX];
+  static char *args[SPARE_ARGS_MAX + 2];
+  size_t len = 0;
+  for (;;) {
+    if (len == sizeof spec) {
+      errno = E2BIG;
+      die("spare launch spec too long", NULL);
+    }
+    ssize_t n = read(3, spec + len, sizeof spec - len);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) die("cannot read the spare launch spec", NULL);
+    if (n == 0) break;
+    len += (size_t)n;
+  }
+  if (len == 0) _exit(0);
+  if (spec[len - 1] != '\0') usage();
+  int argc = 0;
+  args[argc++] = self;
+  const char *cwd = spec;
+  for (size_t at = strlen(spec) + 1; at < len; at += strlen(spec + at) + 1) {
+    if (argc > SPARE_ARGS_MAX) {
+      errno = E2BIG;
+      die("spare launch spec has too many fields", NULL);
+    }
+    args[argc++] = spec + at;
+  }
+  args[argc] = NULL;
+  /* As Node's spawn would, before anything else and as root (the supervisor checked it as the workload). */
+  if (chdir(cwd) != 0) die("cannot enter the working directory", cwd);
+  *argc_out = argc;
+  return args;
+}
+
 int main(int argc, char **argv) {
+  if (argc == 2 && strcmp(argv[1], "--spare") == 0) argv = read_spare_spec(argv[0], &argc);
   /* NETNS UID GID CGROUP_DIRS -- at least, then the environment up to the second --, then ARGV. */
   if (argc < 8 || strcmp(argv[5], "--") != 0) usage();
   int env_start = 6, argv_start = -1;

@@ -170,13 +170,8 @@ export class ProcessTree {
 }
 
 export function spawnPiped(spec: SpawnSpec, h: ExecProcessHandlers): ExecProcess {
-  const cmd = launchCommand(spec);
-  const child: ChildProcess = spawn(cmd.file, cmd.args, {
-    cwd: spec.cwd,
-    env: cmd.env,
-    detached: true, // own process group: signals and kills address the whole tree
-    stdio: 'pipe',
-  });
+  // A wrapper waiting for this command (spare.ts) if there is one: no fork of this process now.
+  const child: ChildProcess = spec.launcher?.startInSpare?.(spec.argv, spec.env, spec.cwd) ?? spawnWrapped(spec);
   const stdin = child.stdin!;
   const stdout = child.stdout!;
   const stderr = child.stderr!;
@@ -233,6 +228,16 @@ export function spawnPiped(spec: SpawnSpec, h: ExecProcessHandlers): ExecProcess
       stderr.destroy();
     },
   };
+}
+
+function spawnWrapped(spec: SpawnSpec): ChildProcess {
+  const cmd = launchCommand(spec);
+  return spawn(cmd.file, cmd.args, {
+    cwd: spec.cwd,
+    env: cmd.env,
+    detached: true, // own process group: signals and kills address the whole tree
+    stdio: 'pipe',
+  });
 }
 
 export function spawnPty(spec: SpawnSpec, h: ExecProcessHandlers): ExecProcess {

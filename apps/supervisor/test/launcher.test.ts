@@ -3,7 +3,7 @@
 // env -i). Each starts a real process as root on the host, in cgroups and a network namespace this
 // test makes, with a stray descriptor open and a hostile environment around it, and checks what the
 // process ends up with. The supervisor-level attacks are in workload.test.ts.
-import { execFileSync, spawn } from 'node:child_process';
+import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -78,6 +78,32 @@ const REPORT = [
   'echo "env"; env | sort',
 ].join('; ');
 
+const REPORT_ENV = { PATH: '/usr/bin:/bin', HOME: '/sandbox', ODD_VALUE: 'a b=c' };
+
+/** What REPORT printed, run with REPORT_ENV: the workload's ids for good, its cgroups and namespace, exactly its environment, no stray descriptor. */
+function expectConfined(r: { code: number | null; out: string; err: string }): void {
+  expect(r.code, r.err).toBe(0);
+  expect(r.out).toContain(`ids ${UID} ${GID} ${GID}\n`); // no supplementary group besides the primary
+  expect(r.out).toMatch(/^NoNewPrivs:\s+1$/m);
+  for (const cap of ['CapEff', 'CapPrm', 'CapAmb']) expect(r.out).toMatch(new RegExp(`^${cap}:\\s+0+$`, 'm'));
+  expect(r.out).toContain('oom 500\n');
+  const inode = fs.statSync(`/run/netns/${NETNS}`).ino;
+  expect(r.out).toContain(`netns net:[${inode}]\n`);
+  for (const d of cgroupDirs) expect(fs.readFileSync(`${d}/cgroup.procs`, 'utf8')).toBe(''); // gone with the process
+  const cgroupLines = r.out.split('\n').filter((l) => /^\d+:/.test(l));
+  const name = `sg-launcher-test-${process.pid}`;
+  expect(cgroupLines.filter((l) => l.endsWith(`/${name}`)).length).toBe(cgroupDirs.length);
+  // The shell's own descriptors: nothing pointing at the host file open as fd 3 at the spawn.
+  const fds = r.out.split('\n').filter((l) => l.startsWith('fd '));
+  expect(fds.length).toBeGreaterThanOrEqual(3);
+  expect(fds.filter((l) => l.includes('/etc/hostname'))).toEqual([]);
+  const env = r.out.slice(r.out.indexOf('env\n') + 4).trim().split('\n');
+  // The proxy variables the launcher adds, ours, and what sh itself sets (PWD, SHLVL): nothing of the supervisor's.
+  const names = env.map((l) => l.slice(0, l.indexOf('='))).filter((n) => !['PWD', 'SHLVL', 'OLDPWD', '_'].includes(n));
+  expect(names.sort()).toEqual(['ALL_PROXY', 'HOME', 'HTTPS_PROXY', 'HTTP_PROXY', 'NO_PROXY', 'ODD_VALUE', 'PATH', 'all_proxy', 'http_proxy', 'https_proxy', 'no_proxy'].sort());
+  expect(env).toContain('ODD_VALUE=a b=c');
+}
+
 describe.each([
   { how: 'native helper', native: NATIVE_LAUNCHER as string | null },
   { how: 'shell chain', native: null },
@@ -90,27 +116,7 @@ describe.each([
   });
 
   it('drops to the workload ids for good, in the cgroups and the namespace, with exactly its environment and no stray descriptor', async () => {
-    const r = await run(launcher().command(['/bin/sh', '-c', REPORT], { PATH: '/usr/bin:/bin', HOME: '/sandbox', ODD_VALUE: 'a b=c' }));
-    expect(r.code, r.err).toBe(0);
-    expect(r.out).toContain(`ids ${UID} ${GID} ${GID}\n`); // no supplementary group besides the primary
-    expect(r.out).toMatch(/^NoNewPrivs:\s+1$/m);
-    for (const cap of ['CapEff', 'CapPrm', 'CapAmb']) expect(r.out).toMatch(new RegExp(`^${cap}:\\s+0+$`, 'm'));
-    expect(r.out).toContain('oom 500\n');
-    const inode = fs.statSync(`/run/netns/${NETNS}`).ino;
-    expect(r.out).toContain(`netns net:[${inode}]\n`);
-    for (const d of cgroupDirs) expect(fs.readFileSync(`${d}/cgroup.procs`, 'utf8')).toBe(''); // gone with the process
-    const cgroupLines = r.out.split('\n').filter((l) => /^\d+:/.test(l));
-    const name = `sg-launcher-test-${process.pid}`;
-    expect(cgroupLines.filter((l) => l.endsWith(`/${name}`)).length).toBe(cgroupDirs.length);
-    // The shell's own descriptors: nothing pointing at the host file open as fd 3 at the spawn.
-    const fds = r.out.split('\n').filter((l) => l.startsWith('fd '));
-    expect(fds.length).toBeGreaterThanOrEqual(3);
-    expect(fds.filter((l) => l.includes('/etc/hostname'))).toEqual([]);
-    const env = r.out.slice(r.out.indexOf('env\n') + 4).trim().split('\n');
-    // The proxy variables the launcher adds, ours, and what sh itself sets (PWD, SHLVL): nothing of the supervisor's.
-    const names = env.map((l) => l.slice(0, l.indexOf('='))).filter((n) => !['PWD', 'SHLVL', 'OLDPWD', '_'].includes(n));
-    expect(names.sort()).toEqual(['ALL_PROXY', 'HOME', 'HTTPS_PROXY', 'HTTP_PROXY', 'NO_PROXY', 'ODD_VALUE', 'PATH', 'all_proxy', 'http_proxy', 'https_proxy', 'no_proxy'].sort());
-    expect(env).toContain('ODD_VALUE=a b=c');
+    expectConfined(await run(launcher().command(['/bin/sh', '-c', REPORT], REPORT_ENV)));
   });
 
   it('does not let the environment of the workload reach the root part (LD_PRELOAD)', async () => {
@@ -157,5 +163,110 @@ describe.each([
     expect(r.code).toBe(125);
     expect(r.out).toBe('');
     expect(r.err).toContain('/nonexistent-cgroup');
+  });
+});
+
+/** Pids of `sandgate-launch --spare` processes whose parent is `parent`. */
+function sparesOf(parent: number): number[] {
+  const pids: number[] = [];
+  for (const entry of fs.readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const stat = fs.readFileSync(`/proc/${entry}/stat`, 'utf8');
+      const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+      const cmdline = fs.readFileSync(`/proc/${entry}/cmdline`, 'utf8');
+      if (ppid === parent && cmdline.startsWith(`${NATIVE_LAUNCHER}\0--spare\0`)) pids.push(Number(entry));
+    } catch {
+      // gone meanwhile
+    }
+  }
+  return pids;
+}
+
+/** Alive and not a zombie. */
+function running(pid: number): boolean {
+  try {
+    const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return !['Z', 'X'].includes(stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3));
+  } catch {
+    return false;
+  }
+}
+
+async function until(what: string, check: () => boolean, timeoutMs = 5000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!check()) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+/** Output and exit of a process already started (a spare that took its command). */
+function collect(child: ChildProcess): Promise<{ code: number | null; out: string; err: string }> {
+  return new Promise((resolve, reject) => {
+    let out = '';
+    let err = '';
+    child.stdout!.on('data', (c: Buffer) => (out += c.toString()));
+    child.stderr!.on('data', (c: Buffer) => (err += c.toString()));
+    child.once('error', reject);
+    child.once('close', (code) => resolve({ code, out, err }));
+  });
+}
+
+describe('a spare wrapper (started ahead of need, the native helper only)', () => {
+  const launcher = () => new ConfinedLauncher({ uid: UID, gid: GID, isolateNetwork: true, cgroupDirs }, { netnsPath: `/run/netns/${NETNS}`, proxyPort: 3128 }, NATIVE_LAUNCHER);
+
+  it('runs the command it is handed exactly as a freshly spawned wrapper would, in the working directory asked for', async () => {
+    const l = launcher();
+    try {
+      expect(l.startInSpare(['/bin/true'], {}, '/')).toBeNull(); // none kept yet: the caller spawns
+      l.keepSpareReady();
+      await until('a spare', () => sparesOf(process.pid).length === 1);
+      const [spare] = sparesOf(process.pid);
+      const child = l.startInSpare(['/bin/sh', '-c', `echo "cwd $(pwd)"; ${REPORT}`], REPORT_ENV, '/tmp')!;
+      expect(child.pid).toBe(spare); // the waiting process itself, not a new fork
+      const r = await collect(child);
+      expectConfined(r);
+      expect(r.out).toContain('cwd /tmp\n');
+      // Its spec descriptor went with the confinement: only the three standard ones are sockets.
+      const fds = r.out.split('\n').filter((l) => l.startsWith('fd '));
+      expect(fds.filter((f) => !/^fd [012] /.test(f) && f.includes('socket:'))).toEqual([]);
+      // The next one is started once this exec ended; a working directory that is gone fails it with 125.
+      await until('the next spare', () => sparesOf(process.pid).length === 1);
+      const bad = await collect(l.startInSpare(['/bin/true'], REPORT_ENV, '/nonexistent-dir')!);
+      expect(bad.code).toBe(125);
+      expect(bad.err).toContain('/nonexistent-dir');
+    } finally {
+      l.close();
+    }
+  });
+
+  it('is retired by close(): it exits and no new one is started', async () => {
+    const l = launcher();
+    l.keepSpareReady();
+    await until('a spare', () => sparesOf(process.pid).length === 1);
+    const [spare] = sparesOf(process.pid);
+    l.close();
+    await until(`spare ${spare} to exit`, () => !running(spare!));
+    expect(l.startInSpare(['/bin/true'], {}, '/')).toBeNull();
+    await new Promise((r) => setTimeout(r, 100));
+    expect(sparesOf(process.pid)).toEqual([]);
+  });
+
+  it('never outlives its supervisor: a kill -9 of the process that keeps it ends it too', async () => {
+    const spareModule = path.resolve(import.meta.dirname, '../src/workload/spare.ts');
+    const keeper = spawn(process.execPath, [
+      '--input-type=module',
+      '-e',
+      `const { SpareWrapper } = await import(${JSON.stringify(spareModule)}); new SpareWrapper(${JSON.stringify(NATIVE_LAUNCHER)}, { PATH: '/usr/bin:/bin' }).fill(); setInterval(() => {}, 1000);`,
+    ], { stdio: 'ignore' });
+    try {
+      await until('the keeper\'s spare', () => sparesOf(keeper.pid!).length === 1, 10_000);
+      const [spare] = sparesOf(keeper.pid!);
+      keeper.kill('SIGKILL');
+      await until(`spare ${spare} to exit after its keeper's kill -9`, () => !running(spare!));
+    } finally {
+      keeper.kill('SIGKILL');
+    }
   });
 });

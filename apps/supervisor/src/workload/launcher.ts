@@ -30,8 +30,10 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import type { ChildProcess } from 'node:child_process';
 import type { WorkloadIsolation } from '@sandgate/protocols';
 import { EXEC_ID_ENV } from '../config.ts';
+import { SpareWrapper } from './spare.ts';
 
 export const WRAPPER_NAME = 'sandgate-workload';
 /** The native wrapper (native/build.sh builds it), where this checkout keeps it. */
@@ -82,6 +84,14 @@ export interface WorkloadLauncher {
   readonly identity: { uid: number; gid: number };
   /** How processes are confined, for the log: the native wrapper's path, or `shell chain`. */
   readonly kind: string;
+  /**
+   * The command started in a wrapper that was waiting for it (spare.ts), in `cwd`: the process,
+   * already running; null when none is ready (spawn `command()` then). Pipes only: a PTY's
+   * process must be forked onto its terminal.
+   */
+  startInSpare?(argv: string[], env: Record<string, string>, cwd: string): ChildProcess | null;
+  /** Stops keeping a spare wrapper (shutdown). */
+  close?(): void;
 }
 
 /** Finds a tool by absolute path (never through the workload's PATH); throws naming what is missing. */
@@ -131,6 +141,8 @@ export class ConfinedLauncher implements WorkloadLauncher {
   private readonly tools: { sh: string; nsenter: string; setpriv: string; env: string };
   /** The native wrapper, or null: the shell chain. */
   private readonly native: string | null;
+  /** The native wrapper started ahead of need; null with the shell chain. */
+  private readonly spare: SpareWrapper | null;
   readonly kind: string;
 
   /**
@@ -159,6 +171,12 @@ export class ConfinedLauncher implements WorkloadLauncher {
         throw new Error(`workload cgroup ${d} cannot be joined: ${(err as Error).message}`);
       }
     }
+    this.spare = this.native ? new SpareWrapper(this.native, { PATH: SAFE_PATH }) : null;
+  }
+
+  /** Keeps a wrapper waiting from now on (startWorkload), so even the first exec finds one. */
+  keepSpareReady(): void {
+    this.spare?.fill();
   }
 
   /** The environment a confined process sees: the proxy variables unless the sandbox set its own. */
@@ -172,25 +190,23 @@ export class ConfinedLauncher implements WorkloadLauncher {
     return out;
   }
 
+  /** The workload's environment as the wrapper's K=V arguments. */
+  private assignments(env: Record<string, string>): string[] {
+    return (
+      Object.entries(this.workloadEnv(env))
+        // env(1) could not tell a name containing '=' from the value, nor pass a NUL.
+        .filter(([k, v]) => k !== '' && !k.includes('=') && !k.includes('\0') && !v.includes('\0'))
+        .map(([k, v]) => `${k}=${v}`)
+    );
+  }
+
   command(argv: string[], env: Record<string, string>): LaunchCommand {
-    const workloadEnv = this.workloadEnv(env);
-    const assignments = Object.entries(workloadEnv)
-      // env(1) could not tell a name containing '=' from the value, nor pass a NUL.
-      .filter(([k, v]) => k !== '' && !k.includes('=') && !k.includes('\0') && !v.includes('\0'))
-      .map(([k, v]) => `${k}=${v}`);
+    const assignments = this.assignments(env);
     const { uid, gid, cgroupDirs } = this.isolation;
     const wrapperEnv: Record<string, string> = { PATH: SAFE_PATH };
     // The exec tag on the wrapper too, so a kill between spawn and exec still finds it.
     if (env[EXEC_ID_ENV]) wrapperEnv[EXEC_ID_ENV] = env[EXEC_ID_ENV];
-    if (this.native) {
-      // NETNS UID GID CGROUP_DIRS -- K=V... -- ARGV: the second `--` ends the environment, so a
-      // command name containing '=' needs nothing special.
-      return {
-        file: this.native,
-        args: [this.netnsPath, String(uid), String(gid), cgroupDirs.join(':'), '--', ...assignments, '--', ...argv],
-        env: wrapperEnv,
-      };
-    }
+    if (this.native) return { file: this.native, args: this.nativeArgs(argv, assignments), env: wrapperEnv };
     // env(1) would take a command name containing '=' for one more assignment: let a shell exec it.
     const tail = argv[0]?.includes('=') ? ['/bin/sh', '-c', 'exec "$@"', 'sh', ...argv] : argv;
     return {
@@ -213,6 +229,26 @@ export class ConfinedLauncher implements WorkloadLauncher {
       ],
       env: wrapperEnv,
     };
+  }
+
+  startInSpare(argv: string[], env: Record<string, string>, cwd: string): ChildProcess | null {
+    // A spare has no exec tag in its own environment (it was started before the exec): until its
+    // exec of the command, which gets the tag, it is found by its process group, which it leads
+    // and cannot leave (it runs no code of the workload's before that exec).
+    if (!this.spare) return null;
+    const started = this.spare.take(cwd, this.nativeArgs(argv, this.assignments(env)));
+    if (!started) this.spare.fill(); // none was ready: there is one for the next exec
+    return started;
+  }
+
+  close(): void {
+    this.spare?.close();
+  }
+
+  /** NETNS UID GID CGROUP_DIRS -- K=V... -- ARGV: the second `--` ends the environment, so a command name containing '=' needs nothing special. */
+  private nativeArgs(argv: string[], assignments: string[]): string[] {
+    const { uid, gid, cgroupDirs } = this.isolation;
+    return [this.netnsPath, String(uid), String(gid), cgroupDirs.join(':'), '--', ...assignments, '--', ...argv];
   }
 
   oomKills(): number | undefined {

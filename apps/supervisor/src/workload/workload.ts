@@ -35,6 +35,7 @@ export async function startWorkload(opts: {
   const { isolation, log } = opts;
   if (!isolation.isolateNetwork) {
     const launcher = new ConfinedLauncher(isolation);
+    launcher.keepSpareReady();
     log.warn('workload network isolation is off: egress is not restricted', { uid: isolation.uid, launcher: launcher.kind });
     return {
       launcher,
@@ -43,7 +44,7 @@ export async function startWorkload(opts: {
         decodePolicy(bytes);
         throw new Error('this sandbox has no network isolation: its egress policy cannot be enforced');
       },
-      stop: () => {},
+      stop: () => launcher.close(),
     };
   }
   // A policy that does not decode is a driver bug: refuse to start rather than run without one.
@@ -51,6 +52,7 @@ export async function startWorkload(opts: {
   const agent = await NetnsAgent.start({ proxyPort: PROXY_PORT, log, onDeath: opts.onFatal, compileCacheDir: opts.compileCacheDir });
   const proxy = new EgressProxy(agent.proxyServer, initial, log);
   const launcher = new ConfinedLauncher(isolation, { netnsPath: agent.netnsPath, proxyPort: agent.proxyPort });
+  launcher.keepSpareReady();
   log.info('workload confined', {
     uid: isolation.uid,
     gid: isolation.gid,
@@ -64,6 +66,7 @@ export async function startWorkload(opts: {
     dial: (host, port, timeoutMs) => agent.dial(host, port, timeoutMs),
     applyPolicy: (bytes) => proxy.setPolicy(decodePolicy(bytes)),
     stop: () => {
+      launcher.close();
       proxy.close();
       agent.stop();
     },
