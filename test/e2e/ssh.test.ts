@@ -316,8 +316,8 @@ describe('a dropped connection cleans up like a closed channel', () => {
 
   it('100 connect-and-kill -9 cycles leave no processes, no zombies, bounded memory; the 101st ssh works', { timeout: 300_000 }, async () => {
     const sup = await supervisorPid(sbx.id);
-    const settled = async () => (await sandboxProcesses(sup)).filter((p) => !p.cmd.includes('sleep 86399') && p.pid !== sup);
-    // Baseline: the supervisor, bwrap's init and the main process (plus nothing else).
+    const settled = async () => (await sandboxProcesses(sup)).filter((p) => !p.cmd.includes('sleep 86399') && !p.cmd.endsWith('sandgate-launch --spare') && p.pid !== sup);
+    // Baseline: the supervisor, bwrap's init, the main process and the supervisor's spare wrapper (plus nothing else).
     await waitFor('a quiet sandbox', async () => (await settled()).length <= 1, 15_000);
     const baseline = (await sandboxProcesses(sup)).length;
     const rssBefore = await rssBytes(sup);
