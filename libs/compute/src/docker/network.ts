@@ -12,6 +12,7 @@
 // - Not `Internal`: the supervisor's egress proxy needs a route out for what the policy allows.
 //   The workload itself never uses this network directly: it lives in a network namespace of its
 //   own inside the container (the supervisor's netns agent), with only loopback and the proxy.
+import { setTimeout as sleep } from 'node:timers/promises';
 import net from 'node:net';
 import type Dockerode from 'dockerode';
 import { loopbackHost, parseEndpoints } from '@sandgate/protocols/contract';
@@ -58,8 +59,22 @@ export async function ensureSandboxNetwork(docker: Dockerode, name: string): Pro
     info = await settleDuplicates(docker, name);
   }
   if (!info) throw new Error(`docker: the sandbox network ${name} vanished right after it was created, three times`);
+  // A network another caller was still creating can turn out older than the one kept here, and
+  // that caller then removes this one (CI saw two callers end with different networks). So the
+  // choice stands only once a later listing, after such a create had time to finish, shows it alone.
+  for (let round = 1; round <= SETTLE_ROUNDS; round++) {
+    await sleep(SETTLE_PAUSE_MS * round);
+    const again = await settleDuplicates(docker, name);
+    if (!again) throw new Error(`docker: the sandbox network ${name} vanished while it was being settled`);
+    if (again.Id === info.Id) break;
+    info = again;
+  }
   return describe(info, name);
 }
+
+/** Listings that must agree on the kept network before it is used, and the pause before each. */
+const SETTLE_ROUNDS = 5;
+const SETTLE_PAUSE_MS = 100;
 
 /**
  * Two replicas creating the network at the same moment can still both succeed (dockerd's
