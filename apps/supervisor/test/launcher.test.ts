@@ -53,12 +53,9 @@ function cgroupMounts(): string[] {
   throw new Error('no cgroup v1 hierarchy of memory, cpu or pids and no cgroup2 mount: the launcher joins workload cgroups');
 }
 
-/** Runs the command with fd 3 open on a host file (a descriptor the workload must not get). */
-function run(cmd: LaunchCommand): Promise<{ code: number | null; out: string; err: string }> {
-  const stray = fs.openSync('/etc/hostname', 'r');
+/** Output and exit of a started process (spawned here, or a spare that took its command). */
+function collect(child: ChildProcess): Promise<{ code: number | null; out: string; err: string }> {
   return new Promise((resolve, reject) => {
-    const child = spawn(cmd.file, cmd.args, { env: cmd.env, stdio: ['ignore', 'pipe', 'pipe', stray] });
-    fs.closeSync(stray);
     let out = '';
     let err = '';
     child.stdout!.on('data', (c: Buffer) => (out += c.toString()));
@@ -66,6 +63,14 @@ function run(cmd: LaunchCommand): Promise<{ code: number | null; out: string; er
     child.once('error', reject);
     child.once('close', (code) => resolve({ code, out, err }));
   });
+}
+
+/** Runs the command with fd 3 open on a host file (a descriptor the workload must not get). */
+function run(cmd: LaunchCommand): Promise<{ code: number | null; out: string; err: string }> {
+  const stray = fs.openSync('/etc/hostname', 'r');
+  const child = spawn(cmd.file, cmd.args, { env: cmd.env, stdio: ['ignore', 'pipe', 'pipe', stray] });
+  fs.closeSync(stray);
+  return collect(child);
 }
 
 const REPORT = [
@@ -199,18 +204,6 @@ async function until(what: string, check: () => boolean, timeoutMs = 5000): Prom
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
     await new Promise((r) => setTimeout(r, 20));
   }
-}
-
-/** Output and exit of a process already started (a spare that took its command). */
-function collect(child: ChildProcess): Promise<{ code: number | null; out: string; err: string }> {
-  return new Promise((resolve, reject) => {
-    let out = '';
-    let err = '';
-    child.stdout!.on('data', (c: Buffer) => (out += c.toString()));
-    child.stderr!.on('data', (c: Buffer) => (err += c.toString()));
-    child.once('error', reject);
-    child.once('close', (code) => resolve({ code, out, err }));
-  });
 }
 
 describe('a spare wrapper (started ahead of need, the native helper only)', () => {
