@@ -440,13 +440,21 @@ async function main(): Promise<void> {
       );
     };
 
-    /** Failover: time until each of `owned` answers an exec again through the balancer, at most 30 s after `since`. */
+    /**
+     * Failover: time until each of `owned` answers an exec again through the balancer, at most 30 s
+     * after `since`. Every probe is a client call like any other (`failover-probe` in the ledger):
+     * until the sandbox answers, it must fail UNAVAILABLE. The probes are the calls sure to meet a
+     * dead owner, so they are what `--break retriable-errors` is caught by: a run whose workload
+     * happened to have no relayed call in flight at a kill once let it pass.
+     */
     const expectFailover = (owned: { id: string; name: string }[], since: number, after: string) => {
       for (const sb of owned) {
         pendingChecks.push(
           (async () => {
             for (;;) {
               const res = await exec(clients[0]!, { sandbox_id: sb.id, command: ['true'] });
+              if (res.error) ledger.record('failover-probe', ...tuple(classifyError(res.error, res.deadlineHit)));
+              else ledger.record('failover-probe', res.exit === 0 ? 'ok' : 'wrong', `exit ${res.exit} in ${sb.name} (${sb.id})`);
               if (!res.error && res.exit === 0) return void failovers.push({ ms: Date.now() - since, after, sandbox: `${sb.name} (${sb.id})`, at: secs(t0, since) });
               if (Date.now() - since > 30_000) return ledger.violate('failover', `${sb.name} unreachable for 30 s`);
               await sleep(50);
