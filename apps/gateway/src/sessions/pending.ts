@@ -8,15 +8,19 @@ interface Waiter<T> {
 }
 
 export class PendingRequests<T> {
-  private readonly waiting = new Map<string, Waiter<T>>();
+  /**
+   * Made at the first request: a session holds four of these for its whole life and most never
+   * see one (a replica holds thousands of sessions; an empty Map is ~100 bytes).
+   */
+  private waiting: Map<string, Waiter<T>> | undefined;
 
   /** How many requests are waiting for an answer. */
   get size(): number {
-    return this.waiting.size;
+    return this.waiting?.size ?? 0;
   }
 
   has(id: string): boolean {
-    return this.waiting.has(id);
+    return this.waiting?.has(id) ?? false;
   }
 
   /**
@@ -28,8 +32,9 @@ export class PendingRequests<T> {
       const timer = setTimeout(() => this.reject(id, timeoutError()), timeoutMs);
       const settled = () => {
         clearTimeout(timer);
-        this.waiting.delete(id);
+        this.waiting?.delete(id);
       };
+      this.waiting ??= new Map();
       this.waiting.set(id, {
         resolve: (value) => {
           settled();
@@ -50,28 +55,28 @@ export class PendingRequests<T> {
 
   /** Answers the request `id`; false when nothing waits under it (unknown, expired or answered). */
   resolve(id: string, value: T): boolean {
-    const waiter = this.waiting.get(id);
+    const waiter = this.waiting?.get(id);
     waiter?.resolve(value);
     return waiter !== undefined;
   }
 
   /** Fails the request `id`, if it still waits. */
   reject(id: string, err: Error): void {
-    this.waiting.get(id)?.reject(err);
+    this.waiting?.get(id)?.reject(err);
   }
 
   /** Answers every request whose id `match`es (several waiters satisfied by one answer). */
   resolveWhere(match: (id: string) => boolean, value: T): void {
-    for (const [id, waiter] of [...this.waiting]) if (match(id)) waiter.resolve(value);
+    for (const [id, waiter] of [...(this.waiting ?? [])]) if (match(id)) waiter.resolve(value);
   }
 
   /** Fails every request whose id `match`es. */
   rejectWhere(match: (id: string) => boolean, err: Error): void {
-    for (const [id, waiter] of [...this.waiting]) if (match(id)) waiter.reject(err);
+    for (const [id, waiter] of [...(this.waiting ?? [])]) if (match(id)) waiter.reject(err);
   }
 
   /** Fails every waiting request (the session closed). */
   rejectAll(err: Error): void {
-    for (const waiter of [...this.waiting.values()]) waiter.reject(err);
+    for (const waiter of [...(this.waiting?.values() ?? [])]) waiter.reject(err);
   }
 }
