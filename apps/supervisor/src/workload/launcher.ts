@@ -236,7 +236,7 @@ export class ConfinedLauncher implements WorkloadLauncher {
     // exec of the command, which gets the tag, it is found by its process group, which it leads
     // and cannot leave (it runs no code of the workload's before that exec).
     if (!this.spare) return null;
-    const started = this.spare.take(cwd, this.nativeArgs(argv, this.assignments(env)));
+    const started = this.spare.take(cwd, () => this.nativeArgs(argv, this.assignments(env)));
     if (!started) this.spare.fill(); // none was ready: there is one for the next exec
     return started;
   }

@@ -56,11 +56,12 @@ export class SpareWrapper {
   /**
    * Hands the waiting spare its command (the wrapper's arguments, after the working directory) and
    * returns it, now the exec's process; null when none is ready, and the caller spawns as usual.
+   * `args` is only built when a spare is there to take it.
    */
-  take(cwd: string, args: string[]): ChildProcess | null {
+  take(cwd: string, args: () => string[]): ChildProcess | null {
     const child = this.waiting;
     if (!child || child.pid === undefined || child.exitCode !== null || child.signalCode !== null) return null;
-    const fields = [cwd, ...args];
+    const fields = [cwd, ...args()];
     if (fields.some((f) => f.includes('\0'))) return null;
     this.waiting = null;
     setReferenced(child, true);
