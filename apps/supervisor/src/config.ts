@@ -21,6 +21,11 @@ export interface SupervisorConfig {
   logLevel: LogLevel;
   mainArgv: string[];
   /**
+   * A warm-pool member (SANDGATE_DEFER_MAIN=1): the main process starts only on the gateway's
+   * start_main, with the claim's command and environment; `mainArgv` is what an empty one runs.
+   */
+  deferMain: boolean;
+  /**
    * What workload processes start with: the process environment minus every SANDGATE_* variable
    * (PATH and HOME from the driver, an image's ENV), with the sandbox's own variables (the
    * driver's environment file) laid over it. Never the supervisor's own environment.
@@ -134,6 +139,7 @@ export function loadConfig(env: Record<string, string | undefined>, args: string
     mainTty: parsed.mainTty,
     logLevel: parseLogLevel(parsed.logLevel),
     mainArgv,
+    deferMain: parsed.deferMain,
     sandboxEnv,
     debugBreaks,
     workload: parsed.workload,

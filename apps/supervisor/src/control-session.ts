@@ -3,7 +3,7 @@
 // the endpoints, with backoff) whenever the stream ends, errors or goes silent. The gateway being
 // unavailable is never a reason for the supervisor to exit.
 import type * as grpc from '@grpc/grpc-js';
-import type { ExecStart, GatewayMessage, SupervisorMessage, TcpOpen } from '@sandgate/protocols';
+import type { ExecStart, GatewayMessage, StartMain, SupervisorMessage, TcpOpen } from '@sandgate/protocols';
 import { backoffDelay, DEFAULT_BACKOFF, type BackoffOptions } from './backoff.ts';
 import { callMetadata, createGatewayClient, type GatewayClient, type GatewayTls } from './gateway-client.ts';
 import type { Logger } from '@sandgate/telemetry/log';
@@ -28,6 +28,8 @@ export interface ControlSessionOptions {
   instanceId: string;
   supervisorVersion: string;
   mainPid: () => number;
+  /** A warm-pool member whose main process waits for start_main (said in every hello). */
+  awaitingMain?: () => boolean;
   /** Read on every dial so a rotated credential file is picked up. */
   credential: () => string;
   /** The gateway serves TLS (its CA and the name to verify); absent: plaintext. */
@@ -43,6 +45,8 @@ export interface ControlSessionOptions {
    * the previous policy, why it could not be applied. Absent: every update is refused.
    */
   onPolicyUpdate?: (update: PolicyUpdate) => string;
+  /** A claimed pool member: start the main process (idempotent). Absent: start_main is ignored. */
+  onStartMain?: (start: StartMain) => void;
   /** hello_ack said the gateway exports traces (`tracing`): record spans and relay them (sendSpans). */
   onTracing?: () => void;
   /** Without a hello_ack by then, the attempt is abandoned. */
@@ -216,6 +220,7 @@ export class ControlSession {
         instance_id: this.opts.instanceId,
         supervisor_version: this.opts.supervisorVersion,
         main_pid: this.opts.mainPid(),
+        awaiting_main: this.opts.awaitingMain?.() ?? false,
       },
     });
   }
@@ -268,6 +273,10 @@ export class ControlSession {
       else this.log.info('policy updated', { revision: update.revision });
       const applied: SupervisorMessage = { policy_applied: { revision: update.revision ?? 0, error } };
       this.send(attempt, applied);
+    } else if (msg.start_main) {
+      if (!attempt.conn || !this.opts.onStartMain) return;
+      this.opts.onStartMain(msg.start_main);
+      this.send(attempt, { main_started: { instance_id: this.opts.instanceId } });
     } else if (msg.main_exit_ack) {
       this.onAck('main_exit', msg.main_exit_ack.instance_id);
     } else if (msg.terminal_final_ack) {

@@ -150,6 +150,12 @@ export class MainProcess {
     this.resolveExited(exit);
   }
 
+  /** Set before start(): a claimed warm-pool member's command (start_main), replacing the launch's. */
+  setCommand(argv: string[], tty: boolean): void {
+    this.opts.argv = argv;
+    this.opts.tty = tty;
+  }
+
   /** Set before start(): the main process is confined like every workload process. */
   confine(launcher: WorkloadLauncher): void {
     this.opts.launcher = launcher;

@@ -1,7 +1,7 @@
 // Wires the pieces together: the main process, the control session, and the execs it opens.
 import { randomUUID } from 'node:crypto';
-import type { ExecStart, TcpOpen } from '@sandgate/protocols';
-import { readCredential, type SupervisorConfig } from './config.ts';
+import type { ExecStart, StartMain, TcpOpen } from '@sandgate/protocols';
+import { readCredential, stripSupervisorEnv, type SupervisorConfig } from './config.ts';
 import { ControlSession, type GatewayConnection, type PolicyUpdate } from './control-session.ts';
 import { ExecRunner } from './exec-runner.ts';
 import { findTaggedProcesses, killExecTree } from './kill-tree.ts';
@@ -50,6 +50,8 @@ export class Supervisor {
   private spans: SpanHelpers | undefined;
   /** The workload's confinement, once started (absent: the driver asked for none). */
   private workload: Workload | undefined;
+  /** The main process has been started (at start(), or on start_main for a warm-pool member). */
+  private mainStarted = false;
 
   constructor(config: SupervisorConfig, log: Logger, hooks: SupervisorHooks = {}) {
     this.config = config;
@@ -63,6 +65,7 @@ export class Supervisor {
       instanceId: this.instanceId,
       supervisorVersion: SUPERVISOR_VERSION,
       mainPid: () => this.main.pid,
+      awaitingMain: () => !this.mainStarted,
       credential: () => this.readCredential(),
       tls: config.gatewayTls,
       log,
@@ -70,6 +73,7 @@ export class Supervisor {
       onKillExec: (execId) => this.killExec(execId),
       onOpenTcp: (open, conn) => this.openTcp(open, conn),
       onPolicyUpdate: (update) => this.applyPolicy(update),
+      onStartMain: (start) => this.startClaimedMain(start),
       onTracing: () => this.startTracing(),
       noReconnect: config.debugBreaks.has('supervisor-reconnect'),
     });
@@ -145,9 +149,31 @@ export class Supervisor {
       this.main.confine(this.workload.launcher);
       this.ssh.confine(this.workload.launcher, this.workload.dial);
     }
-    this.main.start();
+    // A warm-pool member serves execs at once but runs no main process until it is claimed.
+    if (!this.config.deferMain) this.startMain();
     this.control.start();
+  }
+
+  private startMain(): void {
+    this.mainStarted = true;
+    this.main.start();
     void this.finishMainProcess();
+  }
+
+  /**
+   * start_main: this warm-pool member was claimed. Its variables are laid over the sandbox's
+   * environment in place (the object execs and SSH shells read), then the main process starts
+   * with the claim's command (the launch's own when empty). Idempotent: a repeat (the gateway's
+   * retry, a reconnect) changes nothing.
+   */
+  private startClaimedMain(start: StartMain): void {
+    if (this.mainStarted || this.shuttingDown) return;
+    // SANDGATE_* names are the supervisor's, never the sandbox's (as in the driver's environment file).
+    Object.assign(this.config.sandboxEnv, stripSupervisorEnv(start.env ?? {}));
+    const argv = start.argv?.length ? start.argv : this.config.mainArgv;
+    this.main.setCommand(argv, start.tty ?? this.config.mainTty);
+    this.log.info('warm-pool member claimed: starting the main process', { argv });
+    this.startMain();
   }
 
   /**

@@ -336,3 +336,17 @@ export function startSupervisor(opts: {
     },
   };
 }
+
+/** Pids whose command line contains `needle` (the whole machine, like `ps`), this process left out. */
+export function pidsOf(needle: string): number[] {
+  const out: number[] = [];
+  for (const entry of fs.readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      if (fs.readFileSync(`/proc/${entry}/cmdline`, 'utf8').replace(/\0/g, ' ').includes(needle)) out.push(Number(entry));
+    } catch {
+      // gone meanwhile
+    }
+  }
+  return out.filter((p) => p !== process.pid);
+}

@@ -38,6 +38,12 @@ export interface LaunchSpec {
    * Absent: plaintext.
    */
   gatewayTls?: GatewayTls;
+  /**
+   * A warm-pool member: the supervisor connects and serves, but starts the main process (with the
+   * claim's command and environment) only when the gateway sends start_main. `command` is then
+   * what an empty start_main runs.
+   */
+  deferMain?: boolean;
 }
 
 export interface GatewayTls {
@@ -82,6 +88,7 @@ export function supervisorEnvironmentFor(spec: LaunchSpec, workload?: WorkloadIs
     debugBreaks: spec.debugBreaks,
     gatewayTls: spec.gatewayTls ? { caFile: SANDBOX_GATEWAY_CA_PATH, serverName: spec.gatewayTls.serverName } : undefined,
     compileCacheDir,
+    deferMain: spec.deferMain,
   });
 }
 

@@ -74,6 +74,11 @@ export const SupervisorEnv = {
   workloadCgroups: 'SANDGATE_WORKLOAD_CGROUPS',
   /** The sandbox's SandboxPolicy as stored (base64 of its protobuf bytes); empty: no policy (deny all egress). */
   policy: 'SANDGATE_POLICY',
+  /**
+   * `1`: a warm-pool member. The supervisor connects and serves execs but starts its main process
+   * only when the gateway sends start_main (the claim's command and environment).
+   */
+  deferMain: 'SANDGATE_DEFER_MAIN',
 } as const;
 
 /**
@@ -140,6 +145,8 @@ export interface SupervisorLaunch {
   gatewayTls?: { caFile: string; serverName: string };
   /** The compile cache's directory as the supervisor sees it (read-only there); absent: none. */
   compileCacheDir?: string;
+  /** A warm-pool member: the main process waits for start_main. */
+  deferMain?: boolean;
 }
 
 /**
@@ -174,6 +181,7 @@ export function supervisorEnvironment(l: SupervisorLaunch): Record<string, strin
   env[SupervisorEnv.gatewayTlsName] = l.gatewayTls?.serverName ?? '';
   // Also written when empty: an image's ENV must not point the supervisor at a cache it can write.
   env[SupervisorEnv.compileCache] = l.compileCacheDir ?? '';
+  env[SupervisorEnv.deferMain] = l.deferMain ? '1' : '0';
   return env;
 }
 
@@ -200,6 +208,8 @@ export interface SupervisorEnvironment {
   gatewayTls?: { caFile: string; serverName: string };
   /** The supervisors' compile cache (read-only); absent: none. */
   compileCacheDir?: string;
+  /** A warm-pool member: start the main process only on start_main. */
+  deferMain: boolean;
 }
 
 export function parseEndpoints(value: string | undefined): string[] {
@@ -256,6 +266,7 @@ export function parseSupervisorEnvironment(env: Readonly<Record<string, string |
       ? { caFile: env[SupervisorEnv.gatewayCaFile]!.trim(), serverName: (env[SupervisorEnv.gatewayTlsName] ?? '').trim() }
       : undefined,
     compileCacheDir: compileCacheDirOf(env),
+    deferMain: env[SupervisorEnv.deferMain] === '1',
   };
 }
 

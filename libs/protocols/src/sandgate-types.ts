@@ -49,6 +49,8 @@ export interface Hello {
   instance_id?: string;
   supervisor_version?: string;
   main_pid?: number;
+  /** A warm-pool member whose main process waits for start_main. */
+  awaiting_main?: boolean;
 }
 
 export interface SupervisorMessage {
@@ -62,6 +64,7 @@ export interface SupervisorMessage {
   policy_applied?: { revision?: number; error?: string };
   /** Finished spans: an OTLP ExportTraceServiceRequest, JSON-encoded. */
   spans?: { otlp_json?: Buffer };
+  main_started?: { instance_id?: string };
 }
 
 export interface GatewayMessage {
@@ -73,6 +76,37 @@ export interface GatewayMessage {
   terminal_final_ack?: { instance_id?: string };
   open_tcp?: TcpOpen;
   policy_update?: { policy?: Buffer; revision?: number };
+  start_main?: StartMain;
+}
+
+/** A claimed warm-pool member's main process (GatewayMessage.start_main). */
+export interface StartMain {
+  /** Empty: the supervisor's own argv. */
+  argv: string[];
+  env: StringMap;
+  tty?: boolean;
+}
+
+/** sandgate.v1.Sandgate/SetPool. */
+export interface SetPoolRequest {
+  name?: string;
+  size?: number;
+  image?: string;
+  resources?: Buffer;
+  policy?: Buffer;
+}
+
+/** sandgate.v1.Pool. */
+export interface Pool {
+  name: string;
+  size: number;
+  image: string;
+  resources?: Buffer;
+  policy?: Buffer;
+  generation: number;
+  ready: number;
+  starting: number;
+  created_at_ms: number;
 }
 
 /** Where a TCP channel goes: the supervisor's SSH server, or a loopback port in the sandbox. */

@@ -57,7 +57,10 @@ describe('supervisor environment', () => {
       SANDGATE_GATEWAY_TLS_NAME: '',
       // Empty, not absent: an image's ENV must not point the supervisor at a cache it could write.
       SANDGATE_COMPILE_CACHE: '',
+      // 0, not absent: an image's ENV must not make a sandbox wait for a start_main that never comes.
+      SANDGATE_DEFER_MAIN: '0',
     });
+    expect(supervisorEnvironment({ ...launch, deferMain: true })).toMatchObject({ SANDGATE_DEFER_MAIN: '1' });
     // The attack: variables that act on the supervisor process (and on bwrap, root on the host).
     const hostile = supervisorEnvironment({ ...launch, environmentFile: SANDBOX_ENVIRONMENT_PATH, environment: { LD_PRELOAD: '/sandbox/x.so', NODE_OPTIONS: '--require /sandbox/x.js', PATH: '/sandbox' } });
     expect(Object.keys(hostile).filter((k) => !k.startsWith('SANDGATE_'))).toEqual([]);
@@ -88,8 +91,10 @@ describe('supervisor environment', () => {
         workload: undefined,
         policy: Buffer.alloc(0),
         gatewayTls: undefined,
+        deferMain: false,
       });
     }
+    expect(parseSupervisorEnvironment(supervisorEnvironment({ ...launch, deferMain: true })).deferMain).toBe(true);
   });
 
   it('hands the sandbox\'s variables over as a file the supervisor parses, SANDGATE_* names dropped', () => {
@@ -147,6 +152,7 @@ describe('supervisor environment', () => {
       sandboxEnv: {},
       workload: undefined,
       policy: Buffer.alloc(0),
+      deferMain: false,
     });
   });
 });
