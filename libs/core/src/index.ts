@@ -15,3 +15,4 @@ export * from './principal.ts';
 export * from './workspace-rules.ts';
 export * from './service-routing.ts';
 export * from './redis-address.ts';
+export * from './pools.ts';

@@ -13,3 +13,4 @@ export * from './usage.ts';
 export * from './service-endpoints.ts';
 export * from './replication.ts';
 export * from './orphans.ts';
+export * from './pools.ts';

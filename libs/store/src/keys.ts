@@ -20,7 +20,7 @@ export function tokenDigest(token: string): string {
 }
 
 export const keys = {
-  /** Hash: the sandbox record (`pb` = encoded openshell.v1.Sandbox, `rv`, `ws`, `name`, `cred`, `compute`, `ownfence`, `termfinal`, `runstart`, `pol`, `polrev`). */
+  /** Hash: the sandbox record (`pb` = encoded openshell.v1.Sandbox, `rv`, `ws`, `name`, `cred`, `compute`, `ownfence`, `termfinal`, `runstart`, `pol`, `polrev`; a warm-pool member's `pool`, `poolgen`; a claimed one's `mainpending`). */
   sandbox: (id: string) => `sg:sbx:${id}`,
   /** String: sandbox id, by workspace and name (uniqueness of names). */
   sandboxName: (workspace: string, name: string) => `sg:sbxname:${workspace}:${name}`,
@@ -66,6 +66,10 @@ export const keys = {
   workspaceSandboxes: (name: string) => `sg:wssbx:${name}`,
   /** Sorted set, expiring: live execs of one workspace across replicas (member = exec id, score = heartbeat ms). */
   workspaceExecs: (name: string) => `sg:wsexec:${name}`,
+  /** Hash: a warm pool's definition (`template` JSON: image, resources, policy; `size`, `gen`, `created`). Its members are the sandbox set of its workspace `pool:{name}` (workspaceSandboxes). */
+  pool: (name: string) => `sg:pool:${name}`,
+  /** Set: every warm pool's name. */
+  poolIndex: () => 'sg:pools',
   /** Hash: a sandbox's exposed-service endpoints: `pb:<key>` encoded openshell.v1.ServiceEndpoint, `rv:<key>` its resource_version. */
   sandboxServices: (sandboxId: string) => `sg:svc:${sandboxId}`,
   /** Sorted set: a workspace's endpoint keys (`<sandbox>[--<service>]`), score = created_at_ms (listing order: creation, then name). */

@@ -7,10 +7,10 @@ import { GatewayError, Code, DEFAULT_WORKSPACE } from '@sandgate/core';
 import { keys } from './keys.ts';
 import { luaScript } from './lua.ts';
 
-const sandboxCodec = codec<Sandbox>('openshell.v1.Sandbox');
+export const sandboxCodec = codec<Sandbox>('openshell.v1.Sandbox');
 
 /** Snapshots kept per sandbox event stream (approximate trim). */
-const EVENTS_MAXLEN = 256;
+export const EVENTS_MAXLEN = 256;
 /** How long a deleted sandbox's event stream lingers for watchers to see the end. */
 const EVENTS_TTL_AFTER_DELETE_MS = 60_000;
 
@@ -26,6 +26,28 @@ const CreateResult = { nameTaken: 0, created: 1, workspaceMissing: -1, workspace
 const UpdateResult = { gone: -1, conflict: -2 } as const;
 /** What remove-sandbox-n answers. */
 const RemoveResult = { absent: 0, removed: 1 } as const;
+
+/**
+ * Why create-sandbox-7 (or claim-pool-member-9, which answers the same) did not create: the
+ * error the caller gets.
+ */
+export function createRefusal(answer: unknown, workspace: string, name: string, maxPerWorkspace: number): GatewayError {
+  switch (answer) {
+    case CreateResult.nameTaken:
+      return new GatewayError(Code.ALREADY_EXISTS, `sandbox '${name}' already exists`);
+    case CreateResult.workspaceMissing:
+      return new GatewayError(Code.NOT_FOUND, `workspace '${workspace}' not found`);
+    case CreateResult.workspaceTerminating:
+      return new GatewayError(Code.FAILED_PRECONDITION, `workspace '${workspace}' is being deleted`);
+    case CreateResult.atQuota:
+      return new GatewayError(
+        Code.RESOURCE_EXHAUSTED,
+        `workspace '${workspace}' has reached its limit of ${maxPerWorkspace} sandboxes (--max-sandboxes-per-workspace); delete one first`,
+      );
+    default:
+      return new GatewayError(Code.INTERNAL, `create sandbox failed: unexpected store answer ${String(answer)}`);
+  }
+}
 
 export interface StoredSandbox {
   sandbox: Sandbox;
@@ -45,6 +67,10 @@ export interface StoredSandbox {
   policy: Buffer | null;
   /** The revision of that policy (0 if UpdateConfig never wrote one). */
   policyRevision: number;
+  /** An unclaimed warm-pool member: its pool and the pool generation it was launched for. */
+  pool: { name: string; generation: number } | null;
+  /** A claimed pool member whose supervisor has not confirmed starting the claim's main process. */
+  mainPending: boolean;
 }
 
 /**
@@ -65,7 +91,7 @@ export function policyInForce(rec: Pick<StoredSandbox, 'sandbox' | 'policy' | 'p
   return spec ? { bytes: spec, revision: 1 } : { bytes: undefined, revision: 0 };
 }
 
-function fromHash(id: string, hash: Record<string, Buffer>): StoredSandbox | null {
+export function fromHash(id: string, hash: Record<string, Buffer>): StoredSandbox | null {
   if (!hash.pb || !hash.rv) return null;
   const sandbox = sandboxCodec.decode(hash.pb);
   const resourceVersion = Number(hash.rv.toString());
@@ -80,6 +106,8 @@ function fromHash(id: string, hash: Record<string, Buffer>): StoredSandbox | nul
     runStartedAtMs: Number(hash.runstart?.toString() ?? 0),
     policy: hash.pol !== undefined ? Buffer.from(hash.pol.toString(), 'base64') : null,
     policyRevision: Number(hash.polrev?.toString() ?? 0),
+    pool: hash.pool ? { name: hash.pool.toString(), generation: Number(hash.poolgen?.toString() ?? 0) } : null,
+    mainPending: hash.mainpending?.toString() === '1',
   };
 }
 
@@ -93,6 +121,7 @@ function withExtraFields(rec: StoredSandbox, extra: Record<string, string>): Sto
   if ('runstart' in extra) out.runStartedAtMs = Number(extra.runstart);
   if ('pol' in extra) out.policy = Buffer.from(extra.pol!, 'base64');
   if ('polrev' in extra) out.policyRevision = Number(extra.polrev);
+  if ('mainpending' in extra) out.mainPending = extra.mainpending === '1';
   return out;
 }
 
@@ -127,23 +156,7 @@ export class SandboxStore {
         quota.maxPerWorkspace, workspace === DEFAULT_WORKSPACE ? '1' : '0', randomUUID(), Date.now(),
       ],
     );
-    switch (created) {
-      case CreateResult.created:
-        return;
-      case CreateResult.nameTaken:
-        throw new GatewayError(Code.ALREADY_EXISTS, `sandbox '${name}' already exists`);
-      case CreateResult.workspaceMissing:
-        throw new GatewayError(Code.NOT_FOUND, `workspace '${workspace}' not found`);
-      case CreateResult.workspaceTerminating:
-        throw new GatewayError(Code.FAILED_PRECONDITION, `workspace '${workspace}' is being deleted`);
-      case CreateResult.atQuota:
-        throw new GatewayError(
-          Code.RESOURCE_EXHAUSTED,
-          `workspace '${workspace}' has reached its limit of ${quota.maxPerWorkspace} sandboxes (--max-sandboxes-per-workspace); delete one first`,
-        );
-      default:
-        throw new GatewayError(Code.INTERNAL, `create sandbox failed: unexpected store answer ${String(created)}`);
-    }
+    if (created !== CreateResult.created) throw createRefusal(created, workspace!, name!, quota.maxPerWorkspace);
   }
 
   async get(id: string): Promise<StoredSandbox | null> {
@@ -185,7 +198,7 @@ export class SandboxStore {
   }
 
   /** The records of `ids` in one pipelined round trip; ids without a record are left out. */
-  private async readMany(ids: string[]): Promise<StoredSandbox[]> {
+  async readMany(ids: string[]): Promise<StoredSandbox[]> {
     const pipeline = this.redis.pipeline();
     for (const id of ids) pipeline.hgetallBuffer(keys.sandbox(id));
     const results = (await pipeline.exec()) ?? [];

@@ -1,0 +1,96 @@
+// Warm pools: the pure rules. A pool keeps `size` sandboxes of one template (image, resources,
+// policy) started and Ready in a workspace of its own that no caller can name; a create that
+// asks for the pool (POOL_ANNOTATION) claims one and gets its own name, labels, command and
+// environment on it. Everything a member was launched with must be what the create asks for,
+// or the create is refused naming the field: a claim never silently ignores part of a request.
+import { invalid } from './status.ts';
+import { validateSandboxName } from './validation.ts';
+import { parseResources } from './resources.ts';
+
+/** The annotation on a CreateSandbox request that claims a member of the named pool. */
+export const POOL_ANNOTATION = 'sandgate.dev/pool';
+/** Most members one pool keeps started. */
+export const MAX_POOL_SIZE = 64;
+
+/** A pool's members' workspace: ':' never appears in a workspace a caller can create or name. */
+export function poolWorkspace(pool: string): string {
+  return `pool:${pool}`;
+}
+
+export function isPoolWorkspace(workspace: string): boolean {
+  return workspace.startsWith('pool:');
+}
+
+/** What every member of a pool is launched with; a change makes a new generation. */
+export interface PoolTemplate {
+  /** Empty: the gateway's default image. */
+  image: string;
+  /** template.resources (google.protobuf.Struct bytes), base64; empty: none. */
+  resources: string;
+  /** spec.policy (SandboxPolicy bytes, as checked at SetPool), base64; empty: none. */
+  policy: string;
+}
+
+export interface PoolDefinition {
+  name: string;
+  size: number;
+  template: PoolTemplate;
+  generation: number;
+  createdAtMs: number;
+}
+
+/** SetPool's checks: a DNS-label name (as a sandbox name), a size within MAX_POOL_SIZE. */
+export function validatePoolSettings(name: string | undefined, size: number | undefined): { name: string; size: number } {
+  if (!name) throw invalid('name is required: the pool to set');
+  try {
+    validateSandboxName(name); // a pool's name follows a sandbox's rules (members are named after it)
+  } catch (err) {
+    throw invalid(`pool ${(err as Error).message}`);
+  }
+  const n = size ?? 0;
+  if (!Number.isInteger(n) || n < 0 || n > MAX_POOL_SIZE) throw invalid(`size ${n} is out of range: 0 to ${MAX_POOL_SIZE}`);
+  return { name, size: n };
+}
+
+/** The parts of a (validated) CreateSandbox spec a claim is checked against. */
+export interface ClaimSpec {
+  log_level?: string;
+  template?: {
+    image?: string;
+    runtime_class_name?: string;
+    agent_socket?: string;
+    resources?: Uint8Array;
+    driver_config?: Uint8Array;
+    user_namespaces?: boolean;
+  };
+  policy?: Uint8Array;
+}
+
+/**
+ * Refuses (INVALID_ARGUMENT naming the field) a create whose spec asks for something the pool's
+ * members were not launched with. Fields the claim applies (name, labels, annotations, command,
+ * tty, environment, restart policy) are free; an unset image, resources or policy means the pool's.
+ */
+export function checkClaimMatchesPool(spec: ClaimSpec, pool: PoolDefinition, defaultImage: string): void {
+  const t = spec.template;
+  const where = `pool '${pool.name}'`;
+  const poolImage = pool.template.image || defaultImage;
+  if (t?.image && t.image !== poolImage) {
+    throw invalid(`spec.template.image '${t.image}' differs from ${where}'s image '${poolImage}': leave it empty or create without the pool`);
+  }
+  if (t?.resources && t.resources.byteLength > 0) {
+    const asked = JSON.stringify(parseResources(t.resources));
+    const kept = JSON.stringify(parseResources(Buffer.from(pool.template.resources, 'base64')));
+    if (asked !== kept) throw invalid(`spec.template.resources differ from ${where}'s (${kept}): leave them empty or create without the pool`);
+  }
+  if (spec.policy && spec.policy.byteLength > 0 && Buffer.from(spec.policy).toString('base64') !== pool.template.policy) {
+    throw invalid(`spec.policy differs from ${where}'s policy: leave it empty or create without the pool`);
+  }
+  for (const field of ['runtime_class_name', 'agent_socket'] as const) {
+    if (t?.[field]) throw invalid(`spec.template.${field} cannot be set on a sandbox claimed from ${where}`);
+  }
+  if (t?.driver_config && t.driver_config.byteLength > 0) throw invalid(`spec.template.driver_config cannot be set on a sandbox claimed from ${where}`);
+  if (t?.user_namespaces) throw invalid(`spec.template.user_namespaces cannot be set on a sandbox claimed from ${where}`);
+  // The supervisor's log level is fixed when the member starts.
+  if (spec.log_level && spec.log_level !== 'info') throw invalid(`spec.log_level '${spec.log_level}' cannot be set on a sandbox claimed from ${where} (its members log at info)`);
+}
