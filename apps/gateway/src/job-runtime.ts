@@ -5,7 +5,7 @@ import { ClusterCounters, OrphanQuarantine, type SandboxStore } from '@sandgate/
 import type { ComputeDriver } from '@sandgate/compute';
 import type { Logger, Metrics } from '@sandgate/telemetry';
 import type { DebugBreak } from '@sandgate/core';
-import { jobConnectionNames, jobProcessors, startJobWorker, type ExecKiller, type JobScheduler, type RunningWorker } from '@sandgate/jobs';
+import { jobConnectionNames, jobProcessors, startJobWorker, type ExecKiller, type JobScheduler, type MainStarter, type PoolKeeper, type RunningWorker } from '@sandgate/jobs';
 import type { LifecycleService } from './sandboxes/lifecycle-service.ts';
 
 export interface JobRuntimeDeps {
@@ -16,7 +16,9 @@ export interface JobRuntimeDeps {
   scheduler: JobScheduler;
   lifecycle: LifecycleService;
   /** Kills execs on the owner and knows whether a session is live (the ExecRouter). */
-  router: ExecKiller & { sessionLive(sandboxId: string): Promise<boolean> };
+  router: ExecKiller & MainStarter & { sessionLive(sandboxId: string): Promise<boolean> };
+  /** Warm pools' refills (the PoolService). */
+  pools: PoolKeeper;
   log: Logger;
   metrics: Metrics;
 }
@@ -45,6 +47,7 @@ export async function runJobWorker(
     scheduler: deps.scheduler,
     lifecycle: deps.lifecycle,
     execs: deps.router,
+    pools: deps.pools,
     sessionLive: (id) => deps.router.sessionLive(id),
     incrementCounter: (name, by) => new ClusterCounters(deps.redis).incr(name, by),
     debugBreaks: config.debugBreaks,

@@ -27,6 +27,7 @@ import {
   timeRedisCommands,
   WorkspaceExecSlots,
   WorkspaceStore,
+  PoolStore,
 } from '@sandgate/store';
 import { DockerDriver, LocalDriver, type ComputeDriver } from '@sandgate/compute';
 import { createLogger, Metrics, type Logger } from '@sandgate/telemetry';
@@ -37,6 +38,7 @@ import { ExecRouter } from './relay/exec-router.ts';
 import { servePeerPort } from './relay/peer-port.ts';
 import { ExecService } from './exec/exec-service.ts';
 import { SandboxService } from './sandboxes/sandbox-service.ts';
+import { PoolService } from './pools/pool-service.ts';
 import { openShellDefinition, openShellImplementation, sandgateDefinition, sandgateImplementation } from './api/openshell-service.ts';
 import { rpcMetricsInterceptor } from './api/rpc-metrics.ts';
 import { SandboxMetrics } from './sandboxes/sandbox-metrics.ts';
@@ -214,10 +216,22 @@ export async function startReplica(config: ReplicaConfig, opts: { authenticator?
     log,
     metrics,
   });
+  const defaultImage = driver instanceof DockerDriver ? driver.defaultImage : 'host';
+  const pools = new PoolService({
+    pools: new PoolStore(redis, store),
+    lifecycle,
+    scheduler,
+    startMain: (id) => router.startMain(id),
+    defaultImage,
+    replication,
+    log,
+    metrics,
+  });
   const sandboxes = new SandboxService({
     store,
     driver,
-    defaultImage: driver instanceof DockerDriver ? driver.defaultImage : 'host',
+    defaultImage,
+    pools,
     supervisorEndpoint: () => supervisorEndpoint,
     lifecycle,
     workspaces,
@@ -281,7 +295,7 @@ export async function startReplica(config: ReplicaConfig, opts: { authenticator?
   });
   sandboxMetrics.start();
   const files = new FileService({ store, router, workspaces, log });
-  publicServer.addService(sandgateDefinition, sandgateImplementation(authenticator, log, sandboxMetrics, services, files));
+  publicServer.addService(sandgateDefinition, sandgateImplementation(authenticator, log, sandboxMetrics, services, files, pools));
   publicServer.addService(serviceDefinition('sandgate.v1.SupervisorGateway'), {
     Control: (call: ControlCall) => sessions.handleControl(call),
     ExecChannel: (call: ExecChannelCall) => sessions.handleExecChannel(call),
@@ -297,6 +311,7 @@ export async function startReplica(config: ReplicaConfig, opts: { authenticator?
     calls: {
       KillExec: (request) => exec.handlePeerKill(request),
       PushPolicy: (request) => configService.handlePeerPushPolicy(request),
+      StartMain: async (request) => ({ connected: (await sessions.startMain(request.sandbox_id ?? '')) === 'started' }),
     },
     log,
     metrics,
@@ -305,7 +320,7 @@ export async function startReplica(config: ReplicaConfig, opts: { authenticator?
 
   let worker: RunningWorker | null = null;
   if (config.workers) {
-    worker = await runJobWorker(config.replicaId, { ...config, redisTlsCa }, { redis, store, driver, scheduler, lifecycle, router, log, metrics });
+    worker = await runJobWorker(config.replicaId, { ...config, redisTlsCa }, { redis, store, driver, scheduler, lifecycle, router, pools, log, metrics });
   }
 
   const info = { replicaId: config.replicaId, peerAddress, grpcAddress, pid: process.pid, startedAtMs: Date.now() };

@@ -2,14 +2,16 @@
 // session, so everything it does to a session goes through Redis (ownership revoke) or the owner
 // replica's peer port (Peer.KillExec on an authenticated peer link).
 import type { Redis } from 'ioredis';
-import { createRedisConnection, deleteLeftoverPeerSecret, loadRedisCa, OwnershipStore, ReplicaRegistry, resolvePeerSecret, SandboxLogStore, SandboxStore } from '@sandgate/store';
+import { createRedisConnection, deleteLeftoverPeerSecret, loadRedisCa, OwnershipStore, ReplicaRegistry, resolvePeerSecret, PoolStore, SandboxLogStore, SandboxStore } from '@sandgate/store';
 import { createLogger, Metrics } from '@sandgate/telemetry';
 import { JobScheduler, jobConnectionNames } from '@sandgate/jobs';
 import type { ReplicaConfig } from './config.ts';
 import { createDriver } from './replica.ts';
+import { DockerDriver } from '@sandgate/compute';
 import { runJobWorker } from './job-runtime.ts';
 import { ExecRouter, NO_LOCAL_SESSIONS } from './relay/exec-router.ts';
 import { LifecycleService } from './sandboxes/lifecycle-service.ts';
+import { PoolService } from './pools/pool-service.ts';
 import { loadSupervisorTls } from './tls.ts';
 import { buildHttp } from './api/http.ts';
 import type { AddressInfo } from 'node:net';
@@ -73,7 +75,16 @@ export async function startWorker(config: WorkerConfig): Promise<RunningStandalo
     log,
     metrics,
   });
-  const worker = await runJobWorker(config.workerId, { ...config, redisTlsCa }, { redis, store, driver, scheduler, lifecycle, router, log, metrics });
+  const pools = new PoolService({
+    pools: new PoolStore(redis, store),
+    lifecycle,
+    scheduler,
+    startMain: (id) => router.startMain(id),
+    defaultImage: driver instanceof DockerDriver ? driver.defaultImage : 'host',
+    log,
+    metrics,
+  });
+  const worker = await runJobWorker(config.workerId, { ...config, redisTlsCa }, { redis, store, driver, scheduler, lifecycle, router, pools, log, metrics });
   // Its own /metrics, when asked: where only workers run jobs, their job metrics are scraped here.
   let http: ReturnType<typeof buildHttp> | null = null;
   let metricsAddress: string | null = null;

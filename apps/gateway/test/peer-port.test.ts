@@ -43,6 +43,7 @@ async function start() {
         return { killed: 2 };
       },
       PushPolicy: async () => ({ connected: false, applied_revision: 0 }),
+      StartMain: async () => ({ connected: false }),
     },
     log: createLogger({ component: 'test' }, 'error'),
     metrics,

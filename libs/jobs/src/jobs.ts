@@ -24,6 +24,8 @@ export const JobName = {
   Restart: 'restart',
   /** Repeatable: compute vs records, stuck deletes, unfinished ephemeral cleanups. */
   Reconcile: 'reconcile',
+  /** Bring a warm pool to its size: retire members of an older template or that failed, start new ones; retire all of a deleted pool. */
+  PoolRefill: 'pool-refill',
 } as const;
 export type JobName = (typeof JobName)[keyof typeof JobName];
 
@@ -51,6 +53,10 @@ export interface RestartData {
   instanceId: string;
 }
 
+export interface PoolRefillData {
+  pool: string;
+}
+
 /** BullMQ job ids name what they fence on; ':' is reserved by BullMQ's key layout. */
 export const jobIds = {
   execDeadline: (execId: string) => `exec-deadline_${execId}`,
@@ -58,6 +64,8 @@ export const jobIds = {
   userDelete: (sandboxId: string) => `delete_${sandboxId}`,
   provisionDeadline: (sandboxId: string, runStartedAtMs: number) => `provision_${sandboxId}_${runStartedAtMs}`,
   restart: (sandboxId: string, instanceId: string) => `restart_${sandboxId}_${instanceId}`,
+  // Removed once done: while one waits, more requests for the same pool fold into it.
+  poolRefill: (pool: string) => `pool-refill_${pool}`,
 } as const;
 
 /** CLIENT SETNAME of the job connections of one process (a replica id or a worker id). */

@@ -36,12 +36,30 @@ export interface LifecycleTransitions {
   maybeScheduleEphemeralCleanup(rec: StoredSandbox): Promise<boolean>;
 }
 
+/** Keeps warm pools at their size (the gateway's PoolService). */
+export interface PoolKeeper {
+  /** Brings one pool to its size; retires every member of a pool that is gone. Idempotent. */
+  refill(pool: string): Promise<unknown>;
+  /** Every pool with a definition or members left to retire. */
+  names(): Promise<string[]>;
+}
+
+/** Starts a claimed pool member's main process wherever its session is (the ExecRouter). */
+export interface MainStarter {
+  /** False while no replica holds the session (the supervisor gets it at its next hello). */
+  startMain(sandboxId: string): Promise<boolean>;
+}
+
+/** A claim whose start_main is not confirmed this long after the claim is sent again by the sweep. */
+const MAIN_PENDING_RESEND_MS = 5_000;
+
 export interface JobDeps {
   store: Pick<SandboxStore, 'get' | 'pages'>;
   driver: Pick<ComputeDriver, 'list' | 'inspect' | 'stop' | 'delete'>;
-  scheduler: Pick<JobScheduler, 'deleteSandbox' | 'restart'>;
+  scheduler: Pick<JobScheduler, 'deleteSandbox' | 'restart' | 'poolRefill'>;
   lifecycle: LifecycleTransitions;
-  execs: ExecKiller;
+  execs: ExecKiller & MainStarter;
+  pools: PoolKeeper;
   /** Is a supervisor session live anywhere for this sandbox? */
   sessionLive(sandboxId: string): Promise<boolean>;
   /** Adds to a cluster-wide counter (libs/store's ClusterCounters). */
@@ -109,6 +127,8 @@ export function jobProcessors(deps: JobDeps): JobProcessors {
     },
 
     reconcile: () => reconcile(deps),
+
+    poolRefill: (data) => deps.pools.refill(data.pool),
   };
 }
 
@@ -131,6 +151,7 @@ async function reconcile(deps: JobDeps): Promise<unknown> {
   let ephemeral = 0;
   let interrupted = 0;
   let restarts = 0;
+  let mainResent = 0;
   for await (const page of deps.store.pages()) {
     for (const rec of page) {
       const id = rec.sandbox.metadata!.id!;
@@ -151,6 +172,12 @@ async function reconcile(deps: JobDeps): Promise<unknown> {
         continue;
       }
       if (await deps.lifecycle.maybeScheduleEphemeralCleanup(rec)) ephemeral++;
+      // A claimed pool member whose start_main was lost (the claiming replica died before sending
+      // it): sent again, from the record, wherever the session is. Idempotent at the supervisor.
+      if (rec.mainPending && Date.now() - (rec.sandbox.metadata!.created_at_ms ?? 0) > MAIN_PENDING_RESEND_MS) {
+        await deps.execs.startMain(id).catch((err: unknown) => deps.log.warn('start_main resend failed', { sandboxId: id, err }));
+        mainResent++;
+      }
       const status = rec.sandbox.status as LifecycleStatus | undefined;
       if (status && restartOverdue(status, Date.now())) {
         await deps.scheduler.restart({ sandboxId: id, instanceId: status.main_process_instance_id ?? '' }, 0);
@@ -197,6 +224,9 @@ async function reconcile(deps: JobDeps): Promise<unknown> {
     deps.log.warn('compute without a record deleted', { sandboxId: c.sandboxId, orphanedForMs: sweptAt - since });
     orphans++;
   }
-  if (orphans || vanished || interrupted || restarts) deps.log.warn('reconcile repaired state', { orphans, vanished, resumed, ephemeral, interrupted, restarts });
-  return { orphans, quarantined, vanished, resumed, ephemeral, interrupted, restarts };
+  // Every pool gets a refill each sweep: a refill lost with a crashed replica is made up here.
+  const pools = await deps.pools.names();
+  for (const pool of pools) await deps.scheduler.poolRefill(pool);
+  if (orphans || vanished || interrupted || restarts || mainResent) deps.log.warn('reconcile repaired state', { orphans, vanished, resumed, ephemeral, interrupted, restarts, mainResent });
+  return { orphans, quarantined, vanished, resumed, ephemeral, interrupted, restarts, mainResent, pools: pools.length };
 }

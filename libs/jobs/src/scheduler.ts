@@ -16,6 +16,7 @@ import {
   type ExecDeadlineData,
   type ProvisionDeadlineData,
   type RestartData,
+  type PoolRefillData,
 } from './jobs.ts';
 
 export interface JobSchedulerOptions {
@@ -109,6 +110,16 @@ export class JobScheduler {
   async restart(data: RestartData, delayMs: number): Promise<void> {
     if (!this.enabled) return;
     await this.add(JobName.Restart, data, { jobId: jobIds.restart(data.sandboxId, data.instanceId), delay: delayMs });
+  }
+
+  /**
+   * Brings the pool to its size soon. One waiting job per pool (its id); it is removed when done,
+   * so a request after that makes a new one. Idempotent: a refill of a full pool does nothing.
+   */
+  async poolRefill(pool: string, delayMs = 0): Promise<void> {
+    const data: PoolRefillData = { pool };
+    if (!this.enabled) return;
+    await this.add(JobName.PoolRefill, data, { jobId: jobIds.poolRefill(pool), delay: delayMs, removeOnComplete: true, removeOnFail: true });
   }
 
   /** Installs the repeatable reconcile job (idempotent: one scheduler id for the whole cluster). */

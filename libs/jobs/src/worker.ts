@@ -5,7 +5,7 @@ import { Worker, type Job } from 'bullmq';
 import type { Redis } from 'ioredis';
 import { createRedisConnection } from '@sandgate/store';
 import type { Metrics } from '@sandgate/telemetry';
-import { JobName, QUEUE_NAME, type DeleteSandboxData, type ExecDeadlineData, type ProvisionDeadlineData, type RestartData } from './jobs.ts';
+import { JobName, QUEUE_NAME, type DeleteSandboxData, type ExecDeadlineData, type PoolRefillData, type ProvisionDeadlineData, type RestartData } from './jobs.ts';
 import { closeConnection } from './scheduler.ts';
 import { extractContext, inSpan, linksFromCarrier, SpanKind, TraceAttr, tracingEnabled, type TraceCarrier } from '@sandgate/telemetry';
 
@@ -15,6 +15,7 @@ export interface JobProcessors {
   provisionDeadline(data: ProvisionDeadlineData): Promise<unknown>;
   restart(data: RestartData): Promise<unknown>;
   reconcile(): Promise<unknown>;
+  poolRefill(data: PoolRefillData): Promise<unknown>;
 }
 
 export interface RunningWorker {
@@ -49,6 +50,8 @@ export function startJobWorker(redisUrl: string, processors: JobProcessors, opts
         return processors.restart(job.data as RestartData);
       case JobName.Reconcile:
         return processors.reconcile();
+      case JobName.PoolRefill:
+        return processors.poolRefill(job.data as PoolRefillData);
       default:
         throw new Error(`unknown job type '${job.name}'`);
     }

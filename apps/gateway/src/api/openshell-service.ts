@@ -19,7 +19,8 @@ import { toServiceError } from './grpc-errors.ts';
 import type { WorkspaceService } from '../workspaces/workspace-service.ts';
 import { gatewayInfo } from './gateway-info.ts';
 import type { SandboxMetrics } from '../sandboxes/sandbox-metrics.ts';
-import type { GetSandboxUsageRequest } from '@sandgate/protocols';
+import type { GetSandboxUsageRequest, SetPoolRequest } from '@sandgate/protocols';
+import type { PoolService } from '../pools/pool-service.ts';
 import type { ServiceEndpointService, ServiceLinkRequest } from '../services/service-endpoints.ts';
 import type { FileService } from '../files/file-service.ts';
 import { downloadFileHandler, uploadFileHandler } from '../files/file-grpc.ts';
@@ -140,10 +141,17 @@ export function sandgateImplementation(
   usage: SandboxMetrics,
   services?: ServiceEndpointService,
   files?: FileService,
+  pools?: PoolService,
 ): UntypedServiceImplementation {
   const out: UntypedServiceImplementation = {
     GetSandboxUsage: gated('sandgate.v1.Sandgate/GetSandboxUsage', authenticator, log, true, unary(log, (req: GetSandboxUsageRequest, caller) => usage.getUsage(req, caller)) as never) as never,
   };
+  if (pools) {
+    // Warm pools (pools/pool-service.ts): gateway admins only, checked by the service.
+    out.SetPool = gated('sandgate.v1.Sandgate/SetPool', authenticator, log, true, unary(log, (req: SetPoolRequest, caller) => pools.set(req, caller)) as never) as never;
+    out.ListPools = gated('sandgate.v1.Sandgate/ListPools', authenticator, log, true, unary(log, (_req: object, caller) => pools.list(caller)) as never) as never;
+    out.DeletePool = gated('sandgate.v1.Sandgate/DeletePool', authenticator, log, true, unary(log, (req: { name?: string }, caller) => pools.delete(req.name, caller)) as never) as never;
+  }
   if (services) {
     out.CreateServiceLink = gated(
       'sandgate.v1.Sandgate/CreateServiceLink',

@@ -74,7 +74,7 @@ interface Peer {
 const WARM_EXEC_LINKS_PER_PEER = 2;
 
 /** What the router asks of the sessions this process holds. */
-export type LocalSessions = Pick<SessionRegistry, 'get' | 'killExec' | 'openExec' | 'openTcp' | 'pushPolicy'>;
+export type LocalSessions = Pick<SessionRegistry, 'get' | 'killExec' | 'openExec' | 'openTcp' | 'pushPolicy' | 'startMain'>;
 
 /** For a process that holds no supervisor session (a standalone worker): every sandbox is remote. */
 export const NO_LOCAL_SESSIONS: LocalSessions = {
@@ -83,6 +83,7 @@ export const NO_LOCAL_SESSIONS: LocalSessions = {
   openExec: () => Promise.reject(new Error('no local sessions')),
   openTcp: () => Promise.reject(new Error('no local sessions')),
   pushPolicy: async () => false,
+  startMain: async () => 'no-session',
 };
 
 export interface RouterDeps {
@@ -309,6 +310,22 @@ export class ExecRouter {
     if (!info) return false;
     // The owner waits POLICY_APPLY_TIMEOUT_MS for its supervisor; this deadline only bounds a hung peer.
     const res = await this.peerCall({ replica: owner.replica, address: info.peerAddress }, 'PushPolicy', { sandbox_id: sandboxId, revision }, 10_000);
+    return res.connected ?? false;
+  }
+
+  /**
+   * Makes a claimed warm-pool member's supervisor start its main process (the claim's command and
+   * environment, read from the record by the owner), wherever its session is, and waits for the
+   * confirmation. False when no live replica holds the session: the supervisor then gets
+   * start_main at its next hello.
+   */
+  async startMain(sandboxId: string): Promise<boolean> {
+    if (this.deps.sessions.get(sandboxId)) return (await this.deps.sessions.startMain(sandboxId)) === 'started';
+    const owner = await this.deps.ownership.get(sandboxId);
+    if (!owner || owner.replica === this.deps.replicaId) return false;
+    const info = await this.deps.replicas.get(owner.replica);
+    if (!info) return false;
+    const res = await this.peerCall({ replica: owner.replica, address: info.peerAddress }, 'StartMain', { sandbox_id: sandboxId }, 10_000);
     return res.connected ?? false;
   }
 

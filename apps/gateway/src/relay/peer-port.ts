@@ -27,6 +27,7 @@ export const peerCallCodec: LinkCodec<PeerCallRequest | Record<string, unknown>>
 export interface PeerCalls {
   KillExec(request: { sandbox_id?: string; exec_id?: string; trace_context?: Record<string, string> }): Promise<{ killed: number }>;
   PushPolicy(request: { sandbox_id?: string; revision?: number }): Promise<{ connected: boolean; applied_revision: number }>;
+  StartMain(request: { sandbox_id?: string }): Promise<{ connected: boolean }>;
 }
 
 const CODECS: Record<string, LinkCodec<unknown> | undefined> = {
@@ -111,7 +112,7 @@ function serveCall(channel: LinkChannel<PeerCallRequest | Record<string, unknown
   channel.on('error', () => undefined);
   channel.once('data', (first: PeerCallRequest | Record<string, unknown>) => {
     const { method, request } = first as Partial<PeerCallRequest>;
-    const handler = method === 'KillExec' || method === 'PushPolicy' ? deps.calls[method] : undefined;
+    const handler = method === 'KillExec' || method === 'PushPolicy' || method === 'StartMain' ? deps.calls[method] : undefined;
     const done = handler
       ? (handler as (r: Record<string, unknown>) => Promise<Record<string, unknown>>).call(deps.calls, request && typeof request === 'object' ? request : {})
       : Promise.reject(new GatewayError(Code.UNIMPLEMENTED, `unknown peer call '${String(method)}'`));

@@ -108,6 +108,22 @@ export class LifecycleService implements LifecycleTransitions {
     return launchSpecFor(sandbox, credential, this.deps.supervisorEndpoint(), supervisorDebugBreaks(this.deps.debugBreaks), policy, this.deps.supervisorTls);
   }
 
+  /**
+   * The first run of a record just written (a create, a new warm-pool member): the provisioning
+   * deadline is made durable before any compute exists, so a crash from here on still ends in
+   * Ready or Error, never a sandbox stuck in Provisioning; then the compute, then its handle.
+   * `deferMain`: a pool member, whose main process waits for its claim.
+   */
+  async launchFirstRun(sandbox: Sandbox, credential: string, runStartedAtMs: number, deferMain = false): Promise<StoredSandbox | null> {
+    const id = sandbox.metadata!.id!;
+    await this.scheduleProvisionDeadline(id, runStartedAtMs);
+    const handle = await this.deps.driver.create({ ...this.launchSpec(sandbox, credential), deferMain });
+    return this.deps.store.mutate(id, (cur) => ({
+      sandbox: cur.sandbox,
+      extra: { compute: JSON.stringify(handle), runstart: String(runStartedAtMs) },
+    }));
+  }
+
   /** A line in the sandbox's log (source "gateway"), best effort. */
   note(sandboxId: string, message: string, level = 'INFO'): void {
     this.deps.logs
@@ -254,7 +270,8 @@ export class LifecycleService implements LifecycleTransitions {
         if (!planned) return null;
         return resetRestarts ? { ...planned, restart_count: 0, next_restart_at_ms: 0 } : planned;
       },
-      { cred: credential.hash, runstart: String(runStartedAtMs), termfinal: '' },
+      // A new run starts its main process itself: a claim's pending start_main is moot.
+      { cred: credential.hash, runstart: String(runStartedAtMs), termfinal: '', mainpending: '0' },
     );
     if (!starting) throw notFound();
     this.note(id, why);

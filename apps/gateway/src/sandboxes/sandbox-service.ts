@@ -32,6 +32,7 @@ import type { Logger, Metrics } from '@sandgate/telemetry';
 import { newCredential } from '../sessions/credentials.ts';
 import type { LifecycleService } from './lifecycle-service.ts';
 import type { WorkspaceAccess } from '../api/access.ts';
+import type { PoolService } from '../pools/pool-service.ts';
 import { isRedisUnavailable } from '../api/grpc-errors.ts';
 
 export interface SandboxServiceDeps {
@@ -47,6 +48,8 @@ export interface SandboxServiceDeps {
   maxSandboxesPerWorkspace: number;
   /** Confirms the create reached enough Redis replicas before the caller hears of it. */
   replication: ReplicationGuard;
+  /** Warm pools: a create naming one (POOL_ANNOTATION) claims a started member. */
+  pools: PoolService;
   log: Logger;
   metrics: Metrics;
 }
@@ -66,6 +69,17 @@ export class SandboxService {
     const workspace = await this.deps.workspaces.requireMember(caller, req.workspace);
     if (limits.diskBytes !== undefined && !driver.enforcesDiskLimit) {
       throw invalid(`spec.template.resources.limits.ephemeral-storage is not supported by the ${driver.name} driver (it cannot cap a sandbox's disk)`);
+    }
+    // A create from a warm pool: a Ready member, claimed; with none ready, a cold create of the
+    // pool's template (the same sandbox, later).
+    const pool = await this.deps.pools.requested(request);
+    if (pool) {
+      const claimed = await this.deps.pools.claim(request, pool, workspace, this.deps.maxSandboxesPerWorkspace);
+      if (claimed) {
+        this.deps.metrics.inc('sandgate_sandboxes_created_total');
+        return { sandbox: claimed };
+      }
+      this.deps.pools.withPoolTemplate(request, pool);
     }
     const spec = request.spec;
     spec.template = spec.template ?? { labels: {}, annotations: {}, environment: {} };
@@ -106,14 +120,7 @@ export class SandboxService {
     const id = sandbox.metadata!.id!;
 
     try {
-      // The deadline is durable before any compute exists: a crash from here on still ends in
-      // Ready or Error, never a sandbox stuck in Provisioning.
-      await this.deps.lifecycle.scheduleProvisionDeadline(id, now);
-      const handle = await driver.create(this.deps.lifecycle.launchSpec(sandbox, credential.secret));
-      const updated = await store.mutate(id, (cur) => ({
-        sandbox: cur.sandbox,
-        extra: { compute: JSON.stringify(handle), runstart: String(now) },
-      }));
+      const updated = await this.deps.lifecycle.launchFirstRun(sandbox, credential.secret, now);
       // Before the answer: an acknowledged create must outlive a Redis failover (else undone below).
       await this.deps.replication.confirm('the create');
       this.deps.lifecycle.note(id, `sandbox created (driver ${driver.name})`);

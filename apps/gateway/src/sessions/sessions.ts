@@ -48,6 +48,10 @@ export class Session {
   readonly kills = new PendingRequests<number>();
   /** Policy pushes waiting for policy_applied, by `<revision>/<uuid>` (one answer settles every wait up to it). */
   readonly policyWaits = new PendingRequests<void>();
+  /** A warm-pool member's supervisor whose main process waits for start_main (its hello said so). */
+  awaitingMain = false;
+  /** start_main sent, waiting for main_started. */
+  readonly mainStarts = new PendingRequests<void>();
   /** The newest policy revision the supervisor confirmed applying on this session (0: none yet). */
   appliedPolicyRevision = 0;
   /** Execs with an open ExecChannel on this session (the per-sandbox concurrency limit). */
@@ -143,7 +147,7 @@ export class SessionRegistry {
         clearTimeout(helloTimer);
         // Hold further messages until the session is established.
         call.pause();
-        this.accept(call, msg.hello.sandbox_id ?? '', msg.hello.instance_id ?? '')
+        this.accept(call, msg.hello.sandbox_id ?? '', msg.hello.instance_id ?? '', msg.hello.awaiting_main ?? false)
           .then((s) => {
             session = s;
             // The stream may have ended while the hello was being accepted.
@@ -173,6 +177,7 @@ export class SessionRegistry {
       if (msg.terminal_final) this.onTerminalFinal(session, msg.terminal_final);
       if (msg.exec_kill_result) session.kills.resolve(msg.exec_kill_result.request_id ?? '', msg.exec_kill_result.killed ?? 0);
       if (msg.policy_applied) this.onPolicyApplied(session, msg.policy_applied.revision ?? 0, msg.policy_applied.error ?? '');
+      if (msg.main_started) this.onMainStarted(session);
       // The supervisor's finished spans, on to this replica's OTLP endpoint (otel.ts).
       if (msg.spans?.otlp_json && session && !relaySpans(msg.spans.otlp_json)) this.deps.metrics.inc('sandgate_supervisor_spans_dropped_total');
     });
@@ -193,7 +198,7 @@ export class SessionRegistry {
     call.on('close', onGone);
   }
 
-  private async accept(call: ControlCall, sandboxId: string, instanceId: string): Promise<Session> {
+  private async accept(call: ControlCall, sandboxId: string, instanceId: string, awaitingMain: boolean): Promise<Session> {
     const { store, ownership, replicaId, heartbeatIntervalMs, heartbeatMisses, log, metrics } = this.deps;
     if (this.draining) throw new GatewayError(Code.UNAVAILABLE, 'replica is shutting down');
     if (!sandboxId || !instanceId) throw new GatewayError(Code.INVALID_ARGUMENT, 'hello needs sandbox_id and instance_id');
@@ -206,6 +211,7 @@ export class SessionRegistry {
     if (call.cancelled) throw new GatewayError(Code.CANCELLED, 'supervisor went away during hello');
 
     const session = new Session(sandboxId, instanceId, call);
+    session.awaitingMain = awaitingMain;
     const previous = this.sessions.get(sandboxId);
     if (previous) void this.close(previous, SUPERSEDED);
     // A lease still held by another replica is a failover: its owner stopped renewing (died,
@@ -281,7 +287,48 @@ export class SessionRegistry {
       // A session that ended meanwhile gets the policy at its next hello: nothing to report.
       if (!session.closed) log.warn('policy push after hello failed', { sandboxId, err });
     });
+    // A claimed pool member that came back (or whose claim's start_main was lost) without its
+    // main process: start it now. A member still in its pool keeps waiting.
+    if (awaitingMain) {
+      this.startMain(sandboxId).catch((err: unknown) => {
+        if (!session.closed) log.warn('start_main after hello failed', { sandboxId, err });
+      });
+    }
     return session;
+  }
+
+  /**
+   * Makes a claimed warm-pool member's supervisor on this replica start its main process with the
+   * command and environment the claim wrote to the record (read now), and waits for its
+   * main_started. 'no-session' when this replica holds no session of the sandbox (it then gets
+   * start_main at its next hello); 'started' at once when the main process already runs;
+   * 'unclaimed' for a member still in its pool (nothing to start yet).
+   */
+  async startMain(sandboxId: string, timeoutMs = POLICY_APPLY_TIMEOUT_MS): Promise<'started' | 'no-session' | 'unclaimed'> {
+    const session = this.get(sandboxId);
+    if (!session) return 'no-session';
+    if (!session.awaitingMain) return 'started';
+    const record = await this.deps.store.get(sandboxId);
+    if (!record) return 'no-session';
+    if (record.pool) return 'unclaimed';
+    const spec = record.sandbox.spec!;
+    const start = { argv: spec.command, env: { ...(spec.template?.environment ?? {}), ...spec.environment }, tty: spec.tty ?? false };
+    await session.mainStarts.wait(
+      randomUUID(),
+      timeoutMs,
+      () => new GatewayError(Code.UNAVAILABLE, `the sandbox's supervisor did not confirm starting its main process within ${timeoutMs / 1000}s`),
+      () => session.call.write({ start_main: start }),
+    );
+    return 'started';
+  }
+
+  /** main_started: every start_main wait of the session is settled; the record stops saying it is pending. */
+  private onMainStarted(session: Session): void {
+    session.awaitingMain = false;
+    session.mainStarts.resolveWhere(() => true, undefined);
+    this.deps.store
+      .mutate(session.sandboxId, (cur) => (cur.mainPending ? { sandbox: cur.sandbox, extra: { mainpending: '0' } } : null))
+      .catch((err: unknown) => this.deps.log.warn('recording the started main process failed', { sandboxId: session.sandboxId, err }));
   }
 
   /**
@@ -336,7 +383,7 @@ export class SessionRegistry {
     session.closed = true;
     for (const t of session.timers) clearInterval(t);
     if (this.sessions.get(session.sandboxId) === session) this.sessions.delete(session.sandboxId);
-    for (const pending of [session.pendingExecs, session.kills, session.pendingTcp, session.policyWaits]) {
+    for (const pending of [session.pendingExecs, session.kills, session.pendingTcp, session.policyWaits, session.mainStarts]) {
       pending.rejectAll(new GatewayError(Code.UNAVAILABLE, `supervisor session closed: ${reason}`));
     }
     endWithError(session.call, new GatewayError(Code.UNAVAILABLE, `session closed: ${reason}`));
