@@ -56,6 +56,7 @@ const INVARIANTS = {
   failover: 'sandboxes of a dead replica are reachable again',
   scenarios: 'every chaos scenario really happened (preconditions held)',
   'acknowledged-creates': 'every create acknowledged to a client is still there, with its compute (--redis sentinel)',
+  'pool-claims': 'no warm-pool member is handed to two creates; the pool ends within its size with no member leaked, and every claim (answered or not) runs its main process',
 } as const;
 type InvariantId = keyof typeof INVARIANTS;
 
@@ -320,6 +321,13 @@ async function main(): Promise<void> {
   };
   let seq = 0;
   const ephemeralIds: string[] = [];
+  // A warm pool the workload claims from (ephemeral claims: each runs its main process and goes).
+  const POOL = 'chaos';
+  const POOL_SIZE = 2;
+  await unaryCall(clients[0]!, 'SetPool', { name: POOL, size: POOL_SIZE });
+  /** Ids of acknowledged claims (a create through the pool): each must be a sandbox no other create got. */
+  const claimedIds = new Set<string>();
+  let warmClaims = 0;
   /** Sandboxes whose create a client was told succeeded and that nobody deletes (--redis sentinel). */
   const acknowledged: { id: string; name: string }[] = [];
   /** A create through the balancer: acknowledged ones are remembered, refusals go to the ledger. */
@@ -556,7 +564,27 @@ async function main(): Promise<void> {
         }
       },
     };
+    ops.claim = async () => {
+      const n = ++seq;
+      try {
+        const res = await unaryCall<{ sandbox: { metadata: { id: string }; status?: { phase?: number } } }>(client(), 'CreateSandbox', {
+          name: `pc-${n}`,
+          annotations: { 'openshell.nvidia.com/retention': 'ephemeral', 'sandgate.dev/pool': POOL },
+          spec: { command: ['sh', '-c', 'sleep 1; exit 0'] },
+        });
+        const id = res.sandbox.metadata.id;
+        if (claimedIds.has(id)) ledger.violate('pool claim', `sandbox ${id} was acknowledged to two creates`);
+        claimedIds.add(id);
+        ephemeralIds.push(id);
+        // Ready in the answer: a member was claimed (else the pool was empty and it started cold).
+        if (res.sandbox.status?.phase === SandboxPhase.READY) warmClaims++;
+        ledger.record('pool-claim', 'ok');
+      } catch (err) {
+        ledger.record('pool-claim', ...tuple(classifyError(err, false)));
+      }
+    };
     const weights: [string, number][] = [
+      ['claim', 1],
       ['exec', 5],
       ['exec-timeout', 2],
       ['exec-cancel', 1],
@@ -739,7 +767,13 @@ async function main(): Promise<void> {
       const stuck = records.filter((x) => [1, 4, 6, 8].includes(x.sandbox.status?.phase ?? 0));
       // Only this run's markers (other processes on the machine may run sleeps of their own).
       const leftovers = await countMatching(new RegExp(`sleep 60[0-4]\\.${RUN_TAG}\\d{7}`));
-      return { ephemeralLeft, neverRan, records, live, orphans, stuck, leftovers };
+      // The pool: its member set and the records in its workspace are the same ids, within its
+      // size; a claim whose answer was lost (its replica killed) is ephemeral too, so it goes.
+      const members = new Set(await r.smembers(keys.workspaceSandboxes(`pool:${POOL}`)));
+      const inPoolWorkspace = records.filter((x) => x.sandbox.metadata!.workspace === `pool:${POOL}`).map((x) => x.sandbox.metadata!.id!);
+      const leakedMembers = inPoolWorkspace.filter((id) => !members.has(id)).length + [...members].filter((id) => !recordIds.has(id)).length;
+      const strayClaims = records.filter((x) => x.sandbox.metadata!.name!.startsWith('pc-') && !claimedIds.has(x.sandbox.metadata!.id!)).length;
+      return { ephemeralLeft, neverRan, records, live, orphans, stuck, leftovers, members: members.size, leakedMembers, strayClaims };
     };
     const quiesceStart = Date.now();
     let end = await endState();
@@ -748,7 +782,7 @@ async function main(): Promise<void> {
     // limit and the owner-records invariant sees it.
     while (
       Date.now() - quiesceStart < quiesceLimitMs &&
-      (end.ephemeralLeft || end.orphans.length || end.stuck.length || end.leftovers || owners.openGaps() > 0)
+      (end.ephemeralLeft || end.orphans.length || end.stuck.length || end.leftovers || owners.openGaps() > 0 || end.leakedMembers || end.strayClaims)
     ) {
       await sleep(1_000);
       end = await endState();
@@ -816,6 +850,14 @@ async function main(): Promise<void> {
         `${acknowledged.length - lost.length}/${acknowledged.length} acknowledged creates there with their compute${lost.length ? `; lost: ${lost.join(', ')}` : ''}`,
       ]);
     }
+    const doubleClaims = ledger.violations.filter((v) => v.kind === 'pool claim').length;
+    results.push([
+      'pool-claims',
+      doubleClaims === 0 && end.members <= POOL_SIZE && end.leakedMembers === 0 && end.strayClaims === 0,
+      `${claimedIds.size} claims acknowledged (${warmClaims} warm), ${doubleClaims} handed out twice; ${end.members}/${POOL_SIZE} members, ${end.leakedMembers} leaked; ${end.strayClaims} unanswered claim(s) left`,
+    ]);
+    scenario('warm pool claims', warmClaims > 0, `${warmClaims}`);
+    required.push('warm pool claims');
     const finishedEphemerals = ephemeralIds.length - end.neverRan;
     scenario('ephemeral sandboxes that ran', finishedEphemerals > 0, `${finishedEphemerals}`);
     required.push('ephemeral sandboxes that ran');

@@ -1,5 +1,5 @@
 // Create-to-first-exec latency and sustained creates per second.
-//   node load-tests/create-latency.ts [--iterations 20] [--duration 20] [--concurrency 4] [--docker-iterations 5] [--cache-iterations 20]
+//   node load-tests/create-latency.ts [--iterations 20] [--duration 20] [--concurrency 4] [--docker-iterations 5] [--cache-iterations 20] [--pool-iterations 20]
 //
 // One sandbox = CreateSandbox (unary) → GetSandbox polled every 10 ms until Ready (the
 // supervisor's hello was accepted) → `true` exec'd until it exits 0. Every figure is measured
@@ -8,6 +8,8 @@
 //   2. sustained: `--concurrency` workers creating back to back for `--duration` seconds
 //      (sandboxes stay up: that is what a burst of agents does), creates/s and failures;
 //   1b. the supervisors' compile cache: a replica with it next to one without, alternately;
+//   1c. a warm pool (`sandgate pool set`): creates claiming a member next to cold creates,
+//      alternately (the pool refilled between claims, untimed);
 //   3. docker (only with a Docker engine AND a gateway that accepts `--driver docker`): the same
 //      sequential figure next to plain `docker run --rm IMAGE true`, interleaved.
 // Deletion is not timed into any create figure; every sandbox is deleted at the end (timed
@@ -32,6 +34,8 @@ export interface CreateLatencyOptions {
   dockerIterations: number;
   /** Sandboxes per side of the compile cache comparison (0: skip it). */
   cacheIterations: number;
+  /** Sandboxes per side of the warm pool comparison (0: skip it). */
+  poolIterations: number;
   image: string;
 }
 
@@ -97,7 +101,14 @@ class StageError extends Error {
 const errText = (err: unknown) => (err instanceof Error ? err.message : String(err)).split('\n')[0]!.slice(0, 160);
 
 /** Creates one sandbox and times it to its first successful exec. `created` learns the name first, for cleanup. */
-async function createToFirstExec(client: AnyClient, name: string, image: string | undefined, created: Set<string>, deadlineMs = 60_000): Promise<Created> {
+async function createToFirstExec(
+  client: AnyClient,
+  name: string,
+  image: string | undefined,
+  created: Set<string>,
+  deadlineMs = 60_000,
+  annotations: Record<string, string> = {},
+): Promise<Created> {
   const t0 = now();
   const startedAtEpochMs = Date.now();
   const end = t0 + deadlineMs;
@@ -106,7 +117,7 @@ async function createToFirstExec(client: AnyClient, name: string, image: string 
     res = await unaryCall<SandboxResponse>(client, 'CreateSandbox', {
       name,
       labels: { bench: 'create-latency' },
-      annotations: {},
+      annotations,
       spec: {
         command: ['sleep', 'infinity'],
         environment: {},
@@ -224,6 +235,9 @@ export async function run(opts: CreateLatencyOptions): Promise<BenchReport> {
   // 1b. the supervisors' compile cache, on vs off, interleaved
   notes.push(...(await compileCachePhase(opts, redis.url, tables)));
 
+  // 1c. a warm pool next to cold creates, interleaved
+  notes.push(...(await poolPhase(opts, client, live, tables)));
+
   // 2. sustained
   const sustained: Created[] = [];
   const failures = new Map<string, number>();
@@ -279,11 +293,58 @@ export async function run(opts: CreateLatencyOptions): Promise<BenchReport> {
   return {
     id: 'create-latency',
     title: 'Sandbox create-to-first-exec latency and sustained creates',
-    command: `node load-tests/create-latency.ts --iterations ${opts.iterations} --duration ${opts.durationS} --concurrency ${opts.concurrency} --docker-iterations ${opts.dockerIterations} --cache-iterations ${opts.cacheIterations}`,
+    command: `node load-tests/create-latency.ts --iterations ${opts.iterations} --duration ${opts.durationS} --concurrency ${opts.concurrency} --docker-iterations ${opts.dockerIterations} --cache-iterations ${opts.cacheIterations} --pool-iterations ${opts.poolIterations}`,
     tables,
     notes,
     durationMs: now() - t0,
   };
+}
+
+/**
+ * Creates claiming a member of a warm pool next to cold creates, alternately, on the same two
+ * replicas. Between claims the pool is given time to refill (untimed), so every claim finds a
+ * Ready member: the figure is a claim's, not the pool's refill rate.
+ */
+async function poolPhase(opts: CreateLatencyOptions, client: AnyClient, live: Set<string>, tables: BenchTable[]): Promise<string[]> {
+  if (opts.poolIterations <= 0) return ['warm pool: skipped (--pool-iterations 0)'];
+  const pool = 'bench';
+  const size = 2;
+  const tag = `wp${process.pid.toString(36)}`;
+  await unaryCall(client, 'SetPool', { name: pool, size });
+  onCleanup('benchmark pool', () => unaryCall(client, 'DeletePool', { name: pool }).catch(() => undefined));
+  const ready = async () => {
+    const end = now() + 120_000;
+    for (;;) {
+      const res = await unaryCall<{ pools?: { name?: string; ready?: number }[] }>(client, 'ListPools', {});
+      if ((res.pools ?? []).find((p) => p.name === pool)?.ready === size) return;
+      if (now() > end) throw new Error(`pool ${pool} not refilled to ${size} within 120 s`);
+      await sleep(50);
+    }
+  };
+  const cold: Created[] = [];
+  const warm: Created[] = [];
+  for (let i = 0; i < opts.poolIterations; i++) {
+    await ready();
+    warm.push(await createToFirstExec(client, `${tag}-w${i}`, undefined, live, 60_000, { 'sandgate.dev/pool': pool }));
+    cold.push(await createToFirstExec(client, `${tag}-c${i}`, undefined, live));
+  }
+  await unaryCall(client, 'DeletePool', { name: pool });
+  const w = summarise(warm.map((c) => c.firstExecMs));
+  const c = summarise(cold.map((c) => c.firstExecMs));
+  tables.push({
+    caption: `local driver, warm pool (size ${size}) vs cold: ${opts.poolIterations} sandboxes each, alternately, on the same 2 replicas (client on r0); the pool refilled between claims (untimed)`,
+    headers: LATENCY_HEADERS,
+    rows: [
+      latencyRow('warm (claimed): CreateSandbox returned (Ready in the answer)', warm.map((x) => x.rpcMs)),
+      latencyRow('warm (claimed): first `true` exited 0', warm.map((x) => x.firstExecMs)),
+      latencyRow('cold: CreateSandbox returned', cold.map((x) => x.rpcMs)),
+      latencyRow('cold: phase Ready (GetSandbox poll, 10 ms)', cold.map((x) => x.readyMs)),
+      latencyRow('cold: first `true` exited 0', cold.map((x) => x.firstExecMs)),
+      ['ratio first exec warm / cold', '', fixed(w.p50 / c.p50, 3), fixed(w.p90 / c.p90, 3), fixed(w.p99 / c.p99, 3), fixed(w.mean / c.mean, 3)],
+    ],
+  });
+  const retried = warm.filter((x) => x.execRetries > 0).length;
+  return retried ? [`warm pool: ${retried} claimed sandbox(es) needed exec retries (a claim must serve at once)`] : [];
 }
 
 /**
@@ -428,6 +489,7 @@ if (import.meta.main) {
       concurrency: { type: 'string', default: '4' },
       'docker-iterations': { type: 'string', default: '5' },
       'cache-iterations': { type: 'string', default: '20' },
+      'pool-iterations': { type: 'string', default: '20' },
       image: { type: 'string', default: 'sandgate-sandbox:latest' },
       ...COMMON_OPTIONS,
     },
@@ -439,6 +501,7 @@ if (import.meta.main) {
       concurrency: Number(values.concurrency),
       dockerIterations: Number(values['docker-iterations']),
       cacheIterations: Number(values['cache-iterations']),
+      poolIterations: Number(values['pool-iterations']),
       image: values.image!,
     });
     emitReport(report, values['report-json']);

@@ -5,7 +5,8 @@ import { InterceptingCall as Intercepting } from '@grpc/grpc-js';
 import { serviceDefinition } from '@sandgate/protocols';
 import { credentialsFor, type GatewayCredentials } from './credentials.ts';
 
-const OpenShellClient = makeGenericClientConstructor(serviceDefinition('openshell.v1.OpenShell'), 'OpenShell');
+// sandgate's own public calls (sandgate.v1.Sandgate: pools, usage, files) ride the same client, as in the CLI.
+const OpenShellClient = makeGenericClientConstructor({ ...serviceDefinition('openshell.v1.OpenShell'), ...serviceDefinition('sandgate.v1.Sandgate') }, 'OpenShell');
 
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
 export type AnyClient = Client & Record<string, any>;
