@@ -2,6 +2,7 @@
 // which workspaces it may touch. Pure: the authenticators (apps/gateway/src/auth) build principals,
 // the services ask `mayUseWorkspace` before reading or writing anything of a workspace.
 import { DEFAULT_WORKSPACE } from './limits.ts';
+import { isPoolWorkspace } from './pools.ts';
 
 /**
  * How the identity was established. `oidc`, `mtls` and `local_dev` are upstream's values of
@@ -50,8 +51,10 @@ export function requestedWorkspace(caller: Principal, workspace: string | undefi
 /**
  * May `caller` see and touch what lives in `workspace`? Admins everywhere; anyone in their own
  * workspace; others only with a membership record (`membership`, looked up by the caller when the
- * first two rules do not decide).
+ * first two rules do not decide). Nobody, admins included, in a warm pool's workspace: a member
+ * is touched by no one before its claim (pools.ts).
  */
 export function mayUseWorkspace(caller: Principal, workspace: string, membership: WorkspaceRole | null = null): boolean {
+  if (isPoolWorkspace(workspace)) return false;
   return caller.admin || caller.workspace === workspace || membership !== null;
 }

@@ -16,6 +16,7 @@ import {
   Phase,
   generateName,
   invalid,
+  isPoolWorkspace,
   matchesSelector,
   normaliseListLimit,
   notFound,
@@ -157,7 +158,8 @@ export class SandboxService {
     const all = await this.deps.store.list();
     const matching = all
       .map((r) => r.sandbox)
-      .filter((sb) => req.all_workspaces || sb.metadata!.workspace === workspace)
+      // Warm-pool members are no one's sandboxes until claimed (ListPools counts them).
+      .filter((sb) => (req.all_workspaces ? !isPoolWorkspace(sb.metadata!.workspace ?? '') : sb.metadata!.workspace === workspace))
       .filter((sb) => matchesSelector(sb.metadata!.labels ?? {}, selector));
     return { sandboxes: matching.slice(offset, offset + limit) };
   }
