@@ -22,6 +22,7 @@ import { parseArgs } from 'node:util';
 import { SandboxPhase, type SandboxResponse } from '@sandgate/protocols';
 import { openShellClient, unaryCall, type AnyClient } from '../test/harness/grpc-client.ts';
 import { sleep } from '../test/harness/wait.ts';
+import { startRedis } from '../test/harness/redis.ts';
 import { summarise, ms } from './stats.ts';
 import { COMMON_OPTIONS, emitReport, fixed, now, onCleanup, runMain, type BenchReport, type BenchTable } from './bench.ts';
 import { killLeftoverCompute, startEnv, startGateway } from './env.ts';
@@ -279,7 +280,7 @@ export async function run(opts: CreateLatencyOptions): Promise<BenchReport> {
   for (const s of failureSamples) notes.push(`sustained failure: ${s}`);
 
   // 3. docker
-  notes.push(...(await dockerPhase(opts, redis.url, tables)));
+  notes.push(...(await dockerPhase(opts, tables)));
 
   // Deletion of everything (timed, not part of any create figure).
   const del = await deleteAll(client, [...live]);
@@ -300,6 +301,17 @@ export async function run(opts: CreateLatencyOptions): Promise<BenchReport> {
   };
 }
 
+/** Waits until the pool has `size` Ready members (a refill is untimed in every figure). */
+async function poolRefilled(client: AnyClient, pool: string, size: number, timeoutMs = 120_000): Promise<void> {
+  const end = now() + timeoutMs;
+  for (;;) {
+    const res = await unaryCall<{ pools?: { name?: string; ready?: number }[] }>(client, 'ListPools', {});
+    if ((res.pools ?? []).find((p) => p.name === pool)?.ready === size) return;
+    if (now() > end) throw new Error(`pool ${pool} not refilled to ${size} within ${timeoutMs / 1000} s`);
+    await sleep(50);
+  }
+}
+
 /**
  * Creates claiming a member of a warm pool next to cold creates, alternately, on the same two
  * replicas. Between claims the pool is given time to refill (untimed), so every claim finds a
@@ -312,15 +324,7 @@ async function poolPhase(opts: CreateLatencyOptions, client: AnyClient, live: Se
   const tag = `wp${process.pid.toString(36)}`;
   await unaryCall(client, 'SetPool', { name: pool, size });
   onCleanup('benchmark pool', () => unaryCall(client, 'DeletePool', { name: pool }).catch(() => undefined));
-  const ready = async () => {
-    const end = now() + 120_000;
-    for (;;) {
-      const res = await unaryCall<{ pools?: { name?: string; ready?: number }[] }>(client, 'ListPools', {});
-      if ((res.pools ?? []).find((p) => p.name === pool)?.ready === size) return;
-      if (now() > end) throw new Error(`pool ${pool} not refilled to ${size} within 120 s`);
-      await sleep(50);
-    }
-  };
+  const ready = () => poolRefilled(client, pool, size);
   const cold: Created[] = [];
   const warm: Created[] = [];
   for (let i = 0; i < opts.poolIterations; i++) {
@@ -397,10 +401,15 @@ async function compileCachePhase(opts: CreateLatencyOptions, redisUrl: string, t
 }
 
 /** The docker driver next to plain `docker run`, when both the engine and the driver are there. */
-async function dockerPhase(opts: CreateLatencyOptions, redisUrl: string, tables: BenchTable[]): Promise<string[]> {
+async function dockerPhase(opts: CreateLatencyOptions, tables: BenchTable[]): Promise<string[]> {
   if (opts.dockerIterations <= 0) return ['docker: skipped (--docker-iterations 0)'];
   const info = await run0(['docker', 'info', '--format', '{{.ServerVersion}}'], 15_000);
   if (info.code !== 0) return ['docker: skipped (no Docker engine: `docker info` failed)'];
+  // A Redis of their own: the local cluster's job workers must not run the docker replicas' jobs
+  // (a pool refill there would start local members, a reconcile sweep would find no docker compute).
+  const dockerRedis = await startRedis();
+  onCleanup('docker redis', () => dockerRedis.stop());
+  const redisUrl = dockerRedis.url;
   const stateDir = mkdtempSync(path.join(os.tmpdir(), 'sg-bench-docker-'));
   onCleanup('docker state dir', () => rmSync(stateDir, { recursive: true, force: true }));
   let gw;
@@ -427,7 +436,11 @@ async function dockerPhase(opts: CreateLatencyOptions, redisUrl: string, tables:
   onCleanup('docker benchmark sandboxes', () => deleteAll(client, live));
   const tag = `cd${process.pid.toString(36)}`;
   const driver: Created[] = [];
+  const driverWarm: Created[] = [];
   const driverNoCache: Created[] = [];
+  const dockerPool = 'bench-docker';
+  await unaryCall(client, 'SetPool', { name: dockerPool, size: 1, image: opts.image });
+  onCleanup('docker benchmark pool', () => unaryCall(client, 'DeletePool', { name: dockerPool }).catch(() => undefined));
   const plain: number[] = [];
   const detached: number[] = [];
   const notes: string[] = [];
@@ -438,6 +451,9 @@ async function dockerPhase(opts: CreateLatencyOptions, redisUrl: string, tables:
     for (let i = 0; i < opts.dockerIterations; i++) {
       driver.push(await createToFirstExec(client, `${tag}-${i}`, opts.image, live, 120_000));
       driverNoCache.push(await createToFirstExec(clientNoCache, `${tag}-${i}-nc`, opts.image, live, 120_000));
+      // A claim from a warm pool of the same image (refilled before it, untimed).
+      await poolRefilled(client, dockerPool, 1);
+      driverWarm.push(await createToFirstExec(client, `${tag}-${i}-w`, undefined, live, 120_000, { 'sandgate.dev/pool': dockerPool }));
       const t = now();
       const r = await run0(['docker', 'run', '--rm', opts.image, 'true']);
       if (r.code !== 0) throw new Error(`docker run failed: ${r.out.trim().slice(0, 200)}`);
@@ -455,6 +471,7 @@ async function dockerPhase(opts: CreateLatencyOptions, redisUrl: string, tables:
   } catch (err) {
     notes.push(`docker: failed after ${driver.length} iteration(s): ${errText(err)}`);
   }
+  await unaryCall(client, 'DeletePool', { name: dockerPool }).catch(() => undefined);
   const del = await deleteAll(client, [...live]);
   for (const n of live) if (!del.failed.some((f) => f.startsWith(`${n}:`))) live.delete(n);
   if (driver.length) {
@@ -462,12 +479,13 @@ async function dockerPhase(opts: CreateLatencyOptions, redisUrl: string, tables:
     const p = summarise(plain);
     const dx = summarise(detached);
     tables.push({
-      caption: `docker driver (image ${opts.image}), ${driver.length} sandboxes one after another, interleaved with as many made by a second replica whose supervisors have no compile cache, and with plain \`docker run --rm ${opts.image} true\` and \`docker run -d ${opts.image} sleep infinity\` + \`docker exec <c> true\``,
+      caption: `docker driver (image ${opts.image}), ${driver.length} sandboxes one after another, interleaved with as many claimed from a warm pool of 1 (refilled before each claim, untimed), as many made by a second replica whose supervisors have no compile cache, and with plain \`docker run --rm ${opts.image} true\` and \`docker run -d ${opts.image} sleep infinity\` + \`docker exec <c> true\``,
       headers: LATENCY_HEADERS,
       rows: [
         latencyRow('docker driver: CreateSandbox returned', driver.map((c) => c.rpcMs)),
         latencyRow('docker driver: phase Ready', driver.map((c) => c.readyMs)),
         latencyRow('docker driver: first `true` exited 0', driver.map((c) => c.firstExecMs)),
+        latencyRow('docker driver, warm pool (claimed): first `true` exited 0', driverWarm.map((c) => c.firstExecMs)),
         latencyRow('docker driver, compile cache off: phase Ready', driverNoCache.map((c) => c.readyMs)),
         latencyRow('docker driver, compile cache off: first `true` exited 0', driverNoCache.map((c) => c.firstExecMs)),
         latencyRow('plain `docker run --rm IMAGE true`', plain),
