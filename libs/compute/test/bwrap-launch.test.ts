@@ -166,6 +166,7 @@ describe('buildSandboxEnv', () => {
       SANDGATE_GATEWAY_CA_FILE: '',
       SANDGATE_GATEWAY_TLS_NAME: '',
       SANDGATE_COMPILE_CACHE: '',
+      SANDGATE_DEFER_MAIN: '0',
     });
     // The attack: a caller's LD_PRELOAD would load a library of its choosing into bwrap, as root on the host.
     expect(buildSandboxEnv({ ...spec, environment: { LD_PRELOAD: '/tmp/x.so', NODE_OPTIONS: '--require /sandbox/x.js' } })).not.toHaveProperty('LD_PRELOAD');

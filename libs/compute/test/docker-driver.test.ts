@@ -171,6 +171,7 @@ describe('container definition (pure)', () => {
       'SANDGATE_GATEWAY_CA_FILE=',
       'SANDGATE_GATEWAY_TLS_NAME=',
       'SANDGATE_COMPILE_CACHE=',
+      'SANDGATE_DEFER_MAIN=0',
     ]);
     const launch = {
       spec: s,

@@ -315,6 +315,7 @@ describe('LocalDriver sandbox lifecycle', () => {
       SANDGATE_GATEWAY_CA_FILE: '',
       SANDGATE_GATEWAY_TLS_NAME: '',
       SANDGATE_COMPILE_CACHE: '/run/sandgate/compile-cache',
+      SANDGATE_DEFER_MAIN: '0',
       SANDGATE_ENVIRONMENT_FILE: '/run/sandgate/environment.json',
       HOME: '/sandbox',
       PATH: expect.stringContaining('/usr/bin'),

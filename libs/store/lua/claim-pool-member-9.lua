@@ -4,7 +4,8 @@
   exists and is not being deleted, the name is free, the quota holds). The record must still be
   the version the caller read (a Ready member of the pool's current generation), else nothing
   is written and the caller tries another member. `mainpending` stays 1 until the supervisor
-  confirms starting the claim's main process (reconcile re-sends start_main until then).
+  confirms starting the claim's main process (reconcile re-sends start_main until then);
+  `claimed` stays for good: every later run is launched as the member was (start_main then).
   KEYS[1] member record (sg:sbx:{id})
   KEYS[2] member set (sg:wssbx:pool:{pool})
   KEYS[3] the member's name index (sg:sbxname:pool:{pool}:{member name})
@@ -40,7 +41,7 @@ redis.call('SREM', KEYS[2], ARGV[1])
 redis.call('DEL', KEYS[3])
 redis.call('SET', KEYS[4], ARGV[1])
 redis.call('HDEL', KEYS[1], 'pool', 'poolgen')
-redis.call('HSET', KEYS[1], 'pb', ARGV[4], 'rv', next, 'ws', ARGV[5], 'name', ARGV[6], 'mainpending', 1)
+redis.call('HSET', KEYS[1], 'pb', ARGV[4], 'rv', next, 'ws', ARGV[5], 'name', ARGV[6], 'mainpending', 1, 'claimed', 1)
 redis.call('SADD', KEYS[7], ARGV[1])
 redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[7], '*', 'rv', next, 'pb', ARGV[4])
 return 1

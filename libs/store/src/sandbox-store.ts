@@ -71,6 +71,8 @@ export interface StoredSandbox {
   pool: { name: string; generation: number } | null;
   /** A claimed pool member whose supervisor has not confirmed starting the claim's main process. */
   mainPending: boolean;
+  /** Was a warm-pool member: every run is launched as the member was, its main process started by start_main. */
+  claimed: boolean;
 }
 
 /**
@@ -108,6 +110,7 @@ export function fromHash(id: string, hash: Record<string, Buffer>): StoredSandbo
     policyRevision: Number(hash.polrev?.toString() ?? 0),
     pool: hash.pool ? { name: hash.pool.toString(), generation: Number(hash.poolgen?.toString() ?? 0) } : null,
     mainPending: hash.mainpending?.toString() === '1',
+    claimed: hash.claimed?.toString() === '1',
   };
 }
 

@@ -11,7 +11,6 @@ import { randomInt, randomUUID } from 'node:crypto';
 import type { CreateSandboxRequest, Pool, Sandbox, SetPoolRequest } from '@sandgate/protocols';
 import {
   Code,
-  DEFAULT_MAIN_COMMAND,
   GatewayError,
   POOL_ANNOTATION,
   Phase,
@@ -32,7 +31,7 @@ import { MemberCreateResult, type PoolStore, type ReplicationGuard, type StoredS
 import type { JobScheduler } from '@sandgate/jobs';
 import type { Logger, Metrics } from '@sandgate/telemetry';
 import { newCredential } from '../sessions/credentials.ts';
-import type { LifecycleService } from '../sandboxes/lifecycle-service.ts';
+import { memberLaunch, type LifecycleService } from '../sandboxes/lifecycle-service.ts';
 
 export interface PoolServiceDeps {
   pools: PoolStore;
@@ -263,8 +262,7 @@ export class PoolService {
       metadata: { id, name, created_at_ms: now, labels: {}, annotations: {}, resource_version: 0, workspace: poolWorkspace(pool.name) },
       spec: {
         // What an empty start_main runs; a claim always names its command.
-        command: [...DEFAULT_MAIN_COMMAND],
-        tty: true,
+        ...memberLaunch(),
         environment: {},
         providers: [],
         restart_policy: RESTART_POLICY_NEVER,

@@ -26,6 +26,7 @@ import {
   type DebugBreak,
   type LifecycleStatus,
   decodePolicy,
+  DEFAULT_MAIN_COMMAND,
   parseResources,
   workloadUserFor,
 } from '@sandgate/core';
@@ -91,6 +92,11 @@ export function launchSpecFor(
     workloadUser: workloadUserFor(policy ? decodePolicy(policy) : undefined),
     gatewayTls,
   };
+}
+
+/** The main process a warm-pool member is launched with (what an empty start_main would run). */
+export function memberLaunch(): { command: string[]; tty: boolean } {
+  return { command: [...DEFAULT_MAIN_COMMAND], tty: true };
 }
 
 /** How the sandbox's log says a process died of the memory limit. */
@@ -271,16 +277,18 @@ export class LifecycleService implements LifecycleTransitions {
         return resetRestarts ? { ...planned, restart_count: 0, next_restart_at_ms: 0 } : planned;
       },
       // A new run starts its main process itself: a claim's pending start_main is moot.
-      { cred: credential.hash, runstart: String(runStartedAtMs), termfinal: '', mainpending: '0' },
+      // A new run of an unclaimed-then-claimed sandbox is launched as the member was and gets
+      // its main process by start_main (at its hello, or from the sweep): mainpending says so.
+      { cred: credential.hash, runstart: String(runStartedAtMs), termfinal: '', mainpending: rec.claimed ? '1' : '0' },
     );
     if (!starting) throw notFound();
     this.note(id, why);
     await this.deps.revokeSessions(id, 'new run');
     await this.scheduleProvisionDeadline(id, runStartedAtMs);
-    const handle = await this.deps.driver.start(
-      this.launchSpec(starting.sandbox, credential.secret, policyInForce(starting).bytes),
-      starting.compute,
-    );
+    const spec = this.launchSpec(starting.sandbox, credential.secret, policyInForce(starting).bytes);
+    // A claimed member's compute was made for the member's launch: the same launch keeps it (the
+    // docker driver keeps a container only for an identical launch), and start_main runs the claim's command.
+    const handle = await this.deps.driver.start(starting.claimed ? { ...spec, ...memberLaunch(), deferMain: true } : spec, starting.compute);
     const updated = await this.deps.store.mutate(id, (cur) => ({ sandbox: cur.sandbox, extra: { compute: JSON.stringify(handle) } }));
     this.watchLaunch(id, runStartedAtMs);
     return updated;
