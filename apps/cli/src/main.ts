@@ -48,9 +48,13 @@ export const COMMANDS: Record<string, () => Promise<CommandModule>> = {
   'service get': () => import('./commands/service.ts').then((m) => ({ run: m.runGet, OPTIONS: m.GET_OPTIONS })),
   'service delete': () => import('./commands/service.ts').then((m) => ({ run: m.runDelete, OPTIONS: m.DELETE_OPTIONS })),
   'service url': () => import('./commands/service.ts').then((m) => ({ run: m.runUrl, OPTIONS: m.URL_OPTIONS })),
+  // Warm pools (sandgate.v1.Sandgate SetPool, ListPools, DeletePool).
+  'pool set': () => import('./commands/pool.ts').then((m) => ({ run: m.runSet, OPTIONS: m.SET_OPTIONS })),
+  'pool list': () => import('./commands/pool.ts').then((m) => ({ run: m.runList, OPTIONS: m.LIST_OPTIONS })),
+  'pool delete': () => import('./commands/pool.ts').then((m) => ({ run: m.runDelete, OPTIONS: m.DELETE_OPTIONS })),
 };
 
-export const GROUPS = new Set(['sandbox', 'workspace', 'token', 'forward', 'service']);
+export const GROUPS = new Set(['sandbox', 'workspace', 'token', 'forward', 'service', 'pool']);
 
 const isHelp = (arg: string | undefined) => arg === '-h' || arg === '--help';
 

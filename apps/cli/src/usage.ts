@@ -50,6 +50,9 @@ Usage:
   sandgate service get SANDBOX [SERVICE]
   sandgate service delete SANDBOX [SERVICE]
   sandgate service url SANDBOX [SERVICE] [--expires 1h]  a signed public link (no token needed)
+  sandgate pool set NAME --size N [flags]  keep N started sandboxes of one template (admins)
+  sandgate pool list [-o json]         the warm pools: size, ready and starting members
+  sandgate pool delete NAME            delete a pool and its unclaimed members
 
 ${GLOBAL_FLAGS}
   --version       print the version
@@ -57,7 +60,7 @@ ${GLOBAL_FLAGS}
 Run 'sandgate COMMAND --help' for a command's flags.
 `,
   sandbox: `Usage:
-  sandgate sandbox create [--name N] [--workspace W] [--detach] [--no-keep] [--restart-policy P] [--env K=V]... [--label k=v]... [--image I] [--tty] [--policy FILE] [--cpu C] [--memory M] [--disk D] [-o json] [-- CMD...]
+  sandgate sandbox create [--name N] [--workspace W] [--detach] [--no-keep] [--restart-policy P] [--env K=V]... [--label k=v]... [--image I] [--tty] [--policy FILE] [--cpu C] [--memory M] [--disk D] [--pool NAME] [-o json] [-- CMD...]
   sandgate sandbox get NAME [--workspace W] [-o json]
   sandgate sandbox list [-o json] [--selector k=v,...] [--limit N] [--workspace W | --all-workspaces]
   sandgate sandbox delete NAME... [--workspace W]
@@ -98,6 +101,10 @@ Flags:
   --memory M            memory limit: bytes or a quantity (256Mi, 1Gi, 512M; at least 16Mi)
   --disk D              size of the sandbox's disk (/sandbox): a quantity (1Gi, 500M; at least
                         64Mi; default 10Gi; local driver only)
+  --pool NAME           claim a started sandbox of warm pool NAME (the annotation
+                        sandgate.dev/pool; see 'sandgate pool list'); --image, --cpu, --memory and
+                        --policy must be left out or equal the pool's. None ready: a cold start
+                        of the pool's template
   -o json               print the sandbox as proto3 JSON (implies --detach)
 ${GLOBAL_FLAGS}
 `,
@@ -528,6 +535,52 @@ Flags:
   --expires D     lifetime: seconds or 30m, 1h, 7d (default 1h, at most 7d)
   --workspace W   the sandbox's workspace (default: your own)
   -o json         print {"url", "expires_at"} as JSON
+${GLOBAL_FLAGS}
+`,
+  pool: `Usage:
+  sandgate pool set NAME --size N [--image I] [--cpu C] [--memory M] [--policy FILE] [-o json]
+  sandgate pool list [-o json]
+  sandgate pool delete NAME
+
+A warm pool keeps N sandboxes of one template (image, resources, policy) started and Ready;
+'sandgate sandbox create --pool NAME' claims one and gives it its name, labels, command and
+environment, at once. Gateway admins only.
+
+${GLOBAL_FLAGS}
+
+Run 'sandgate pool COMMAND --help' for a command's flags.
+`,
+  'pool set': `Usage: sandgate pool set NAME --size N [--image I] [--cpu C] [--memory M] [--policy FILE] [-o json]
+
+Creates or replaces warm pool NAME (SetPool; gateway admins only) and prints it. Setting it again
+replaces its whole template: a flag left out means the default, not the pool's current value.
+A new image, resources or policy is a new generation: the older members are replaced. NAME: a
+DNS label, like a sandbox name.
+
+Flags:
+  --size N        members kept started and Ready (required; 0 to 64; 0 keeps the pool but
+                  retires every member)
+  --image I       the members' image (default: the gateway's)
+  --cpu C         CPU limit: cores or millicores (2, 0.5, 500m), as 'sandbox create --cpu'
+  --memory M      memory limit: bytes or a quantity (256Mi, 1Gi), as 'sandbox create --memory'
+  --policy FILE   egress and identity policy, the format of 'sandbox create --policy'
+  -o json         print the pool as proto3 JSON
+${GLOBAL_FLAGS}
+`,
+  'pool list': `Usage: sandgate pool list [-o json]
+
+Lists the warm pools (ListPools; gateway admins only): NAME, SIZE, READY and STARTING members of
+the current template, IMAGE, CPU and MEMORY limits ('-': none), GENERATION.
+
+Flags:
+  -o json         print {"pools": [...]} as proto3 JSON
+${GLOBAL_FLAGS}
+`,
+  'pool delete': `Usage: sandgate pool delete NAME
+
+Deletes warm pool NAME and its unclaimed members (DeletePool; gateway admins only); sandboxes
+already claimed from it are their claimants' and stay. Exits 1 if there is no such pool.
+
 ${GLOBAL_FLAGS}
 `,
 };

@@ -1,4 +1,4 @@
-// sandgate sandbox create [--name N] [--workspace W] [--detach] [--env K=V]... [--label k=v]... [--image I] [--tty] [--policy FILE] [--cpu C] [--memory M] [--disk D] [-o json] [-- CMD...]
+// sandgate sandbox create [--name N] [--workspace W] [--detach] [--no-keep] [--restart-policy P] [--env K=V]... [--label k=v]... [--image I] [--tty] [--policy FILE] [--cpu C] [--memory M] [--disk D] [--pool NAME] [-o json] [-- CMD...]
 import { UsageError, parseCommand, parseInteger, parseKeyValues, parseOutput, type Env } from '../args.ts';
 import { SandboxPhase, encodeStruct, type Sandbox } from '@sandgate/protocols';
 import { GatewayError, MIN_DISK_BYTES, parseCpuMillis, parseMemoryBytes } from '@sandgate/core';
@@ -29,11 +29,17 @@ export const OPTIONS = {
   cpu: { type: 'string' },
   memory: { type: 'string' },
   disk: { type: 'string' },
+  pool: { type: 'string' },
   output: { type: 'string', short: 'o' },
 } as const;
 
 /** The annotation that asks the gateway to delete the sandbox once its main process finished. */
 export const RETENTION_ANNOTATION = 'openshell.nvidia.com/retention';
+/**
+ * The annotation that claims a started member of the named warm pool (`--pool NAME`). The gateway
+ * reads the same key (POOL_ANNOTATION in libs/core's pools.ts), so any OpenShell client can send it.
+ */
+export const POOL_ANNOTATION = 'sandgate.dev/pool';
 const RESTART_POLICIES: Record<string, number> = { never: 1, 'on-failure': 2, always: 3 };
 
 export interface CreateArgs {
@@ -50,9 +56,10 @@ export interface CreateArgs {
 /**
  * `--cpu`/`--memory` → template.resources as upstream's CLI sends them: a Struct
  * `{limits: {cpu, memory}}` with the quantities as written (`--disk` adds `ephemeral-storage`). Checked here first so a typo is a
- * usage error; the gateway checks them again (the same rules).
+ * usage error; the gateway checks them again (the same rules). `command` names the command in
+ * that error (`pool set` builds a pool's resources with it too).
  */
-function resourcesStruct(cpu: string | undefined, memory: string | undefined, disk: string | undefined): Buffer | undefined {
+export function resourcesStruct(cpu: string | undefined, memory: string | undefined, disk: string | undefined, command = 'sandbox create'): Buffer | undefined {
   const limits: Record<string, string> = {};
   try {
     if (cpu !== undefined) {
@@ -69,7 +76,7 @@ function resourcesStruct(cpu: string | undefined, memory: string | undefined, di
       limits['ephemeral-storage'] = disk.trim();
     }
   } catch (err) {
-    if (err instanceof GatewayError) throw new UsageError(err.message, 'sandbox create');
+    if (err instanceof GatewayError) throw new UsageError(err.message, command);
     throw err;
   }
   return Object.keys(limits).length > 0 ? encodeStruct({ limits }) : undefined;
@@ -91,6 +98,11 @@ export function parseCreateArgs(argv: string[]): CreateArgs {
   // after we have shown its output and exit, so the gateway must not race us to it.
   const noKeep = Boolean(values['no-keep']);
   const resources = resourcesStruct(values.cpu, values.memory, values.disk);
+  if (values.pool !== undefined && values.pool.trim() === '') throw new UsageError('--pool needs the name of a pool (sandgate pool list)', 'sandbox create');
+  const annotations: Record<string, string> = {
+    ...(noKeep && detach ? { [RETENTION_ANNOTATION]: 'ephemeral' } : {}),
+    ...(values.pool !== undefined ? { [POOL_ANNOTATION]: values.pool.trim() } : {}),
+  };
   const template =
     values.image !== undefined || resources
       ? { template: { ...(values.image !== undefined ? { image: values.image } : {}), ...(resources ? { resources } : {}), labels: {}, annotations: {}, environment: {} } }
@@ -99,7 +111,7 @@ export function parseCreateArgs(argv: string[]): CreateArgs {
     name: values.name,
     ...(values.workspace !== undefined ? { workspace: values.workspace } : {}),
     labels: parseKeyValues(values.label, '--label'),
-    ...(noKeep && detach ? { annotations: { [RETENTION_ANNOTATION]: 'ephemeral' } } : {}),
+    ...(Object.keys(annotations).length > 0 ? { annotations } : {}),
     spec: {
       command: rest,
       environment: parseKeyValues(values.env, '--env'),
