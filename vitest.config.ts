@@ -4,7 +4,7 @@ import { configDefaults, defineConfig } from 'vitest/config';
  * End-to-end files whose time goes to waiting, not to this machine's two cores, so they run in
  * the second lane (`e2e-side`, after the unit tests) beside the rest of the e2e suite
  * (scripts/test-lanes.sh), which keeps CI inside its time. They wait on Redis failovers and WAIT
- * timeouts, Redis restarts, drain and exec deadlines, job schedules, Prometheus scrapes and span export. None asserts a duration tighter than what it
+ * timeouts, Redis restarts, drain and exec deadlines, job schedules (pool refills, the sweep), Prometheus scrapes and span export. None asserts a duration tighter than what it
  * waits for. (The docker driver's files were tried here too: with them beside it, the main
  * lane's exec-kill set-up, three replicas and a sandbox, once took over its 60 s.)
  */
@@ -19,6 +19,7 @@ const E2E_WAITING = [
   'test/e2e/tracing.test.ts',
   'test/e2e/balancer-redis-restart.test.ts',
   'test/e2e/redis-partition.test.ts',
+  'test/e2e/pools.test.ts',
 ];
 
 /**
