@@ -6,7 +6,7 @@ import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { decodePolicy } from '@sandgate/core';
 import { decodeStruct } from '@sandgate/protocols';
-import { UsageError } from '../src/args.ts';
+import { usageError } from './usage-error.ts';
 import { parseCreateArgs } from '../src/commands/sandbox-create.ts';
 import { readPolicyFile } from '../src/policy-file.ts';
 import { sandboxJson } from '../src/output.ts';
@@ -18,16 +18,6 @@ function file(text: string, ext = 'yaml'): string {
   const f = path.join(dir, `p${n++}.${ext}`);
   writeFileSync(f, text);
   return f;
-}
-
-function usageError(fn: () => unknown): UsageError {
-  try {
-    fn();
-  } catch (err) {
-    expect(err).toBeInstanceOf(UsageError);
-    return err as UsageError;
-  }
-  throw new Error('expected a UsageError');
 }
 
 const YAML = `version: 1

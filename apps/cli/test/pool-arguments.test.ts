@@ -8,6 +8,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { POOL_ANNOTATION as CORE_POOL_ANNOTATION, decodePolicy } from '@sandgate/core';
 import { decodeStruct, encodeStruct } from '@sandgate/protocols';
 import { UsageError } from '../src/args.ts';
+import { usageError } from './usage-error.ts';
 import { formatPoolTable, parsePoolSize, parseSetArgs, poolJson } from '../src/commands/pool.ts';
 import { parseCreateArgs, POOL_ANNOTATION, RETENTION_ANNOTATION, resourcesStruct } from '../src/commands/sandbox-create.ts';
 import { readPolicyFile } from '../src/policy-file.ts';
@@ -24,16 +25,6 @@ network_policies:
 `;
 const policyFile = path.join(dir, 'policy.yaml');
 writeFileSync(policyFile, POLICY);
-
-function usageError(fn: () => unknown): UsageError {
-  try {
-    fn();
-  } catch (err) {
-    expect(err).toBeInstanceOf(UsageError);
-    return err as UsageError;
-  }
-  throw new Error('expected a UsageError');
-}
 
 describe('pool set arguments', () => {
   it('maps NAME and the flags onto the SetPool request', () => {
