@@ -1,12 +1,15 @@
-// The warm-pool admin calls on a real Redis (PoolService + PoolStore): only gateway admins may
+// Warm pools on a real Redis (PoolService + PoolStore). The admin calls: only gateway admins may
 // set, list or delete a pool, and a refused call writes nothing; settings are checked; a template
-// change is a new generation, a size change is not. Claims, refills and the isolation of members
-// run end to end in test/e2e/pools.test.ts and under the chaos suite.
+// change is a new generation, a size change is not. Claims, with member records written straight
+// into Redis (no compute): two claims of one member never both get it; a claim whose replication
+// cannot be confirmed is undone, so the caller's retry finds its name free. Claims, refills and the
+// isolation of members run end to end in test/e2e/pools.test.ts and under the chaos suite.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Redis } from 'ioredis';
-import { Code, GatewayError, LOCAL_DEV_PRINCIPAL, type Principal } from '@sandgate/core';
-import { encodeStruct } from '@sandgate/protocols';
-import { keys, PoolStore, SandboxStore } from '@sandgate/store';
+import { randomUUID } from 'node:crypto';
+import { Code, GatewayError, LOCAL_DEV_PRINCIPAL, Phase, poolWorkspace, type Principal } from '@sandgate/core';
+import { encodeStruct, type CreateSandboxRequest, type Sandbox } from '@sandgate/protocols';
+import { keys, PoolStore, SandboxStore, type ReplicationGuard } from '@sandgate/store';
 import { createLogger, Metrics } from '@sandgate/telemetry';
 import { startRedis, type TestRedis } from '@sandgate/test-harness/redis';
 import { PoolService } from '../src/pools/pool-service.ts';
@@ -91,5 +94,100 @@ describe('warm pools: the admin calls', () => {
     // Its name stays in the index until the refill job has retired its members (none here).
     expect(await redis.sismember(keys.poolIndex(), 'p1')).toBe(1);
     expect((await refusal(pools.delete('p1', admin))).code).toBe(Code.NOT_FOUND);
+  });
+});
+
+describe('warm pools: claims', () => {
+  const started: string[] = [];
+  const deleted: string[] = [];
+  let replicationFails = false;
+  let store: SandboxStore;
+  let poolStore: PoolStore;
+  let claims: PoolService;
+
+  beforeAll(() => {
+    store = new SandboxStore(redis);
+    poolStore = new PoolStore(redis, store);
+    claims = new PoolService({
+      pools: poolStore,
+      lifecycle: {
+        note: () => undefined,
+        finishDelete: async (id: string) => {
+          deleted.push(id);
+          const rec = await store.get(id);
+          return rec ? store.remove(id, rec.sandbox.metadata!.workspace!, rec.sandbox.metadata!.name!) : false;
+        },
+      } as unknown as LifecycleService,
+      scheduler: { poolRefill: async () => undefined, deleteSandbox: async () => undefined },
+      startMain: async (id: string) => {
+        started.push(id);
+        return true;
+      },
+      defaultImage: 'host',
+      replication: {
+        confirm: async (what: string) => {
+          if (replicationFails) throw new GatewayError(Code.UNAVAILABLE, `${what} reached 0 of the 1 Redis replica(s) required`);
+        },
+      } as ReplicationGuard,
+      log: createLogger({ component: 'test' }, 'error'),
+      metrics: new Metrics(),
+    });
+  });
+
+  /** A Ready member of `pool`'s current generation, as the refill job would have left it. */
+  async function member(pool: string): Promise<string> {
+    const def = (await poolStore.get(pool))!;
+    const id = randomUUID();
+    const name = `${pool}-${id.slice(0, 8)}`;
+    const sandbox: Sandbox = {
+      metadata: { id, name, created_at_ms: Date.now(), labels: {}, annotations: {}, resource_version: 0, workspace: poolWorkspace(pool) },
+      spec: { command: ['/bin/bash', '-l'], tty: true, environment: {}, providers: [], template: { image: 'host', labels: {}, annotations: {}, environment: {} } },
+      status: { sandbox_name: name, phase: Phase.READY, conditions: [] },
+    };
+    expect(await poolStore.createMember(sandbox, 'hash', pool, def.generation)).toBe(1);
+    return id;
+  }
+
+  const request = (name: string): CreateSandboxRequest & { spec: NonNullable<CreateSandboxRequest['spec']> } => ({
+    name,
+    labels: { team: 'x' },
+    annotations: { 'sandgate.dev/pool': 'claims' },
+    spec: { command: ['sleep', 'infinity'], environment: { A: '1' }, providers: [] },
+  });
+
+  it('two claims of the one member: one gets it, the other finds the pool empty', async () => {
+    await claims.set({ name: 'claims', size: 2 }, admin);
+    const id = await member('claims');
+    const pool = (await poolStore.get('claims'))!;
+    const [a, b] = await Promise.all([claims.claim(request('one'), pool, 'default', 0), claims.claim(request('two'), pool, 'default', 0)]);
+    const got = [a, b].filter((x) => x !== null);
+    expect(got).toHaveLength(1);
+    expect(got[0]!.metadata!.id).toBe(id);
+    expect(started).toEqual([id]);
+    const rec = (await store.get(id))!;
+    expect(rec.pool).toBeNull();
+    expect(rec.mainPending).toBe(true);
+    expect(rec.claimed).toBe(true);
+    expect(rec.sandbox.metadata).toMatchObject({ workspace: 'default', labels: { team: 'x' } });
+    expect(rec.sandbox.spec).toMatchObject({ command: ['sleep', 'infinity'], environment: { A: '1' } });
+    expect(await redis.smembers(keys.workspaceSandboxes(poolWorkspace('claims')))).toEqual([]);
+    expect(await redis.get(keys.sandboxName('default', got[0]!.metadata!.name!))).toBe(id);
+  });
+
+  it('a claim whose replication cannot be confirmed is refused UNAVAILABLE and undone', async () => {
+    const id = await member('claims');
+    const pool = (await poolStore.get('claims'))!;
+    replicationFails = true;
+    try {
+      const err = await refusal(claims.claim(request('refused'), pool, 'default', 0));
+      expect(err.code).toBe(Code.UNAVAILABLE);
+    } finally {
+      replicationFails = false;
+    }
+    expect(deleted).toEqual([id]);
+    expect(await store.get(id)).toBeNull();
+    expect(await redis.get(keys.sandboxName('default', 'refused'))).toBeNull();
+    // The retry of the same name is served (cold here: the only member went with the undo).
+    expect(await claims.claim(request('refused'), pool, 'default', 0)).toBeNull();
   });
 });

@@ -173,8 +173,16 @@ export class PoolService {
     }
     const id = claimed.metadata!.id!;
     this.deps.metrics.inc('sandgate_pool_claims_total', 1, { result: 'claimed' });
-    // Before the answer: an acknowledged claim must outlive a Redis failover.
-    await this.deps.replication?.confirm('the create');
+    // Before the answer: an acknowledged claim must outlive a Redis failover. If that cannot be
+    // confirmed the caller hears UNAVAILABLE, so the sandbox goes (as a failed cold create's
+    // does): a retry with the same name must not find it taken by a sandbox it was never given.
+    try {
+      await this.deps.replication?.confirm('the create');
+    } catch (err) {
+      await this.deps.scheduler.deleteSandbox(id).catch(() => undefined);
+      await this.deps.lifecycle.finishDelete(id).catch((e: unknown) => this.deps.log.warn('could not delete a claim the caller was refused; the delete job will', { sandboxId: id, err: e }));
+      throw err;
+    }
     // The main process and the variables execs see: in place before the caller can run anything.
     // Not confirmed (the supervisor away at this moment): its next hello or the sweep starts it.
     try {
