@@ -11,7 +11,7 @@ import { status as grpcStatus } from '@grpc/grpc-js';
 import Docker from 'dockerode';
 import { DEFAULT_DOCKER_NETWORK, DockerDriver, ensureSandboxNetwork } from '@sandgate/compute';
 import { SandboxPhase } from '@sandgate/protocols';
-import { OrphanQuarantine } from '@sandgate/store';
+import { keys, OrphanQuarantine } from '@sandgate/store';
 import { Cluster, repoRoot, runCli } from '../harness/cluster.ts';
 import { startRedis, type TestRedis } from '../harness/redis.ts';
 import { openShellClient, unaryCall } from '../harness/grpc-client.ts';
@@ -232,5 +232,30 @@ describe('docker driver through the gateway', () => {
     for (let i = 0; i < 3; i++) expect((await serviceRequest(httpUrl(i), web(i), '/hello', { headers: auth })).status, `replica ${i}`).toBe(412);
     expect((await runCli(['sandbox', 'delete', 'dk-http'], { gateway: gw(1) })).code).toBe(0);
     for (let i = 0; i < 3; i++) expect((await serviceRequest(httpUrl(i), web(i), '/hello', { headers: auth })).status, `replica ${i}`).toBe(404);
+  });
+  it('a warm pool of containers: a claim is Ready at once with its command and environment; its stop/start keeps the container', async () => {
+    const set = await runCli(['pool', 'set', 'dk-warm', '--size', '1'], { gateway: gw(0) });
+    expect(set.code, set.stderr.toString()).toBe(0);
+    const ready = async () => {
+      const list = await runCli(['pool', 'list', '-o', 'json'], { gateway: gw(1) });
+      return ((JSON.parse(list.stdout.toString()) as { pools?: { name: string; ready: number }[] }).pools ?? []).find((p) => p.name === 'dk-warm')?.ready === 1;
+    };
+    await waitFor('a Ready member container', ready, 120_000, 500);
+    const sb = await create('dk-claimed', ['--pool', 'dk-warm', '--env', 'WARM=yes', '--', 'sh', '-c', 'echo "main $WARM" > /tmp/main-out; exec sleep infinity'], 2);
+    expect(sb.status.phase).toBe('SANDBOX_PHASE_READY');
+    const container = labelled(sb.metadata.id);
+    expect(container).toHaveLength(1);
+    const sh = async (script: string, via = 1) => (await runCli(['sandbox', 'exec', 'dk-claimed', '--', 'sh', '-c', script], { gateway: gw(via) })).stdout.toString().trim();
+    expect(await sh('echo $WARM')).toBe('yes');
+    await waitFor('the claim command ran', async () => (await sh('cat /tmp/main-out')) === 'main yes', 15_000, 250);
+    // Later runs are launched as the member was, so the container (not only /sandbox) is kept.
+    await sh('rm /tmp/main-out; echo kept > /tmp/outside-sandbox');
+    for (const verb of ['stop', 'start']) expect((await runCli(['sandbox', verb, 'dk-claimed'], { gateway: gw(0) })).code, verb).toBe(0);
+    expect(labelled(sb.metadata.id)).toEqual(container);
+    expect(await sh('cat /tmp/outside-sandbox', 2)).toBe('kept');
+    await waitFor('the claim command ran again', async () => (await sh('cat /tmp/main-out')) === 'main yes', 30_000, 250);
+    expect((await runCli(['pool', 'delete', 'dk-warm'], { gateway: gw(1) })).code).toBe(0);
+    expect((await runCli(['sandbox', 'delete', 'dk-claimed'], { gateway: gw(1) })).code).toBe(0);
+    await waitFor('the pool member retired', async () => (await r.scard(keys.workspaceSandboxes('pool:dk-warm'))) === 0, 60_000, 500);
   });
 });
