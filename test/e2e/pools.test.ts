@@ -13,6 +13,7 @@ import { Cluster, runCli } from '../harness/cluster.ts';
 import { startRedis, type TestRedis } from '../harness/redis.ts';
 import { deleteAllSandboxes } from '../harness/sandbox.ts';
 import { waitFor } from '../harness/wait.ts';
+import { expectOwnedOperationsServed } from '../harness/openapi-coverage.ts';
 
 let redis: TestRedis;
 let cluster: Cluster;
@@ -29,7 +30,9 @@ afterAll(async () => {
     await runCli(['pool', 'delete', 'warm'], { gateway: gw(0) }).catch(() => undefined);
     await deleteAllSandboxes(gw(0));
     // Members go with the refill job: wait for them, so no supervisor outlives the test.
-    await waitFor('pool members retired', async () => (await client.scard(keys.workspaceSandboxes(poolWorkspace('warm')))) === 0, 60_000, 500).catch(() => undefined);
+    for (const pool of ['warm', 'rest']) {
+      await waitFor(`${pool} members retired`, async () => (await client.scard(keys.workspaceSandboxes(poolWorkspace(pool)))) === 0, 60_000, 500).catch(() => undefined);
+    }
   }
   client?.disconnect();
   await cluster?.stop();
@@ -190,5 +193,28 @@ describe('warm pools', () => {
     expect((await pools()).find((p) => p.name === 'warm')).toBeUndefined();
     // The claimed sandboxes are the callers': untouched by the pool's deletion.
     expect((await exec('claimed-a', ['echo', 'still-here'])).out.trim()).toBe('still-here');
+  });
+  it('over HTTP: PUT/GET/DELETE /v1/pools, and a create with `pool` in its body claims a member', async () => {
+    const auth = { authorization: `Bearer ${cluster.token}` };
+    const json = { ...auth, 'content-type': 'application/json' };
+    const http = (i: number) => cluster.replicas[i]!.httpUrl;
+    const put = await fetch(`${http(0)}/v1/pools/rest`, { method: 'PUT', headers: json, body: JSON.stringify({ size: 1, resources: { memory: '128Mi' } }) });
+    expect(put.status, await put.clone().text()).toBe(200);
+    expect(await put.json()).toMatchObject({ name: 'rest', size: 1, resources: { memory: '128Mi' }, generation: 1 });
+    const unknownField = await fetch(`${http(1)}/v1/pools/rest`, { method: 'PUT', headers: json, body: JSON.stringify({ size: 1, colour: 'blue' }) });
+    expect(unknownField.status).toBe(400);
+    const listed = async () => ((await (await fetch(`${http(1)}/v1/pools`, { headers: auth })).json()) as { pools: { name: string; ready: number }[] }).pools;
+    await waitFor('a ready member of rest', async () => (await listed()).find((p) => p.name === 'rest')?.ready === 1, 90_000, 300);
+    const members = new Set(await client.smembers(keys.workspaceSandboxes(poolWorkspace('rest'))));
+    const created = await fetch(`${http(1)}/v1/sandboxes`, { method: 'POST', headers: json, body: JSON.stringify({ name: 'rest-claimed', pool: 'rest', command: ['sleep', 'infinity'] }) });
+    expect(created.status, await created.clone().text()).toBe(200);
+    const body = (await created.json()) as { metadata: { id: string }; status: { phase: string } };
+    expect(members.has(body.metadata.id), JSON.stringify(body)).toBe(true);
+    expect(body.status.phase).toMatch(/READY/i);
+    const del = await fetch(`${http(0)}/v1/pools/rest`, { method: 'DELETE', headers: auth });
+    expect(del.status).toBe(200);
+    expect(await del.json()).toEqual({ deleted: true });
+    expect((await fetch(`${http(0)}/v1/pools/rest`, { method: 'DELETE', headers: auth })).status).toBe(404);
+    await expectOwnedOperationsServed('pools.test.ts', cluster.replicas.map((x) => x.httpUrl));
   });
 });

@@ -32,6 +32,9 @@ export const OPERATIONS: Record<string, OwnedOperation> = {
   listServices: { method: 'GET', route: '/v1/services', file: 'services.test.ts' },
   createServiceLink: { method: 'POST', route: '/v1/sandboxes/:name/services/:service/links', file: 'services.test.ts' },
   deleteService: { method: 'DELETE', route: '/v1/sandboxes/:name/services/:service', file: 'services.test.ts' },
+  setPool: { method: 'PUT', route: '/v1/pools/:name', file: 'pools.test.ts' },
+  listPools: { method: 'GET', route: '/v1/pools', file: 'pools.test.ts' },
+  deletePool: { method: 'DELETE', route: '/v1/pools/:name', file: 'pools.test.ts' },
 };
 
 /** OpenAPI's path (`/v1/sandboxes/{name}`) as fastify's route pattern (`/v1/sandboxes/:name`). */

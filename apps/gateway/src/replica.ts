@@ -373,7 +373,7 @@ export async function startReplica(config: ReplicaConfig, opts: { authenticator?
       return { ok, detail: ok ? 'redis reachable, replica registered' : `redis=${pong} registered=${registered}` };
     },
   });
-  await registerRest(http, { authenticator, sandboxes, exec, lifecycle, watch, ssh, router, store, workspaces, services, log, metrics, files });
+  await registerRest(http, { authenticator, sandboxes, exec, lifecycle, watch, ssh, router, store, workspaces, services, log, metrics, files, pools });
   await http.listen({ host: config.host, port: config.httpPort });
   const httpAddress = http.server.address();
   const httpPort = typeof httpAddress === 'object' && httpAddress ? httpAddress.port : config.httpPort;

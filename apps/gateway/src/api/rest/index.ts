@@ -25,6 +25,8 @@ import { eventRoutes } from './events.ts';
 import { execWsRoutes } from './exec-ws.ts';
 import { fileRoutes } from './files.ts';
 import { serviceRoutes } from './services.ts';
+import { poolRoutes } from './pools.ts';
+import type { PoolService } from '../../pools/pool-service.ts';
 import { installErrorHandling } from './errors.ts';
 
 export interface RestDeps {
@@ -43,6 +45,8 @@ export interface RestDeps {
   metrics: Metrics;
   /** File transfers (the same instance as the gRPC calls'); absent: fileRoutes makes one. */
   files?: FileService;
+  /** Warm pools (the same instance as the gRPC calls'). */
+  pools: PoolService;
 }
 
 /** Registers /openapi.json, /docs and every /v1 route on `app` (await before listen). */
@@ -50,7 +54,7 @@ export async function registerRest(app: FastifyInstance, deps: RestDeps): Promis
   await app.register(swagger, {
     openapi: {
       openapi: '3.1.0',
-      info: { title: 'sandgate HTTP API', version: GATEWAY_VERSION, description: 'Sandboxes, exec, logs, files and exposed services over HTTP. Every call takes `Authorization: Bearer <token>`.' },
+      info: { title: 'sandgate HTTP API', version: GATEWAY_VERSION, description: 'Sandboxes, exec, logs, files, exposed services and warm pools over HTTP. Every call takes `Authorization: Bearer <token>`.' },
       components: { securitySchemes: { bearer: { type: 'http', scheme: 'bearer' } } },
       security: [{ bearer: [] }],
     },
@@ -68,6 +72,7 @@ export async function registerRest(app: FastifyInstance, deps: RestDeps): Promis
       execWsRoutes(v1, deps);
       fileRoutes(v1, deps);
       serviceRoutes(v1, deps);
+      poolRoutes(v1, deps);
     },
     { prefix: '/v1' },
   );

@@ -5,7 +5,7 @@
 import { Type, type Static } from '@sinclair/typebox';
 import type { CreateSandboxRequest, Sandbox } from '@sandgate/protocols';
 import { SandboxPhase, decodeStruct, encodeStruct, toProto3Json } from '@sandgate/protocols';
-import { RETENTION_ANNOTATION, RETENTION_EPHEMERAL, decodePolicy, isEphemeral } from '@sandgate/core';
+import { POOL_ANNOTATION, RETENTION_ANNOTATION, RETENTION_EPHEMERAL, decodePolicy, isEphemeral } from '@sandgate/core';
 import { WorkspaceField } from './common.ts';
 
 const StringMap = (description: string) => Type.Record(Type.String(), Type.String(), { description });
@@ -78,6 +78,7 @@ export const CreateSandboxBody = Type.Object(
     labels: Type.Optional(StringMap('Labels')),
     annotations: Type.Optional(StringMap('Annotations')),
     ephemeral: Type.Optional(Type.Boolean({ description: 'Delete the sandbox once its main process has finished' })),
+    pool: Type.Optional(Type.String({ description: "Claim a started sandbox of this warm pool (the annotation sandgate.dev/pool); answers Ready. With none ready, one of the pool's template starts cold" })),
     log_level: Type.Optional(Type.String()),
   },
   { additionalProperties: false, title: 'CreateSandbox' },
@@ -94,6 +95,7 @@ export function createRequestOf(body: CreateSandboxBody): CreateSandboxRequest {
   const hasTemplate = body.image !== undefined || Object.keys(limits).length > 0;
   const annotations = { ...(body.annotations ?? {}) };
   if (body.ephemeral) annotations[RETENTION_ANNOTATION] = RETENTION_EPHEMERAL;
+  if (body.pool !== undefined) annotations[POOL_ANNOTATION] = body.pool;
   return {
     name: body.name,
     workspace: body.workspace,

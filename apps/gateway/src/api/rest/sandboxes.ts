@@ -38,7 +38,7 @@ export function sandboxRoutes(app: FastifyInstance, deps: RestDeps): void {
       schema: {
         tags,
         operationId: 'createSandbox',
-        summary: 'Create a sandbox (CreateSandbox); answers at once, in phase PROVISIONING',
+        summary: 'Create a sandbox (CreateSandbox); answers at once, in phase PROVISIONING (READY when claimed from a warm pool)',
         body: CreateSandboxBody,
         response: { ...responses(SandboxJson), 409: ERROR_RESPONSES[400] },
       },
