@@ -80,7 +80,7 @@ export function launchSpecFor(
     sandboxId: sandbox.metadata!.id!,
     command: spec.command,
     tty: spec.tty ?? false,
-    environment: { ...(spec.template?.environment ?? {}), ...spec.environment },
+    environment: sandboxEnvironment(spec),
     image: spec.template?.image ?? '',
     gatewayEndpoints,
     credential,
@@ -92,6 +92,11 @@ export function launchSpecFor(
     workloadUser: workloadUserFor(policy ? decodePolicy(policy) : undefined),
     gatewayTls,
   };
+}
+
+/** The variables the main process and every exec get: the template's, with the spec's over them. */
+export function sandboxEnvironment(spec: NonNullable<Sandbox['spec']>): Record<string, string> {
+  return { ...(spec.template?.environment ?? {}), ...spec.environment };
 }
 
 /** The main process a warm-pool member is launched with (what an empty start_main would run). */

@@ -11,6 +11,7 @@ import { relaySpans, tracingEnabled, type Logger, type Metrics } from '@sandgate
 import { verifyCredential } from './credentials.ts';
 import { PendingRequests } from './pending.ts';
 import { endWithError, onceGone } from '../api/calls.ts';
+import { sandboxEnvironment } from '../sandboxes/lifecycle-service.ts';
 
 // Still imported from here by sandboxes/watch-service.ts.
 export { endWithError };
@@ -26,6 +27,8 @@ const ATTACH_FRAME_TIMEOUT_MS = 10_000;
 const SUPERSEDED = 'superseded by a new session of the same sandbox';
 /** How long UpdateConfig waits for the supervisor to confirm a new policy. */
 export const POLICY_APPLY_TIMEOUT_MS = 5_000;
+/** How long a claim waits for the supervisor to confirm starting the claim's main process. */
+const MAIN_START_TIMEOUT_MS = 5_000;
 
 export class Session {
   readonly sandboxId: string;
@@ -304,7 +307,7 @@ export class SessionRegistry {
    * start_main at its next hello); 'started' at once when the main process already runs;
    * 'unclaimed' for a member still in its pool (nothing to start yet).
    */
-  async startMain(sandboxId: string, timeoutMs = POLICY_APPLY_TIMEOUT_MS): Promise<'started' | 'no-session' | 'unclaimed'> {
+  async startMain(sandboxId: string, timeoutMs = MAIN_START_TIMEOUT_MS): Promise<'started' | 'no-session' | 'unclaimed'> {
     const session = this.get(sandboxId);
     if (!session) return 'no-session';
     if (!session.awaitingMain) return 'started';
@@ -312,7 +315,7 @@ export class SessionRegistry {
     if (!record) return 'no-session';
     if (record.pool) return 'unclaimed';
     const spec = record.sandbox.spec!;
-    const start = { argv: spec.command, env: { ...(spec.template?.environment ?? {}), ...spec.environment }, tty: spec.tty ?? false };
+    const start = { argv: spec.command, env: sandboxEnvironment(spec), tty: spec.tty ?? false };
     await session.mainStarts.wait(
       randomUUID(),
       timeoutMs,
