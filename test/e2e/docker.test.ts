@@ -15,7 +15,7 @@ import { keys, OrphanQuarantine } from '@sandgate/store';
 import { Cluster, repoRoot, runCli } from '../harness/cluster.ts';
 import { startRedis, type TestRedis } from '../harness/redis.ts';
 import { openShellClient, unaryCall } from '../harness/grpc-client.ts';
-import { waitFor } from '../harness/wait.ts';
+import { sleep, waitFor } from '../harness/wait.ts';
 import { SERVICE_APP, serviceHost, serviceRequest } from '../harness/service-app.ts';
 
 let redis: TestRedis;
@@ -257,5 +257,59 @@ describe('docker driver through the gateway', () => {
     expect((await runCli(['pool', 'delete', 'dk-warm'], { gateway: gw(1) })).code).toBe(0);
     expect((await runCli(['sandbox', 'delete', 'dk-claimed'], { gateway: gw(1) })).code).toBe(0);
     await waitFor('the pool member retired', async () => (await r.scard(keys.workspaceSandboxes('pool:dk-warm'))) === 0, 60_000, 500);
+  });
+
+  /** What the replicas logged about pools (for a failure's message). */
+  const poolLogLines = () =>
+    cluster.replicas
+      .flatMap((r) => r.logs.join('').split('\n'))
+      .filter((l) => /pool/.test(l))
+      .slice(-30)
+      .join('\n');
+
+  it('a pool whose image cannot run backs off: no member started before its retry time, the wait doubles, a fixed template starts at once', async () => {
+    type Listed = { name: string; ready: number; consecutiveFailures: number; retryAtMs: string; lastError: string };
+    const listed = async (): Promise<Listed | undefined> => {
+      const list = await runCli(['pool', 'list', '-o', 'json'], { gateway: gw(1) });
+      return ((JSON.parse(list.stdout.toString()) as { pools?: Listed[] }).pools ?? []).find((p) => p.name === 'dk-broken');
+    };
+    const set = await runCli(['pool', 'set', 'dk-broken', '--size', '2', '--image', 'sandgate-test/no-such-image:1'], { gateway: gw(0) });
+    expect(set.code, set.stderr.toString()).toBe(0);
+    const failing = (atLeast: number) => async () => {
+      const pool = await listed();
+      return (pool?.consecutiveFailures ?? 0) >= atLeast && pool;
+    };
+    const first = await waitFor('the first failed start', failing(1), 60_000, 200).catch((err: unknown) => {
+      throw new Error(`${String(err)}; the pool's replica log lines:\n${poolLogLines()}`);
+    });
+    expect(first.consecutiveFailures).toBe(1);
+    expect(first.lastError).toMatch(/docker image sandgate-test\/no-such-image:1 is not available on this Docker engine/);
+    const firstRetry = Number(first.retryAtMs);
+    expect(firstRetry).toBeGreaterThan(Date.now());
+    // A claim enqueues a refill 1 s later: before its retry time that refill must start nothing
+    // (without the back-off it boots two more broken members, a second failure). The create itself
+    // falls back to a cold start with the pool's image, which fails as the members did.
+    const claim = await runCli(['sandbox', 'create', '--name', 'dk-broken-claim', '--pool', 'dk-broken', '--', 'true'], { gateway: gw(2) });
+    expect(claim.code, 'a create of an image that does not exist succeeded').not.toBe(0);
+    while (Date.now() < firstRetry - 500) {
+      expect((await listed())?.consecutiveFailures, 'a member was started before the retry time').toBe(1);
+      expect(await r.scard(keys.workspaceSandboxes('pool:dk-broken'))).toBe(0);
+      await sleep(250);
+    }
+    // The sweep (every 10 s) tries again after it, fails, and waits twice as long.
+    const second = await waitFor('the second failed start', failing(2), 30_000, 250);
+    expect(second.consecutiveFailures).toBe(2);
+    expect(Number(second.retryAtMs) - firstRetry).toBeGreaterThanOrEqual(10_000);
+    expect((await runCli(['pool', 'list'], { gateway: gw(0) })).stdout.toString()).toMatch(/pool dk-broken: members cannot start \(2 failures in a row\), next try .*not available on this Docker engine/);
+    // The operator fixes the image: a new template, tried at once, its failures forgotten.
+    expect((await runCli(['pool', 'set', 'dk-broken', '--size', '1'], { gateway: gw(0) })).code).toBe(0);
+    const fixed = await waitFor('a Ready member of the fixed pool', async () => {
+      const pool = await listed();
+      return pool?.ready === 1 && pool;
+    }, 120_000, 500);
+    expect(fixed).toMatchObject({ consecutiveFailures: 0, retryAtMs: '0', lastError: '' });
+    expect((await runCli(['pool', 'delete', 'dk-broken'], { gateway: gw(1) })).code).toBe(0);
+    await runCli(['sandbox', 'delete', 'dk-broken-claim'], { gateway: gw(1) });
+    await waitFor('the pool member retired', async () => (await r.scard(keys.workspaceSandboxes('pool:dk-broken'))) === 0, 60_000, 500);
   });
 });

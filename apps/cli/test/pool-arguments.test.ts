@@ -118,7 +118,7 @@ describe('pool output', () => {
   const resources = encodeStruct({ limits: { cpu: '500m', memory: '256Mi' } });
   const policy = readPolicyFile(policyFile);
 
-  it('lists NAME SIZE READY STARTING IMAGE CPU MEMORY GENERATION, - for a limit not set', () => {
+  it('lists NAME SIZE READY STARTING IMAGE CPU MEMORY GENERATION FAILURES, - for a limit not set', () => {
     const text = formatPoolTable([
       { name: 'warm', size: 2, ready: 1, starting: 1, image: 'img:1', resources, generation: 3 },
       // As the gateway's answer decodes with defaults omitted: zeros and empty strings absent.
@@ -126,12 +126,21 @@ describe('pool output', () => {
     ]);
     expect(text).toBe(
       [
-        'NAME   SIZE   READY   STARTING   IMAGE   CPU    MEMORY   GENERATION',
-        'warm   2      1       1          img:1   500m   256Mi    3',
-        'cold   0      0       0          -       -      1Gi      1',
+        'NAME   SIZE   READY   STARTING   IMAGE   CPU    MEMORY   GENERATION   FAILURES',
+        'warm   2      1       1          img:1   500m   256Mi    3            0',
+        'cold   0      0       0          -       -      1Gi      1            0',
         '',
       ].join('\n'),
     );
+  });
+
+  it('says under the table why a failing pool cannot start members, and when it is tried next', () => {
+    const text = formatPoolTable([
+      { name: 'ok', size: 1, ready: 1, generation: 1 },
+      { name: 'broken', size: 2, image: 'nope:1', generation: 2, consecutive_failures: 3, retry_at_ms: Date.UTC(2026, 11, 5, 12), last_error: 'no such image: nope:1' },
+    ]);
+    expect(text.split('\n').slice(-2)).toEqual(['pool broken: members cannot start (3 failures in a row), next try 2026-12-05T12:00:00.000Z: no such image: nope:1', '']);
+    expect(text).not.toMatch(/pool ok:/);
   });
 
   it('prints the Pool as proto3 JSON with its resources and policy decoded', () => {
@@ -142,7 +151,7 @@ describe('pool output', () => {
   });
 
   it('prints every scalar, zeros included, and no empty bytes field', () => {
-    expect(JSON.stringify(poolJson({ name: 'cold' }))).toBe('{"name":"cold","size":0,"image":"","generation":"0","ready":0,"starting":0,"createdAtMs":"0"}');
+    expect(JSON.stringify(poolJson({ name: 'cold' }))).toBe('{"name":"cold","size":0,"image":"","generation":"0","ready":0,"starting":0,"createdAtMs":"0","consecutiveFailures":0,"retryAtMs":"0","lastError":""}');
   });
 
   it('leaves undecodable bytes as base64', () => {

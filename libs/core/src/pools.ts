@@ -37,6 +37,25 @@ export interface PoolDefinition {
   template: PoolTemplate;
   generation: number;
   createdAtMs: number;
+  /** Consecutive failed starts of this generation's members; 0 while they start fine. */
+  failures: number;
+  /** While failing: no member is started before this time (ms since the epoch); 0 otherwise. */
+  retryAtMs: number;
+  /** While failing: why the last member could not start. */
+  lastError: string;
+}
+
+/**
+ * The refill's back-off for a pool whose members cannot start (an image that does not run, a
+ * template the driver refuses): the first wait, doubled per consecutive failure up to the cap.
+ * Without it, every sweep (10 s) and every claim would boot and delete `size` broken members.
+ */
+export const POOL_RETRY_FIRST_MS = 5_000;
+export const POOL_RETRY_LONGEST_MS = 5 * 60_000;
+
+/** Whether the refill may start members of `pool` at `nowMs` (no back-off in force). */
+export function poolMayStartMembers(pool: PoolDefinition, nowMs: number): boolean {
+  return pool.retryAtMs <= nowMs;
 }
 
 /** SetPool's checks: a DNS-label name (as a sandbox name), a size within MAX_POOL_SIZE. */

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { encodeStruct } from '@sandgate/protocols';
-import { checkClaimMatchesPool, isPoolWorkspace, LOCAL_DEV_PRINCIPAL, mayUseWorkspace, poolWorkspace, validatePoolSettings, type PoolDefinition } from '../src/index.ts';
+import { checkClaimMatchesPool, isPoolWorkspace, poolMayStartMembers, LOCAL_DEV_PRINCIPAL, mayUseWorkspace, poolWorkspace, validatePoolSettings, type PoolDefinition } from '../src/index.ts';
 
 const memory = encodeStruct({ limits: { memory: '256Mi' } });
 const pool: PoolDefinition = {
@@ -9,6 +9,9 @@ const pool: PoolDefinition = {
   template: { image: '', resources: memory.toString('base64'), policy: Buffer.from([0x0a, 0x00]).toString('base64') },
   generation: 1,
   createdAtMs: 0,
+  failures: 0,
+  retryAtMs: 0,
+  lastError: '',
 };
 const check = (spec: Parameters<typeof checkClaimMatchesPool>[0]) => () => checkClaimMatchesPool(spec, pool, 'host');
 
@@ -49,5 +52,14 @@ describe('warm pools: names, sizes, and their workspace', () => {
     expect(mayUseWorkspace({ ...LOCAL_DEV_PRINCIPAL, admin: true }, ws)).toBe(false);
     expect(mayUseWorkspace({ ...LOCAL_DEV_PRINCIPAL, admin: false, workspace: ws }, ws)).toBe(false);
     expect(mayUseWorkspace({ ...LOCAL_DEV_PRINCIPAL, admin: false }, ws, 'admin')).toBe(false);
+  });
+});
+
+describe('warm pools: back-off', () => {
+  it('starts members only once the retry time has passed', () => {
+    expect(poolMayStartMembers(pool, 1_000)).toBe(true);
+    const failing = { ...pool, failures: 2, retryAtMs: 5_000, lastError: 'no such image' };
+    expect(poolMayStartMembers(failing, 4_999)).toBe(false);
+    expect(poolMayStartMembers(failing, 5_000)).toBe(true);
   });
 });

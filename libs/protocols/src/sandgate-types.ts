@@ -107,6 +107,9 @@ export interface Pool {
   ready: number;
   starting: number;
   created_at_ms: number;
+  consecutive_failures: number;
+  retry_at_ms: number;
+  last_error: string;
 }
 
 /** Where a TCP channel goes: the supervisor's SSH server, or a loopback port in the sandbox. */

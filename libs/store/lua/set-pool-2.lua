@@ -1,7 +1,8 @@
 --[[
   Creates or replaces a warm pool's definition. The generation grows whenever the template
   (image, resources, policy: ARGV[2]) changes, so members started from an older one are never
-  claimed and get replaced; a change of size alone keeps it.
+  claimed and get replaced; a change of size alone keeps it. A new template also forgets the old
+  one's failed starts (note-pool-failure-1): it gets tried at once.
   KEYS[1] pool hash (sg:pool:{name})
   KEYS[2] pool index (sg:pools)
   ARGV[1] pool name, ARGV[2] template (JSON), ARGV[3] size, ARGV[4] now (ms)
@@ -9,7 +10,10 @@
 ]]
 local template = redis.call('HGET', KEYS[1], 'template')
 local gen = tonumber(redis.call('HGET', KEYS[1], 'gen') or '0')
-if template ~= ARGV[2] then gen = gen + 1 end
+if template ~= ARGV[2] then
+  gen = gen + 1
+  redis.call('HDEL', KEYS[1], 'fails', 'retryat', 'lasterr')
+end
 if redis.call('EXISTS', KEYS[1]) == 0 then redis.call('HSET', KEYS[1], 'created', ARGV[4]) end
 redis.call('HSET', KEYS[1], 'template', ARGV[2], 'size', ARGV[3], 'gen', gen)
 redis.call('SADD', KEYS[2], ARGV[1])

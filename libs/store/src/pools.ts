@@ -14,6 +14,8 @@ const DELETE = luaScript('delete-pool');
 const CREATE_MEMBER = luaScript('create-pool-member');
 const CLAIM = luaScript('claim-pool-member');
 const FORGET = luaScript('forget-pool');
+const NOTE_FAILURE = luaScript('note-pool-failure');
+const CLEAR_FAILURES = luaScript('clear-pool-failures');
 
 /** What create-pool-member-6 answers. */
 export const MemberCreateResult = { created: 1, full: 0, stale: -1 } as const;
@@ -76,6 +78,21 @@ export class PoolStore {
     return (await FORGET.run(this.redis, [keys.pool(name), keys.workspaceSandboxes(poolWorkspace(name)), keys.poolIndex()], [name])) === 1;
   }
 
+  /**
+   * Records a failed start of `generation`'s members: the refill waits `firstMs`, doubled per
+   * consecutive failure up to `longestMs`, before starting more. Returns the wait, or null when
+   * the pool is gone or moved to another generation meanwhile (the failure no longer counts).
+   */
+  async noteFailure(name: string, generation: number, error: string, firstMs: number, longestMs: number): Promise<number | null> {
+    const delay = (await NOTE_FAILURE.run(this.redis, [keys.pool(name)], [generation, Date.now(), firstMs, longestMs, error.slice(0, 1000)])) as number;
+    return delay < 0 ? null : delay;
+  }
+
+  /** A member of `generation` got Ready: the pool's failures are forgotten. True if there were any. */
+  async clearFailures(name: string, generation: number): Promise<boolean> {
+    return (await CLEAR_FAILURES.run(this.redis, [keys.pool(name)], [generation])) === 1;
+  }
+
   /** The pool's unclaimed members' records (any phase). */
   async members(name: string): Promise<StoredSandbox[]> {
     return this.sandboxes.readMany(await this.redis.smembers(keys.workspaceSandboxes(poolWorkspace(name))));
@@ -133,5 +150,8 @@ function toDefinition(name: string, hash: Record<string, string>): PoolDefinitio
     template: JSON.parse(hash.template!) as PoolTemplate,
     generation: Number(hash.gen ?? 0),
     createdAtMs: Number(hash.created ?? 0),
+    failures: Number(hash.fails ?? 0),
+    retryAtMs: Number(hash.retryat ?? 0),
+    lastError: hash.lasterr ?? '',
   };
 }

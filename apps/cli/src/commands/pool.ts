@@ -86,6 +86,9 @@ const POOL_JSON_FIELDS = {
   ready: 0,
   starting: 0,
   createdAtMs: '0',
+  consecutiveFailures: 0,
+  retryAtMs: '0',
+  lastError: '',
 } as const;
 
 /**
@@ -125,8 +128,8 @@ function limitCells(bytes: Uint8Array | undefined): [string, string] {
 }
 
 export function formatPoolTable(pools: WirePool[]): string {
-  return formatTable(
-    ['NAME', 'SIZE', 'READY', 'STARTING', 'IMAGE', 'CPU', 'MEMORY', 'GENERATION'],
+  const table = formatTable(
+    ['NAME', 'SIZE', 'READY', 'STARTING', 'IMAGE', 'CPU', 'MEMORY', 'GENERATION', 'FAILURES'],
     pools.map((p) => [
       p.name ?? '',
       String(p.size ?? 0),
@@ -135,8 +138,17 @@ export function formatPoolTable(pools: WirePool[]): string {
       p.image || '-',
       ...limitCells(p.resources),
       String(p.generation ?? 0),
+      String(p.consecutive_failures ?? 0),
     ]),
   );
+  // A failing pool says why and when it is tried next, under the table (the error is too long for a cell).
+  const failing = pools
+    .filter((p) => (p.consecutive_failures ?? 0) > 0)
+    .map((p) => {
+      const retry = Number(p.retry_at_ms ?? 0);
+      return `pool ${p.name ?? ''}: members cannot start (${p.consecutive_failures} failures in a row)${retry ? `, next try ${new Date(retry).toISOString()}` : ''}: ${p.last_error || 'no error recorded'}\n`;
+    });
+  return table + failing.join('');
 }
 
 export async function runSet(argv: string[], ctx: CommandContext): Promise<number> {

@@ -21,7 +21,10 @@ import {
   invalid,
   onDeleteRequested,
   parseResources,
+  poolMayStartMembers,
   poolWorkspace,
+  POOL_RETRY_FIRST_MS,
+  POOL_RETRY_LONGEST_MS,
   readyCondition,
   validatePoolSettings,
   type PoolDefinition,
@@ -65,6 +68,7 @@ export class PoolService {
     this.deps = deps;
     deps.metrics.inc('sandgate_pool_claims_total', 0, { result: 'claimed' });
     deps.metrics.inc('sandgate_pool_claims_total', 0, { result: 'empty' });
+    deps.metrics.inc('sandgate_pool_member_failures_total', 0);
   }
 
   // ---- admin calls --------------------------------------------------------------------------
@@ -116,6 +120,9 @@ export class PoolService {
       ready,
       starting,
       created_at_ms: pool.createdAtMs,
+      consecutive_failures: pool.failures,
+      retry_at_ms: pool.retryAtMs,
+      last_error: pool.lastError,
     };
   }
 
@@ -217,15 +224,18 @@ export class PoolService {
    * overfills; deletes are idempotent).
    */
   async refill(name: string): Promise<unknown> {
-    const { pools, lifecycle } = this.deps;
+    const { pools } = this.deps;
     const pool = await pools.get(name);
     const members = await pools.members(name);
     const keep: StoredSandbox[] = [];
     const retire: StoredSandbox[] = [];
+    const failed: StoredSandbox[] = [];
     for (const m of members) {
       const phase = m.sandbox.status?.phase;
-      const usable = pool && m.pool?.generation === pool.generation && (phase === Phase.READY || phase === Phase.PROVISIONING);
+      const current = pool !== null && m.pool?.generation === pool.generation;
+      const usable = current && (phase === Phase.READY || phase === Phase.PROVISIONING);
       (usable ? keep : retire).push(m);
+      if (current && phase === Phase.ERROR) failed.push(m);
     }
     // Beyond the size: the ones still starting go first.
     keep.sort((a, b) => Number(b.sandbox.status?.phase === Phase.READY) - Number(a.sandbox.status?.phase === Phase.READY));
@@ -236,19 +246,40 @@ export class PoolService {
       if (await pools.forget(name)) this.deps.log.info('pool gone and its members retired', { pool: name });
       return { pool: name, retired, gone: true };
     }
+    if (failed.length > 0) {
+      await this.noteFailure(pool, failed.length, failed.map(readyMessage).find(Boolean) ?? 'a member of the pool failed');
+    } else if (pool.failures > 0 && keep.some((m) => m.sandbox.status?.phase === Phase.READY)) {
+      if (await pools.clearFailures(name, pool.generation)) this.deps.log.info('pool members start again', { pool: name, failures: pool.failures });
+    }
+    const latest = failed.length > 0 ? await pools.get(name) : pool;
+    if (!latest || !poolMayStartMembers(latest, Date.now())) {
+      // Backing off: the sweep's refill (every 10 s) tries again once retryAtMs has passed.
+      return { pool: name, retired, backingOffUntilMs: latest?.retryAtMs ?? 0 };
+    }
     let started = 0;
+    const launchErrors: string[] = [];
     const missing = pool.size - keep.length;
     const launches: Promise<void>[] = [];
     for (let i = 0; i < missing; i++) {
       launches.push(
-        this.startMember(pool).then((ok) => {
-          if (ok) started++;
+        this.startMember(pool).then((outcome) => {
+          if (outcome === true) started++;
+          else if (outcome !== false) launchErrors.push(outcome.error);
         }),
       );
     }
     await Promise.all(launches);
+    if (launchErrors.length > 0) await this.noteFailure(pool, launchErrors.length, launchErrors[0]!);
     if (started || retired) this.deps.log.info('pool refilled', { pool: name, started, retired, size: pool.size });
-    return { pool: name, started, retired };
+    return { pool: name, started, retired, failed: failed.length + launchErrors.length };
+  }
+
+  /** `count` members of the pool's current template could not start: back off (POOL_RETRY_FIRST_MS, doubling). */
+  private async noteFailure(pool: PoolDefinition, count: number, error: string): Promise<void> {
+    this.deps.metrics.inc('sandgate_pool_member_failures_total', count);
+    const delayMs = await this.deps.pools.noteFailure(pool.name, pool.generation, error, POOL_RETRY_FIRST_MS, POOL_RETRY_LONGEST_MS);
+    if (delayMs === null) return; // the pool moved to another template (or went) meanwhile
+    this.deps.log.warn('pool members cannot start: backing off', { pool: pool.name, generation: pool.generation, failures: pool.failures + 1, delayMs, error });
   }
 
   /**
@@ -268,8 +299,11 @@ export class PoolService {
     return true;
   }
 
-  /** One new member: its record (unless the pool filled or changed meanwhile), then its compute. */
-  private async startMember(pool: PoolDefinition): Promise<boolean> {
+  /**
+   * One new member: its record (unless the pool filled or changed meanwhile), then its compute.
+   * True when started, false when not needed, `{error}` when its launch failed.
+   */
+  private async startMember(pool: PoolDefinition): Promise<boolean | { error: string }> {
     const now = Date.now();
     const id = randomUUID();
     const name = `${pool.name}-${id.slice(0, 8)}`;
@@ -308,9 +342,14 @@ export class PoolService {
       // The record goes too (a member nobody can claim); the next refill starts another.
       this.deps.log.warn('starting a pool member failed', { pool: pool.name, sandboxId: id, err });
       await this.deps.lifecycle.finishDelete(id).catch(() => this.deps.scheduler.deleteSandbox(id));
-      return false;
+      return { error: err instanceof Error ? err.message : String(err) };
     }
   }
+}
+
+/** Why a member is where it is: its Ready condition's message ('' when it has none). */
+function readyMessage(member: StoredSandbox): string {
+  return member.sandbox.status?.conditions?.find((c) => c.type === 'Ready')?.message ?? '';
 }
 
 /**

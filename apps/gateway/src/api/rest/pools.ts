@@ -27,6 +27,9 @@ const PoolJson = Type.Object(
     ready: Type.Integer({ description: 'members Ready to be claimed now' }),
     starting: Type.Integer({ description: 'members still starting' }),
     created_at_ms: Type.Integer(),
+    consecutive_failures: Type.Integer({ description: "members of this template that could not start, in a row (0 while they start fine)" }),
+    retry_at_ms: Type.Integer({ description: 'while failing: no member is started before this time (ms since the epoch); 0 otherwise' }),
+    last_error: Type.String({ description: 'while failing: why the last member could not start' }),
   },
   { $id: 'Pool' },
 );
@@ -53,6 +56,9 @@ function poolJson(pool: Pool): Static<typeof PoolJson> {
     ready: pool.ready,
     starting: pool.starting,
     created_at_ms: Number(pool.created_at_ms),
+    consecutive_failures: pool.consecutive_failures ?? 0,
+    retry_at_ms: Number(pool.retry_at_ms ?? 0),
+    last_error: pool.last_error ?? '',
   };
 }
 

@@ -1,0 +1,22 @@
+--[[
+  Records that starting members of a pool's current template failed (a launch refused, or members
+  found in Error by the refill). The refill starts no member before `retryat`, a delay that
+  doubles with each consecutive failure up to a cap, so a pool whose image cannot run does not
+  boot and delete members on every sweep. A failure of an older generation is stale: SetPool
+  with a new template starts afresh.
+  KEYS[1] pool hash (sg:pool:{name})
+  ARGV[1] generation the failed members were started for, ARGV[2] now (ms), ARGV[3] first delay
+  (ms), ARGV[4] longest delay (ms), ARGV[5] what failed (for ListPools)
+  Returns the delay (ms) before the next start, or -1 when the pool is gone or of another generation.
+]]
+if redis.call('HGET', KEYS[1], 'gen') ~= ARGV[1] then return -1 end
+local fails = redis.call('HINCRBY', KEYS[1], 'fails', 1)
+local delay = tonumber(ARGV[3])
+local longest = tonumber(ARGV[4])
+for _ = 2, fails do
+  delay = delay * 2
+  if delay >= longest then break end
+end
+if delay > longest then delay = longest end
+redis.call('HSET', KEYS[1], 'retryat', tonumber(ARGV[2]) + delay, 'lasterr', ARGV[5])
+return delay

@@ -1,0 +1,55 @@
+// A pool whose members cannot start backs off (note-pool-failure-1, clear-pool-failures-1,
+// set-pool-2), on a real Redis: the wait doubles per consecutive failure up to its cap, a failure
+// of a template that was replaced meanwhile does not count, a member that got Ready clears it all,
+// and a new template starts afresh while a new size alone does not.
+import { describe, expect, it } from 'vitest';
+import type { Redis } from 'ioredis';
+import { PoolStore, SandboxStore } from '@sandgate/store';
+import { redisForFile } from '@sandgate/test-harness/redis-per-file';
+
+let client: Redis;
+redisForFile((server) => (client = server.client()));
+const store = () => new PoolStore(client, new SandboxStore(client));
+const template = { image: 'nope:1', resources: '', policy: '' };
+
+describe('warm pools: back-off of members that cannot start', () => {
+  it('doubles the wait per failure in a row, up to the cap, and says why', async () => {
+    const pools = store();
+    const pool = await pools.set('bo1', 2, template);
+    expect(pool).toMatchObject({ failures: 0, retryAtMs: 0, lastError: '' });
+    const delays: number[] = [];
+    for (let i = 0; i < 6; i++) {
+      const before = Date.now();
+      delays.push((await pools.noteFailure('bo1', pool.generation, `no such image (${i})`, 1_000, 10_000))!);
+      const now = (await pools.get('bo1'))!;
+      expect(now.failures).toBe(i + 1);
+      expect(now.lastError).toBe(`no such image (${i})`);
+      expect(now.retryAtMs).toBeGreaterThanOrEqual(before + delays[i]!);
+      expect(now.retryAtMs).toBeLessThanOrEqual(Date.now() + delays[i]!);
+    }
+    expect(delays).toEqual([1_000, 2_000, 4_000, 8_000, 10_000, 10_000]);
+  });
+
+  it('a member that got Ready clears the failures; a stale generation neither counts nor clears', async () => {
+    const pools = store();
+    const pool = await pools.set('bo2', 1, template);
+    await pools.noteFailure('bo2', pool.generation, 'boom', 1_000, 10_000);
+    expect(await pools.noteFailure('bo2', pool.generation - 1, 'old', 1_000, 10_000)).toBeNull();
+    expect(await pools.clearFailures('bo2', pool.generation - 1)).toBe(false);
+    expect((await pools.get('bo2'))!.failures).toBe(1);
+    expect(await pools.clearFailures('bo2', pool.generation)).toBe(true);
+    expect(await pools.get('bo2')).toMatchObject({ failures: 0, retryAtMs: 0, lastError: '' });
+    expect(await pools.clearFailures('bo2', pool.generation)).toBe(false);
+    expect(await pools.noteFailure('gone', 1, 'x', 1_000, 10_000)).toBeNull();
+  });
+
+  it('a new size keeps the back-off; a new template starts afresh', async () => {
+    const pools = store();
+    const pool = await pools.set('bo3', 1, template);
+    await pools.noteFailure('bo3', pool.generation, 'boom', 60_000, 600_000);
+    const resized = await pools.set('bo3', 3, template);
+    expect(resized).toMatchObject({ generation: pool.generation, failures: 1, lastError: 'boom' });
+    const fixed = await pools.set('bo3', 3, { ...template, image: '' });
+    expect(fixed).toMatchObject({ generation: pool.generation + 1, failures: 0, retryAtMs: 0, lastError: '' });
+  });
+});
