@@ -3,7 +3,8 @@
 // claims one (the member's id, Ready in the create's answer) and gives it the caller's name,
 // command and environment; the pool refills; concurrent creates never get the same member; a
 // request the members were not launched for is refused naming the field; a claim whose replica
-// died before it could start the main process still gets it started (the reconcile sweep);
+// died before it could start the main process still gets it started (the reconcile sweep); an
+// auto-match pool serves creates of exactly its template that name no pool, and only those;
 // `pool delete` retires every member.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Redis } from 'ioredis';
@@ -27,10 +28,10 @@ beforeAll(async () => {
 
 afterAll(async () => {
   if (cluster) {
-    await runCli(['pool', 'delete', 'warm'], { gateway: gw(0) }).catch(() => undefined);
+    for (const pool of ['warm', 'auto']) await runCli(['pool', 'delete', pool], { gateway: gw(0) }).catch(() => undefined);
     await deleteAllSandboxes(gw(0));
     // Members go with the refill job: wait for them, so no supervisor outlives the test.
-    for (const pool of ['warm', 'rest']) {
+    for (const pool of ['warm', 'rest', 'auto']) {
       await waitFor(`${pool} members retired`, async () => (await client.scard(keys.workspaceSandboxes(poolWorkspace(pool)))) === 0, 60_000, 500).catch(() => undefined);
     }
   }
@@ -160,6 +161,35 @@ describe('warm pools', () => {
     expect(missing.err).toMatch(/pool 'no-such-pool' not found/);
   });
 
+  it('an auto-match pool serves creates of exactly its template that name no pool; other pools and templates start cold', async () => {
+    const set = await runCli(['pool', 'set', 'auto', '--size', '1', '--cpu', '300m', '--auto-match'], { gateway: gw(0) });
+    expect(set.code, set.stderr.toString()).toBe(0);
+    const autoMembers = () => client.smembers(keys.workspaceSandboxes(poolWorkspace('auto')));
+    await waitFor('a ready member of auto', async () => (await pools()).find((p) => p.name === 'auto')?.ready === 1, 90_000, 300);
+    // 'warm' (not auto-match, the default template) has Ready members a plain create could take.
+    await waitFor('a ready member of warm', async () => ((await pools()).find((p) => p.name === 'warm')?.ready ?? 0) >= 1, 90_000, 300);
+    const warmBefore = new Set(await members());
+    const autoBefore = new Set(await autoMembers());
+    const claimed = await create(['--name', 'auto-a', '--cpu', '300m', '--env', 'AUTO=yes', '--', 'sh', '-c', 'echo "main $AUTO" > main-out; exec sleep infinity'], gw(1));
+    expect(claimed.code, claimed.err).toBe(0);
+    expect(autoBefore.has(claimed.sandbox!.metadata.id), 'a create of the exact template got the member').toBe(true);
+    expect(claimed.sandbox!.status.phase).toMatch(/READY|Ready/);
+    await waitFor('the claim command ran', async () => (await exec('auto-a', ['cat', 'main-out'])).out.trim() === 'main yes', 15_000, 250);
+    // Another CPU limit, or the default template of a pool that is not auto-match: cold.
+    const other = await create(['--name', 'auto-b', '--cpu', '400m', '--', 'sleep', 'infinity']);
+    const plain = await create(['--name', 'plain-c', '--', 'sleep', 'infinity']);
+    for (const r of [other, plain]) {
+      expect(r.code, r.err).toBe(0);
+      expect(warmBefore.has(r.sandbox!.metadata.id) || autoBefore.has(r.sandbox!.metadata.id), `${r.sandbox!.metadata.name} got a member`).toBe(false);
+    }
+    const listed = (await pools()).find((p) => p.name === 'auto') as PoolView & { autoMatch?: boolean };
+    expect(listed.autoMatch).toBe(true);
+    expect((await pools()).find((p) => p.name === 'warm') as PoolView & { autoMatch?: boolean }).toMatchObject({ autoMatch: false });
+    for (const name of ['auto-a', 'auto-b', 'plain-c']) expect((await runCli(['sandbox', 'delete', name], { gateway: gw(0) })).code, name).toBe(0);
+    expect((await runCli(['pool', 'delete', 'auto'], { gateway: gw(0) })).code).toBe(0);
+    await waitFor('auto members retired', async () => (await autoMembers()).length === 0, 60_000, 500);
+  });
+
   it('a claim whose replica died before it started the main process still gets it started', async () => {
     await readyMembers(2);
     // The claim's Redis write alone, as a replica that was killed right after it would leave it.
@@ -198,9 +228,9 @@ describe('warm pools', () => {
     const auth = { authorization: `Bearer ${cluster.token}` };
     const json = { ...auth, 'content-type': 'application/json' };
     const http = (i: number) => cluster.replicas[i]!.httpUrl;
-    const put = await fetch(`${http(0)}/v1/pools/rest`, { method: 'PUT', headers: json, body: JSON.stringify({ size: 1, resources: { memory: '128Mi' } }) });
+    const put = await fetch(`${http(0)}/v1/pools/rest`, { method: 'PUT', headers: json, body: JSON.stringify({ size: 1, resources: { memory: '128Mi' }, auto_match: true }) });
     expect(put.status, await put.clone().text()).toBe(200);
-    expect(await put.json()).toMatchObject({ name: 'rest', size: 1, resources: { memory: '128Mi' }, generation: 1 });
+    expect(await put.json()).toMatchObject({ name: 'rest', size: 1, resources: { memory: '128Mi' }, generation: 1, auto_match: true, consecutive_failures: 0 });
     const unknownField = await fetch(`${http(1)}/v1/pools/rest`, { method: 'PUT', headers: json, body: JSON.stringify({ size: 1, colour: 'blue' }) });
     expect(unknownField.status).toBe(400);
     const listed = async () => ((await (await fetch(`${http(1)}/v1/pools`, { headers: auth })).json()) as { pools: { name: string; ready: number }[] }).pools;

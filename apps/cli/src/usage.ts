@@ -538,19 +538,20 @@ Flags:
 ${GLOBAL_FLAGS}
 `,
   pool: `Usage:
-  sandgate pool set NAME --size N [--image I] [--cpu C] [--memory M] [--policy FILE] [-o json]
+  sandgate pool set NAME --size N [--image I] [--cpu C] [--memory M] [--policy FILE] [--auto-match] [-o json]
   sandgate pool list [-o json]
   sandgate pool delete NAME
 
 A warm pool keeps N sandboxes of one template (image, resources, policy) started and Ready;
 'sandgate sandbox create --pool NAME' claims one and gives it its name, labels, command and
-environment, at once. Gateway admins only.
+environment, at once; with --auto-match, so does any create asking for exactly its template.
+Gateway admins only.
 
 ${GLOBAL_FLAGS}
 
 Run 'sandgate pool COMMAND --help' for a command's flags.
 `,
-  'pool set': `Usage: sandgate pool set NAME --size N [--image I] [--cpu C] [--memory M] [--policy FILE] [-o json]
+  'pool set': `Usage: sandgate pool set NAME --size N [--image I] [--cpu C] [--memory M] [--policy FILE] [--auto-match] [-o json]
 
 Creates or replaces warm pool NAME (SetPool; gateway admins only) and prints it. Setting it again
 replaces its whole template: a flag left out means the default, not the pool's current value.
@@ -564,13 +565,19 @@ Flags:
   --cpu C         CPU limit: cores or millicores (2, 0.5, 500m), as 'sandbox create --cpu'
   --memory M      memory limit: bytes or a quantity (256Mi, 1Gi), as 'sandbox create --memory'
   --policy FILE   egress and identity policy, the format of 'sandbox create --policy'
+  --auto-match    also serve creates that name no pool but ask for exactly this template (the
+                  same image, CPU, memory and policy; unset means the default, as for a cold
+                  create), e.g. a plain 'openshell sandbox create'; without it only
+                  'sandbox create --pool NAME' claims from the pool
   -o json         print the pool as proto3 JSON
 ${GLOBAL_FLAGS}
 `,
   'pool list': `Usage: sandgate pool list [-o json]
 
 Lists the warm pools (ListPools; gateway admins only): NAME, SIZE, READY and STARTING members of
-the current template, IMAGE, CPU and MEMORY limits ('-': none), GENERATION.
+the current template, IMAGE, CPU and MEMORY limits ('-': none), GENERATION, AUTO-MATCH (yes:
+creates of exactly its template claim from it) and FAILURES (members that could not start, in a
+row: the pool then waits before starting more, and a line under the table says why and until when).
 
 Flags:
   -o json         print {"pools": [...]} as proto3 JSON

@@ -28,10 +28,10 @@ writeFileSync(policyFile, POLICY);
 
 describe('pool set arguments', () => {
   it('maps NAME and the flags onto the SetPool request', () => {
-    const args = parseSetArgs(['warm', '--size', '3', '--image', 'img:1', '--cpu', '500m', '--memory', '256Mi', '--policy', policyFile, '-o', 'json', '--gateway', 'g:1']);
+    const args = parseSetArgs(['warm', '--size', '3', '--image', 'img:1', '--cpu', '500m', '--memory', '256Mi', '--policy', policyFile, '--auto-match', '-o', 'json', '--gateway', 'g:1']);
     expect(args.json).toBe(true);
     expect(args.connection).toEqual({ gateway: 'g:1' });
-    expect(args.request).toMatchObject({ name: 'warm', size: 3, image: 'img:1' });
+    expect(args.request).toMatchObject({ name: 'warm', size: 3, image: 'img:1', auto_match: true });
     expect(decodeStruct(args.request.resources!)).toEqual({ limits: { cpu: '500m', memory: '256Mi' } });
     expect(args.request.policy).toEqual(readPolicyFile(policyFile));
     expect(Object.keys(decodePolicy(args.request.policy!).network_policies)).toEqual(['github']);
@@ -118,17 +118,17 @@ describe('pool output', () => {
   const resources = encodeStruct({ limits: { cpu: '500m', memory: '256Mi' } });
   const policy = readPolicyFile(policyFile);
 
-  it('lists NAME SIZE READY STARTING IMAGE CPU MEMORY GENERATION FAILURES, - for a limit not set', () => {
+  it('lists NAME SIZE READY STARTING IMAGE CPU MEMORY GENERATION AUTO-MATCH FAILURES, - for a limit not set', () => {
     const text = formatPoolTable([
-      { name: 'warm', size: 2, ready: 1, starting: 1, image: 'img:1', resources, generation: 3 },
+      { name: 'warm', size: 2, ready: 1, starting: 1, image: 'img:1', resources, generation: 3, auto_match: true },
       // As the gateway's answer decodes with defaults omitted: zeros and empty strings absent.
       { name: 'cold', generation: 1, resources: encodeStruct({ limits: { memory: '1Gi' } }) },
     ]);
     expect(text).toBe(
       [
-        'NAME   SIZE   READY   STARTING   IMAGE   CPU    MEMORY   GENERATION   FAILURES',
-        'warm   2      1       1          img:1   500m   256Mi    3            0',
-        'cold   0      0       0          -       -      1Gi      1            0',
+        'NAME   SIZE   READY   STARTING   IMAGE   CPU    MEMORY   GENERATION   AUTO-MATCH   FAILURES',
+        'warm   2      1       1          img:1   500m   256Mi    3            yes          0',
+        'cold   0      0       0          -       -      1Gi      1            no           0',
         '',
       ].join('\n'),
     );
@@ -151,7 +151,7 @@ describe('pool output', () => {
   });
 
   it('prints every scalar, zeros included, and no empty bytes field', () => {
-    expect(JSON.stringify(poolJson({ name: 'cold' }))).toBe('{"name":"cold","size":0,"image":"","generation":"0","ready":0,"starting":0,"createdAtMs":"0","consecutiveFailures":0,"retryAtMs":"0","lastError":""}');
+    expect(JSON.stringify(poolJson({ name: 'cold' }))).toBe('{"name":"cold","size":0,"image":"","generation":"0","ready":0,"starting":0,"createdAtMs":"0","consecutiveFailures":0,"retryAtMs":"0","lastError":"","autoMatch":false}');
   });
 
   it('leaves undecodable bytes as base64', () => {

@@ -43,6 +43,8 @@ export interface PoolDefinition {
   retryAtMs: number;
   /** While failing: why the last member could not start. */
   lastError: string;
+  /** Creates that name no pool but ask for exactly this template claim from it too. */
+  autoMatch: boolean;
 }
 
 /**
@@ -112,4 +114,28 @@ export function checkClaimMatchesPool(spec: ClaimSpec, pool: PoolDefinition, def
   if (t?.user_namespaces) throw invalid(`spec.template.user_namespaces cannot be set on a sandbox claimed from ${where}`);
   // The supervisor's log level is fixed when the member starts.
   if (spec.log_level && spec.log_level !== 'info') throw invalid(`spec.log_level '${spec.log_level}' cannot be set on a sandbox claimed from ${where} (its members log at info)`);
+}
+
+/** The same limits, however the quantities were written ('256Mi' or bytes, keys in any order). */
+function sameLimits(a: Uint8Array | undefined, b: Uint8Array | undefined): boolean {
+  const x = parseResources(a);
+  const y = parseResources(b);
+  return x.cpuMillis === y.cpuMillis && x.memoryBytes === y.memoryBytes && x.pids === y.pids && x.diskBytes === y.diskBytes;
+}
+
+/**
+ * Whether a create that names no pool asks for exactly what `pool`'s members were launched with,
+ * so that a member serves it as well as a cold sandbox would (an auto-match pool). Unlike a claim
+ * naming the pool, where an unset image, resources or policy means the pool's, here unset means
+ * what a cold create would get: the default image, no limits, no policy. Anything a claim refuses
+ * (checkClaimMatchesPool) makes it no match.
+ */
+export function createMatchesPoolTemplate(spec: ClaimSpec, pool: PoolDefinition, defaultImage: string): boolean {
+  const t = spec.template;
+  if ((t?.image || defaultImage) !== (pool.template.image || defaultImage)) return false;
+  if (!sameLimits(t?.resources, pool.template.resources ? Buffer.from(pool.template.resources, 'base64') : undefined)) return false;
+  const policy = spec.policy && spec.policy.byteLength > 0 ? Buffer.from(spec.policy).toString('base64') : '';
+  if (policy !== pool.template.policy) return false;
+  if (t?.runtime_class_name || t?.agent_socket || t?.user_namespaces || (t?.driver_config && t.driver_config.byteLength > 0)) return false;
+  return !spec.log_level || spec.log_level === 'info';
 }

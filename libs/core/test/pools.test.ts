@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { encodeStruct } from '@sandgate/protocols';
-import { checkClaimMatchesPool, isPoolWorkspace, poolMayStartMembers, LOCAL_DEV_PRINCIPAL, mayUseWorkspace, poolWorkspace, validatePoolSettings, type PoolDefinition } from '../src/index.ts';
+import { checkClaimMatchesPool, createMatchesPoolTemplate, isPoolWorkspace, poolMayStartMembers, LOCAL_DEV_PRINCIPAL, mayUseWorkspace, poolWorkspace, validatePoolSettings, type PoolDefinition } from '../src/index.ts';
 
 const memory = encodeStruct({ limits: { memory: '256Mi' } });
 const pool: PoolDefinition = {
@@ -12,6 +12,7 @@ const pool: PoolDefinition = {
   failures: 0,
   retryAtMs: 0,
   lastError: '',
+  autoMatch: true,
 };
 const check = (spec: Parameters<typeof checkClaimMatchesPool>[0]) => () => checkClaimMatchesPool(spec, pool, 'host');
 
@@ -61,5 +62,33 @@ describe('warm pools: back-off', () => {
     const failing = { ...pool, failures: 2, retryAtMs: 5_000, lastError: 'no such image' };
     expect(poolMayStartMembers(failing, 4_999)).toBe(false);
     expect(poolMayStartMembers(failing, 5_000)).toBe(true);
+  });
+});
+
+describe('warm pools: a create naming no pool matches an auto-match pool only by its exact template', () => {
+  const plain: PoolDefinition = { ...pool, template: { image: '', resources: '', policy: '' } };
+  const matches = (spec: Parameters<typeof createMatchesPoolTemplate>[0], p = pool) => createMatchesPoolTemplate(spec, p, 'host');
+
+  it('the same image, limits (however written) and policy match', () => {
+    expect(matches({ template: { resources: memory }, policy: Buffer.from([0x0a, 0x00]) })).toBe(true);
+    expect(matches({ template: { image: 'host', resources: encodeStruct({ limits: { memory: `${256 * 1024 * 1024}` } }) }, policy: Buffer.from([0x0a, 0x00]), log_level: 'info' })).toBe(true);
+    expect(matches({}, plain)).toBe(true);
+    expect(matches({ template: { image: 'host' } }, plain)).toBe(true);
+  });
+
+  it('unset means what a cold create gets, not the pool\'s: no limits, no policy, the default image', () => {
+    expect(matches({})).toBe(false); // the pool has limits and a policy the create did not ask for
+    expect(matches({ template: { resources: memory } })).toBe(false);
+    expect(matches({}, { ...plain, template: { ...plain.template, image: 'other:1' } })).toBe(false);
+  });
+
+  it('anything else asked for is no match', () => {
+    expect(matches({ template: { image: 'other:1' } }, plain)).toBe(false);
+    expect(matches({ template: { resources: encodeStruct({ limits: { memory: '256Mi', cpu: '1' } }) }, policy: Buffer.from([0x0a, 0x00]) })).toBe(false);
+    expect(matches({ policy: Buffer.from([0x0a, 0x00]) }, plain)).toBe(false);
+    expect(matches({ template: { runtime_class_name: 'gvisor' } }, plain)).toBe(false);
+    expect(matches({ template: { user_namespaces: true } }, plain)).toBe(false);
+    expect(matches({ template: { driver_config: Buffer.from([1]) } }, plain)).toBe(false);
+    expect(matches({ log_level: 'debug' }, plain)).toBe(false);
   });
 });

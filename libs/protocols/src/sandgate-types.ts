@@ -94,6 +94,7 @@ export interface SetPoolRequest {
   image?: string;
   resources?: Buffer;
   policy?: Buffer;
+  auto_match?: boolean;
 }
 
 /** sandgate.v1.Pool. */
@@ -110,6 +111,7 @@ export interface Pool {
   consecutive_failures: number;
   retry_at_ms: number;
   last_error: string;
+  auto_match: boolean;
 }
 
 /** Where a TCP channel goes: the supervisor's SSH server, or a loopback port in the sandbox. */

@@ -5,7 +5,8 @@
   one's failed starts (note-pool-failure-1): it gets tried at once.
   KEYS[1] pool hash (sg:pool:{name})
   KEYS[2] pool index (sg:pools)
-  ARGV[1] pool name, ARGV[2] template (JSON), ARGV[3] size, ARGV[4] now (ms)
+  ARGV[1] pool name, ARGV[2] template (JSON), ARGV[3] size, ARGV[4] now (ms),
+  ARGV[5] '1' when creates matching the template claim from it without naming it (auto), else '0'
   Returns the generation now in force.
 ]]
 local template = redis.call('HGET', KEYS[1], 'template')
@@ -15,6 +16,6 @@ if template ~= ARGV[2] then
   redis.call('HDEL', KEYS[1], 'fails', 'retryat', 'lasterr')
 end
 if redis.call('EXISTS', KEYS[1]) == 0 then redis.call('HSET', KEYS[1], 'created', ARGV[4]) end
-redis.call('HSET', KEYS[1], 'template', ARGV[2], 'size', ARGV[3], 'gen', gen)
+redis.call('HSET', KEYS[1], 'template', ARGV[2], 'size', ARGV[3], 'gen', gen, 'auto', ARGV[5])
 redis.call('SADD', KEYS[2], ARGV[1])
 return gen

@@ -38,8 +38,8 @@ export class PoolStore {
   }
 
   /** Creates or replaces the definition; returns it as stored (a template change is a new generation). */
-  async set(name: string, size: number, template: PoolTemplate): Promise<PoolDefinition> {
-    await SET.run(this.redis, [keys.pool(name), keys.poolIndex()], [name, JSON.stringify(template), size, Date.now()]);
+  async set(name: string, size: number, template: PoolTemplate, autoMatch = false): Promise<PoolDefinition> {
+    await SET.run(this.redis, [keys.pool(name), keys.poolIndex()], [name, JSON.stringify(template), size, Date.now(), autoMatch ? '1' : '0']);
     const stored = await this.get(name);
     if (!stored) throw new Error(`pool ${name} vanished right after it was set`);
     return stored;
@@ -153,5 +153,6 @@ function toDefinition(name: string, hash: Record<string, string>): PoolDefinitio
     failures: Number(hash.fails ?? 0),
     retryAtMs: Number(hash.retryat ?? 0),
     lastError: hash.lasterr ?? '',
+    autoMatch: hash.auto === '1',
   };
 }

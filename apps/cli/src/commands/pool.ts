@@ -20,6 +20,7 @@ export const SET_OPTIONS = {
   cpu: { type: 'string' },
   memory: { type: 'string' },
   policy: { type: 'string' },
+  'auto-match': { type: 'boolean' },
   output: { type: 'string', short: 'o' },
 } as const;
 export const LIST_OPTIONS = { ...GATEWAY_OPTION, output: { type: 'string', short: 'o' } } as const;
@@ -67,6 +68,7 @@ export function parseSetArgs(argv: string[]): SetArgs {
     ...(values.image !== undefined ? { image: values.image } : {}),
     ...(resources ? { resources } : {}),
     ...(values.policy !== undefined ? { policy: readPolicyFile(values.policy, undefined, command) } : {}),
+    ...(values['auto-match'] ? { auto_match: true } : {}),
   };
   return { request, json, connection: connectionFlags(values) };
 }
@@ -89,6 +91,7 @@ const POOL_JSON_FIELDS = {
   consecutiveFailures: 0,
   retryAtMs: '0',
   lastError: '',
+  autoMatch: false,
 } as const;
 
 /**
@@ -129,7 +132,7 @@ function limitCells(bytes: Uint8Array | undefined): [string, string] {
 
 export function formatPoolTable(pools: WirePool[]): string {
   const table = formatTable(
-    ['NAME', 'SIZE', 'READY', 'STARTING', 'IMAGE', 'CPU', 'MEMORY', 'GENERATION', 'FAILURES'],
+    ['NAME', 'SIZE', 'READY', 'STARTING', 'IMAGE', 'CPU', 'MEMORY', 'GENERATION', 'AUTO-MATCH', 'FAILURES'],
     pools.map((p) => [
       p.name ?? '',
       String(p.size ?? 0),
@@ -138,6 +141,7 @@ export function formatPoolTable(pools: WirePool[]): string {
       p.image || '-',
       ...limitCells(p.resources),
       String(p.generation ?? 0),
+      p.auto_match ? 'yes' : 'no',
       String(p.consecutive_failures ?? 0),
     ]),
   );

@@ -17,6 +17,7 @@ import {
   RESTART_POLICY_NEVER,
   checkClaimMatchesPool,
   checkPolicy,
+  createMatchesPoolTemplate,
   generateName,
   invalid,
   onDeleteRequested,
@@ -84,9 +85,9 @@ export class PoolService {
       image: req.image ?? '',
       resources: resources ? resources.toString('base64') : '',
       policy: policy ? Buffer.from(policy).toString('base64') : '',
-    });
+    }, req.auto_match === true);
     await this.deps.scheduler.poolRefill(name);
-    this.deps.log.info('pool set', { pool: name, size, generation: pool.generation });
+    this.deps.log.info('pool set', { pool: name, size, generation: pool.generation, autoMatch: pool.autoMatch });
     return this.toWire(pool, await this.deps.pools.members(name));
   }
 
@@ -123,6 +124,7 @@ export class PoolService {
       consecutive_failures: pool.failures,
       retry_at_ms: pool.retryAtMs,
       last_error: pool.lastError,
+      auto_match: pool.autoMatch,
     };
   }
 
@@ -136,6 +138,16 @@ export class PoolService {
     if (!pool) throw new GatewayError(Code.NOT_FOUND, `pool '${name}' not found (annotation ${POOL_ANNOTATION})`);
     checkClaimMatchesPool(request.spec, pool, this.deps.defaultImage);
     return pool;
+  }
+
+  /**
+   * The auto-match pools a create that names no pool may claim from: those whose template is
+   * exactly what it asks for (createMatchesPoolTemplate), by name. Empty for a create naming a pool.
+   */
+  async matching(request: CreateRequest): Promise<PoolDefinition[]> {
+    if (request.annotations?.[POOL_ANNOTATION] !== undefined) return [];
+    const pools = await this.deps.pools.list();
+    return pools.filter((p) => p.autoMatch && p.size > 0 && createMatchesPoolTemplate(request.spec, p, this.deps.defaultImage));
   }
 
   /**

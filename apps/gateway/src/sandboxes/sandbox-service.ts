@@ -72,16 +72,17 @@ export class SandboxService {
       throw invalid(`spec.template.resources.limits.ephemeral-storage is not supported by the ${driver.name} driver (it cannot cap a sandbox's disk)`);
     }
     // A create from a warm pool: a Ready member, claimed; with none ready, a cold create of the
-    // pool's template (the same sandbox, later).
+    // pool's template (the same sandbox, later). A create naming no pool may still be served by
+    // an auto-match pool of exactly its template.
     const pool = await this.deps.pools.requested(request);
-    if (pool) {
-      const claimed = await this.deps.pools.claim(request, pool, workspace, this.deps.maxSandboxesPerWorkspace);
+    for (const candidate of pool ? [pool] : await this.deps.pools.matching(request)) {
+      const claimed = await this.deps.pools.claim(request, candidate, workspace, this.deps.maxSandboxesPerWorkspace);
       if (claimed) {
         this.deps.metrics.inc('sandgate_sandboxes_created_total');
         return { sandbox: claimed };
       }
-      this.deps.pools.withPoolTemplate(request, pool);
     }
+    if (pool) this.deps.pools.withPoolTemplate(request, pool);
     const spec = request.spec;
     spec.template = spec.template ?? { labels: {}, annotations: {}, environment: {} };
     if (!spec.template.image) spec.template.image = this.deps.defaultImage;

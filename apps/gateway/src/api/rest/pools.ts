@@ -30,6 +30,7 @@ const PoolJson = Type.Object(
     consecutive_failures: Type.Integer({ description: "members of this template that could not start, in a row (0 while they start fine)" }),
     retry_at_ms: Type.Integer({ description: 'while failing: no member is started before this time (ms since the epoch); 0 otherwise' }),
     last_error: Type.String({ description: 'while failing: why the last member could not start' }),
+    auto_match: Type.Boolean({ description: 'creates that name no pool but ask for exactly this template claim from it too' }),
   },
   { $id: 'Pool' },
 );
@@ -39,6 +40,7 @@ const SetPoolBody = Type.Object(
     size: Type.Integer({ minimum: 0, description: 'members kept started (0 to 64)' }),
     image: Type.Optional(Type.String({ description: "default: the gateway's default image" })),
     resources: Type.Optional(Resources),
+    auto_match: Type.Optional(Type.Boolean({ description: 'also serve creates that name no pool but ask for exactly this template (image, resources; no policy); default false' })),
   },
   { additionalProperties: false, title: 'SetPool' },
 );
@@ -59,6 +61,7 @@ function poolJson(pool: Pool): Static<typeof PoolJson> {
     consecutive_failures: pool.consecutive_failures ?? 0,
     retry_at_ms: Number(pool.retry_at_ms ?? 0),
     last_error: pool.last_error ?? '',
+    auto_match: pool.auto_match ?? false,
   };
 }
 
@@ -77,7 +80,13 @@ export function poolRoutes(app: FastifyInstance, deps: RestDeps): void {
     async (req) => {
       const limits: Record<string, string> = { ...(req.body.resources ?? {}) };
       const pool = await deps.pools.set(
-        { name: req.params.name, size: req.body.size, image: req.body.image, resources: Object.keys(limits).length ? encodeStruct({ limits }) : undefined },
+        {
+          name: req.params.name,
+          size: req.body.size,
+          image: req.body.image,
+          resources: Object.keys(limits).length ? encodeStruct({ limits }) : undefined,
+          auto_match: req.body.auto_match ?? false,
+        },
         callerOf(req),
       );
       return poolJson(pool);

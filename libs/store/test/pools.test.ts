@@ -1,5 +1,6 @@
-// A pool whose members cannot start backs off (note-pool-failure-1, clear-pool-failures-1,
-// set-pool-2), on a real Redis: the wait doubles per consecutive failure up to its cap, a failure
+// Pool definitions on a real Redis. The auto-match flag is stored and each SetPool states it
+// afresh. A pool whose members cannot start backs off (note-pool-failure-1, clear-pool-failures-1,
+// set-pool-2): the wait doubles per consecutive failure up to its cap, a failure
 // of a template that was replaced meanwhile does not count, a member that got Ready clears it all,
 // and a new template starts afresh while a new size alone does not.
 import { describe, expect, it } from 'vitest';
@@ -51,5 +52,16 @@ describe('warm pools: back-off of members that cannot start', () => {
     expect(resized).toMatchObject({ generation: pool.generation, failures: 1, lastError: 'boom' });
     const fixed = await pools.set('bo3', 3, { ...template, image: '' });
     expect(fixed).toMatchObject({ generation: pool.generation + 1, failures: 0, retryAtMs: 0, lastError: '' });
+  });
+});
+
+describe('warm pools: the auto-match flag', () => {
+  it('is stored, listed, and each set states it afresh (left out: off) without a new generation', async () => {
+    const pools = store();
+    const on = await pools.set('am1', 1, template, true);
+    expect(on.autoMatch).toBe(true);
+    expect((await pools.list()).find((p) => p.name === 'am1')?.autoMatch).toBe(true);
+    const off = await pools.set('am1', 1, template);
+    expect(off).toMatchObject({ autoMatch: false, generation: on.generation });
   });
 });
