@@ -222,3 +222,53 @@ export async function startRelayPair(sandboxName: string, opts: { env?: Record<s
   });
   return { ...env, sandbox, owner, other, direct, relayed };
 }
+
+async function statusOf(pid: number): Promise<{ ppid: number; name: string }> {
+  const s = await readFile(`/proc/${pid}/status`, 'utf8');
+  return { ppid: Number(/PPid:\s+(\d+)/.exec(s)![1]), name: /Name:\s+(\S+)/.exec(s)![1]! };
+}
+
+/** A field of a process's smaps_rollup in bytes (Pss: its proportional set size). */
+export async function smapsRollup(pid: number, field = 'Pss'): Promise<number> {
+  const m = new RegExp(`^${field}:\\s+(\\d+) kB`, 'm').exec(await readFile(`/proc/${pid}/smaps_rollup`, 'utf8'));
+  return m ? Number(m[1]) * 1024 : 0;
+}
+
+const pss = (pid: number) => smapsRollup(pid);
+
+/**
+ * A sandbox's processes besides its workload, PSS in bytes: the bwrap chain above the supervisor,
+ * the supervisor, its netns agent, and the spare exec wrapper it keeps started (sandgate-launch).
+ */
+export async function sandboxFootprint(
+  sandboxId: string,
+): Promise<{ bwrap: number; supervisor: number; supervisorAnon: number; agent: number; agentName: string; spare: number }> {
+  const { readdir } = await import('node:fs/promises');
+  const sup = await supervisorPid(sandboxId);
+  if (!sup) throw new Error(`no supervisor found for ${sandboxId}`);
+  let bwrap = 0;
+  for (let p = (await statusOf(sup)).ppid; p > 1; ) {
+    const st = await statusOf(p);
+    if (st.name !== 'bwrap') break;
+    bwrap += await pss(p);
+    p = st.ppid;
+  }
+  let agent = 0;
+  let agentName = '';
+  let spare = 0;
+  for (const entry of await readdir('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    const st = await statusOf(Number(entry)).catch(() => null);
+    if (!st || st.ppid !== sup) continue;
+    if (st.name === 'sandgate-launch') {
+      spare += await pss(Number(entry));
+      continue;
+    }
+    // The workload's main process is the other child; the Node agent runs as `node` (after
+    // `unshare` exec'd it) and names its main thread MainThread in newer Node versions.
+    if (!['sandgate-netns', 'node', 'MainThread'].includes(st.name)) continue;
+    agent += await pss(Number(entry));
+    agentName = st.name;
+  }
+  return { bwrap, supervisor: await pss(sup), supervisorAnon: await smapsRollup(sup, 'Pss_Anon'), agent, agentName, spare };
+}

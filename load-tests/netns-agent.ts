@@ -7,7 +7,6 @@
 // its workload: bwrap, the supervisor, the agent.
 //   node load-tests/netns-agent.ts [--sandboxes 10] [--settle-seconds 10]
 import fs from 'node:fs';
-import { readFile, readdir } from 'node:fs/promises';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { SandboxPhase, type SandboxResponse } from '@sandgate/protocols';
@@ -15,7 +14,7 @@ import { NATIVE_NETNS_AGENT } from '@sandgate/supervisor';
 import { openShellClient, unaryCall } from '../test/harness/grpc-client.ts';
 import { sleep } from '../test/harness/wait.ts';
 import { COMMON_OPTIONS, emitReport, mib, now, onCleanup, runMain, type BenchReport } from './bench.ts';
-import { startEnv, supervisorPid } from './env.ts';
+import { sandboxFootprint as footprint, startEnv } from './env.ts';
 import { execRun } from './exec-client.ts';
 import { ms, summarise } from './stats.ts';
 
@@ -51,43 +50,6 @@ function timeline(stateDir: string, m: Made): { marks: Map<string, number>; agen
     if (rec.msg === 'workload network namespace ready') agent = rec.agent;
   }
   return { marks, agent };
-}
-
-async function statusOf(pid: number): Promise<{ ppid: number; name: string }> {
-  const s = await readFile(`/proc/${pid}/status`, 'utf8');
-  return { ppid: Number(/PPid:\s+(\d+)/.exec(s)![1]), name: /Name:\s+(\S+)/.exec(s)![1]! };
-}
-
-/** PSS of a process in bytes (smaps_rollup). */
-async function pss(pid: number): Promise<number> {
-  const m = /^Pss:\s+(\d+) kB/m.exec(await readFile(`/proc/${pid}/smaps_rollup`, 'utf8'));
-  return m ? Number(m[1]) * 1024 : 0;
-}
-
-/** A sandbox's processes besides its workload: the bwrap chain above the supervisor, the supervisor, its netns agent. */
-async function footprint(sandboxId: string): Promise<{ bwrap: number; supervisor: number; agent: number; agentName: string }> {
-  const sup = await supervisorPid(sandboxId);
-  if (!sup) throw new Error(`no supervisor found for ${sandboxId}`);
-  let bwrap = 0;
-  for (let p = (await statusOf(sup)).ppid; p > 1; ) {
-    const st = await statusOf(p);
-    if (st.name !== 'bwrap') break;
-    bwrap += await pss(p);
-    p = st.ppid;
-  }
-  let agent = 0;
-  let agentName = '';
-  for (const entry of await readdir('/proc')) {
-    if (!/^\d+$/.test(entry)) continue;
-    const st = await statusOf(Number(entry)).catch(() => null);
-    if (!st || st.ppid !== sup) continue;
-    // The workload's main process is the other child; the Node agent runs as `node` (after
-    // `unshare` exec'd it) and names its main thread MainThread in newer Node versions.
-    if (!['sandgate-netns', 'node', 'MainThread'].includes(st.name)) continue;
-    agent += await pss(Number(entry));
-    agentName = st.name;
-  }
-  return { bwrap, supervisor: await pss(sup), agent, agentName };
 }
 
 async function main(): Promise<void> {
