@@ -6,9 +6,10 @@
   endpoint listing too, in the same call: no endpoint outlives its sandbox, even for a moment.
   So do its SSH sessions (every token minted for it, revoked or not, expired or not) and the
   forward counts on them and on the sandbox. The caller passes the keys of every session it read
-  from the sandbox's session index; one created since (create-ssh-session-3 adds to the index only
-  while the record exists, so only before this call) has its keys derived here from the key
-  prefixes in ARGV, so none is left and the caller never has to retry.
+  from the sandbox's session index; if the index names one it was not given (created between that
+  read and this call: create-ssh-session-3 adds to the index only while the record exists), the
+  script changes nothing and answers -1, and the caller reads the index again. It never builds a
+  key name itself, so every key it touches is declared (as Redis Cluster requires).
   KEYS[1] record hash, KEYS[2] name index, KEYS[3] id set, KEYS[4] owner hash,
   KEYS[5] fence counter, KEYS[6] event stream, KEYS[7] log stream,
   KEYS[8] workspace sandbox set (sg:wssbx:{ws}), KEYS[9] usage hash (sg:usage:{id}),
@@ -18,14 +19,13 @@
   ARGV[1] id
   ARGV[2] how long the event stream lingers after the delete (ms)
   ARGV[3] event stream max length (approximate trim)
-  ARGV[4] session key prefix (sg:ssh:), ARGV[5] token forwards key prefix (sg:sshfwd:tok:)
-  ARGV[6..] the token digest of each session pair, in the same order
-  Returns 1 the record existed (removed), 0 it did not.
+  ARGV[4..] the token digest of each session pair, in the same order
+  Returns 1 the record existed (removed), 0 it did not, -1 the session index changed (nothing done).
 ]]
 local passed = {}
-for i = 6, #ARGV do passed[ARGV[i]] = true end
+for i = 4, #ARGV do passed[ARGV[i]] = true end
 for _, digest in ipairs(redis.call('ZRANGE', KEYS[13], 0, -1)) do
-  if not passed[digest] then redis.call('DEL', ARGV[4] .. digest, ARGV[5] .. digest) end
+  if not passed[digest] then return -1 end
 end
 local existed = redis.call('EXISTS', KEYS[1])
 local id = ARGV[1]

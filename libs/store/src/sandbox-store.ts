@@ -25,7 +25,9 @@ const CreateResult = { nameTaken: 0, created: 1, workspaceMissing: -1, workspace
 /** What update-sandbox-2 answers when it did not write (otherwise the new resource_version, >= 0). */
 const UpdateResult = { gone: -1, conflict: -2 } as const;
 /** What remove-sandbox-n answers. */
-const RemoveResult = { absent: 0, removed: 1 } as const;
+const RemoveResult = { absent: 0, removed: 1, sessionsChanged: -1 } as const;
+/** Reads of the session index a delete makes before giving up (SSH sessions being minted all along). */
+const REMOVE_ATTEMPTS = 5;
 
 /**
  * Why create-sandbox-7 (or claim-pool-member-9, which answers the same) did not create: the
@@ -255,20 +257,24 @@ export class SandboxStore {
   /**
    * Removes the record and everything keyed by it, SSH sessions included, in one script call.
    * Returns whether it existed. The sessions' keys are passed as read from the sandbox's session
-   * index just before; the script also removes any session created in between (from the index).
+   * index just before; when a session was created in between, the script does nothing and the
+   * index is read again (a few times: then the caller's retry, e.g. the delete job's, goes on).
    */
   async remove(id: string, workspace: string, name: string): Promise<boolean> {
-    const digests = await this.redis.zrange(keys.sandboxSshSessions(id), '0', '-1');
-    const existed = await REMOVE.run(
-      this.redis,
-      [
-        keys.sandbox(id), keys.sandboxName(workspace, name), keys.sandboxIndex(), keys.owner(id), keys.fence(id), keys.events(id), keys.logs(id),
-        keys.workspaceSandboxes(workspace), keys.usage(id), keys.sandboxServices(id), keys.workspaceServices(workspace),
-        keys.forwardsBySandbox(id), keys.sandboxSshSessions(id),
-        ...digests.flatMap((d) => [keys.sshSession(d), keys.forwardsByToken(d)]),
-      ],
-      [id, EVENTS_TTL_AFTER_DELETE_MS, EVENTS_MAXLEN, keys.sshSession(''), keys.forwardsByToken(''), ...digests],
-    );
-    return existed === RemoveResult.removed;
+    for (let attempt = 1; ; attempt++) {
+      const digests = await this.redis.zrange(keys.sandboxSshSessions(id), '0', '-1');
+      const existed = await REMOVE.run(
+        this.redis,
+        [
+          keys.sandbox(id), keys.sandboxName(workspace, name), keys.sandboxIndex(), keys.owner(id), keys.fence(id), keys.events(id), keys.logs(id),
+          keys.workspaceSandboxes(workspace), keys.usage(id), keys.sandboxServices(id), keys.workspaceServices(workspace),
+          keys.forwardsBySandbox(id), keys.sandboxSshSessions(id),
+          ...digests.flatMap((d) => [keys.sshSession(d), keys.forwardsByToken(d)]),
+        ],
+        [id, EVENTS_TTL_AFTER_DELETE_MS, EVENTS_MAXLEN, ...digests],
+      );
+      if (existed !== RemoveResult.sessionsChanged) return existed === RemoveResult.removed;
+      if (attempt >= REMOVE_ATTEMPTS) throw new Error(`sandbox ${id}: SSH sessions kept being created during its delete (${attempt} attempts); retry`);
+    }
   }
 }

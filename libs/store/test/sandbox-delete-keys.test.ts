@@ -150,7 +150,7 @@ describe('a sandbox delete removes every key of the sandbox', () => {
     expect(mentioning(await keySpace(), ['many-ssh']).filter((k) => k !== keys.events('many-ssh'))).toEqual([]);
   });
 
-  it('also removes a session created between the delete\'s read of the session index and its script', async () => {
+  it('also removes a session created between the delete\'s read of the session index and its script (it reads again)', async () => {
     const sandboxes = new SandboxStore(client);
     const ssh = new SshSessionStore(client.duplicate());
     await sandboxes.create(sandbox('late-ssh', 'late-ssh'), 'h');
@@ -166,7 +166,8 @@ describe('a sandbox delete removes every key of the sandbox', () => {
     }) as typeof client.zrange);
     expect(await sandboxes.remove('late-ssh', 'default', 'late-ssh')).toBe(true);
     vi.restoreAllMocks();
-    expect(reads).toBe(1);
+    // The script found a session it was not given, changed nothing, and the delete read again.
+    expect(reads).toBe(2);
     for (const t of ['tok-early', 'tok-between']) expect(await client.exists(keys.sshSession(tokenDigest(t))), t).toBe(0);
     expect(await ssh.create('tok-after', session)).toBe(false);
     expect(mentioning(await keySpace(), ['late-ssh', tokenDigest('tok-between')]).filter((k) => k !== keys.events('late-ssh'))).toEqual([]);
