@@ -18,6 +18,7 @@ const E2E_WAITING = [
   'test/e2e/metrics.test.ts',
   'test/e2e/tracing.test.ts',
   'test/e2e/balancer-redis-restart.test.ts',
+  'test/e2e/balancer-dead-replica.test.ts',
   'test/e2e/redis-partition.test.ts',
   'test/e2e/pools.test.ts',
 ];

@@ -22,8 +22,11 @@ export function bearerInterceptor(token: string): Interceptor {
     });
 }
 
-/** `creds` undefined: the registered credentials of `address`; `{}`: none at all (anonymous, plaintext). */
-export function openShellClient(address: string, creds?: GatewayCredentials): AnyClient {
+/**
+ * `creds` undefined: the registered credentials of `address`; `{}`: none at all (anonymous, plaintext).
+ * `options`: more channel options (`grpc.use_local_subchannel_pool: 1` for a connection of its own).
+ */
+export function openShellClient(address: string, creds?: GatewayCredentials, options: Record<string, string | number> = {}): AnyClient {
   const c = creds ?? credentialsFor(address);
   const channel = c.ca ? grpcCredentials.createSsl(c.ca, c.key ?? null, c.cert ?? null) : grpcCredentials.createInsecure();
   // Reconnect quickly after a replica or the balancer dropped us (grpc-js defaults back off to 2 min).
@@ -31,6 +34,7 @@ export function openShellClient(address: string, creds?: GatewayCredentials): An
     'grpc.initial_reconnect_backoff_ms': 100,
     'grpc.max_reconnect_backoff_ms': 1000,
     ...(c.servername ? { 'grpc.ssl_target_name_override': c.servername, 'grpc.default_authority': c.servername } : {}),
+    ...options,
     interceptors: c.token ? [bearerInterceptor(c.token)] : [],
   }) as unknown as AnyClient;
 }

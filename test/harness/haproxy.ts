@@ -3,10 +3,11 @@
 // so clients and supervisors reconnect to a live replica. Liveness, not /readyz: a Redis restart
 // makes every replica not ready at once, and the balancer would cut every session on every one.
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { forgetGateway, registerGateway, type GatewayCredentials } from './credentials.ts';
 import { waitFor } from './wait.ts';
 
@@ -16,12 +17,26 @@ export interface HaproxyBackend {
   httpPort: number;
 }
 
+export interface ServerStat {
+  backend: string;
+  server: string;
+  status: string;
+  /** Connections to this server that failed. */
+  econ: number;
+  /** Connection attempts retried. */
+  wretr: number;
+  /** Connections redispatched to another server. */
+  wredis: number;
+}
+
 export interface Haproxy {
   address: string;
   /** With `httpPort`: the URL of the frontend in front of the replicas' HTTP ports. */
   httpUrl?: string;
   /** Everything haproxy wrote to stderr, each line stamped with the wall-clock time it arrived. */
   log(): string;
+  /** `show stat` per server: its state, connection errors, retries and redispatches so far. */
+  serverStats(): Promise<ServerStat[]>;
   stop(): Promise<void>;
 }
 
@@ -64,10 +79,44 @@ export function haproxyConfig(port: number, backends: HaproxyBackend[], healthCa
   ].join('\n');
 }
 
+/** The shipped balancer configuration (what docker-compose.yml runs). */
+export const DEPLOY_HAPROXY_CFG = fileURLToPath(new URL('../../deploy/haproxy.cfg', import.meta.url));
+
+/**
+ * deploy/haproxy.cfg as shipped, with its fixed addresses moved to a test's free ports: the
+ * frontends' `:8080` (gRPC) and `:8081` (HTTP) to `port` and `httpPort`, its stats page to
+ * `statsPort`, and the three replicas' gRPC and HTTP ports (18080/18081, 18090/18091,
+ * 18100/18101) to `backends`'. A stats socket is added for the harness. Every other line is the
+ * file's own, so a test of it tests what operators deploy.
+ */
+export function deployHaproxyConfig(port: number, httpPort: number, statsPort: number, backends: HaproxyBackend[], statsSocket: string): string {
+  const text = readFileSync(DEPLOY_HAPROXY_CFG, 'utf8');
+  if (backends.length !== 3) throw new Error(`deploy/haproxy.cfg names three replicas; got ${backends.length}`);
+  const moved = new Map<number, number>([
+    [8080, port],
+    [8081, httpPort],
+    [8404, statsPort],
+  ]);
+  backends.forEach((b, i) => {
+    moved.set(18080 + 10 * i, b.grpcPort);
+    moved.set(18081 + 10 * i, b.httpPort);
+  });
+  const unknown: number[] = [];
+  const out = text.replace(/(127\.0\.0\.1:|\bport )(\d+)/g, (_all, before: string, n: string) => {
+    const to = moved.get(Number(n));
+    if (to === undefined) unknown.push(Number(n));
+    return `${before}${to ?? n}`;
+  });
+  if (unknown.length > 0) throw new Error(`deploy/haproxy.cfg has addresses this harness does not map: ${unknown.join(', ')}`);
+  return out.replace(/^global\n/m, `global\n    stats socket ${statsSocket} mode 600 level operator\n`);
+}
+
 /**
  * `opts.credentials`: what clients present through the balancer (normally the cluster's,
  * `cluster.credentials`); registered for its address, so openShellClient and runCli use them.
  * `opts.healthCa`: the replicas' CA, for health checks over TLS.
+ * `opts.deploy`: run deploy/haproxy.cfg itself (deployHaproxyConfig) instead of the harness's
+ * configuration; it needs `httpPort` and replicas without TLS, as the compose stack runs them.
  * `opts.onLog`: called with each line haproxy writes to stderr (with -db its warnings, among them
  * every server it marks DOWN or UP and why: "Layer7 timeout, check duration: 301ms"), so a run
  * can put the balancer's view of the replicas beside its own faults.
@@ -75,12 +124,18 @@ export function haproxyConfig(port: number, backends: HaproxyBackend[], healthCa
 export async function startHaproxy(
   port: number,
   backends: HaproxyBackend[],
-  opts: { healthCa?: string; credentials?: GatewayCredentials; httpPort?: number; onLog?: (line: string) => void } = {},
+  opts: { healthCa?: string; credentials?: GatewayCredentials; httpPort?: number; onLog?: (line: string) => void; deploy?: { statsPort: number } } = {},
 ): Promise<Haproxy> {
   const dir = mkdtempSync(path.join(os.tmpdir(), 'sg-haproxy-'));
   const cfg = path.join(dir, 'haproxy.cfg');
   const statsSocket = path.join(dir, 'stats.sock');
-  writeFileSync(cfg, haproxyConfig(port, backends, opts.healthCa, opts.httpPort, statsSocket));
+  if (opts.deploy && (opts.httpPort === undefined || opts.healthCa)) throw new Error('startHaproxy: deploy/haproxy.cfg needs httpPort and checks plain HTTP (no healthCa)');
+  writeFileSync(
+    cfg,
+    opts.deploy
+      ? deployHaproxyConfig(port, opts.httpPort!, opts.deploy.statsPort, backends, statsSocket)
+      : haproxyConfig(port, backends, opts.healthCa, opts.httpPort, statsSocket),
+  );
   const proc: ChildProcess = spawn('haproxy', ['-f', cfg, '-db'], { stdio: ['ignore', 'ignore', 'pipe'] });
   let err = '';
   const lines: string[] = [];
@@ -130,6 +185,7 @@ export async function startHaproxy(
     address: `127.0.0.1:${port}`,
     ...(opts.httpPort !== undefined ? { httpUrl: `${opts.healthCa ? 'https' : 'http'}://127.0.0.1:${opts.httpPort}` } : {}),
     log: () => lines.join('\n') + (lines.length ? '\n' : ''),
+    serverStats: async () => serverStates(await statsCommand(statsSocket, 'show stat')),
     async stop() {
       forgetGateway(`127.0.0.1:${port}`);
       if (proc.exitCode === null) {
@@ -154,12 +210,19 @@ function statsCommand(socketPath: string, command: string): Promise<string> {
 }
 
 /** The servers in `show stat`'s CSV (not the FRONTEND/BACKEND summary rows), with their status. */
-function serverStates(csv: string): { backend: string; server: string; status: string }[] {
+function serverStates(csv: string): ServerStat[] {
   const [header, ...rows] = csv.trim().split('\n');
   const columns = (header ?? '').replace(/^# /, '').split(',');
   const at = (name: string) => columns.indexOf(name);
   return rows
     .map((row) => row.split(','))
     .filter((f) => f[at('svname')] !== 'FRONTEND' && f[at('svname')] !== 'BACKEND' && f.length > at('status'))
-    .map((f) => ({ backend: f[at('pxname')]!, server: f[at('svname')]!, status: f[at('status')]! }));
+    .map((f) => ({
+      backend: f[at('pxname')]!,
+      server: f[at('svname')]!,
+      status: f[at('status')]!,
+      econ: Number(f[at('econ')] || 0),
+      wretr: Number(f[at('wretr')] || 0),
+      wredis: Number(f[at('wredis')] || 0),
+    }));
 }
