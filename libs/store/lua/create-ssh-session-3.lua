@@ -11,9 +11,10 @@
   ARGV[1] token digest, ARGV[2] sandbox id, ARGV[3] run (runStartedAtMs), ARGV[4] expires_at_ms
   (0 = never), ARGV[5] revoked '1'/'0', ARGV[6] created (ms)
   ARGV[7] when the session key expires (ms epoch, PEXPIREAT; 0 = never)
-  Returns 1 stored, 0 the sandbox's record does not exist (nothing written).
+  Returns 1 stored, 0 the sandbox's record does not exist or is sealed by its delete
+  (seal-ssh-sessions-1; nothing written).
 ]]
-if redis.call('EXISTS', KEYS[2]) == 0 then return 0 end
+if redis.call('EXISTS', KEYS[2]) == 0 or redis.call('HEXISTS', KEYS[2], 'sshsealed') == 1 then return 0 end
 redis.call('HSET', KEYS[1], 'sbx', ARGV[2], 'run', ARGV[3], 'exp', ARGV[4], 'rev', ARGV[5], 'created', ARGV[6])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

@@ -20,7 +20,7 @@ export function tokenDigest(token: string): string {
 }
 
 export const keys = {
-  /** Hash: the sandbox record (`pb` = encoded openshell.v1.Sandbox, `rv`, `ws`, `name`, `cred`, `compute`, `ownfence`, `termfinal`, `runstart`, `pol`, `polrev`; a warm-pool member's `pool`, `poolgen`; a claimed one's `mainpending`, `claimed`). */
+  /** Hash: the sandbox record (`pb` = encoded openshell.v1.Sandbox, `rv`, `ws`, `name`, `cred`, `compute`, `ownfence`, `termfinal`, `runstart`, `pol`, `polrev`; a warm-pool member's `pool`, `poolgen`; a claimed one's `mainpending`, `claimed`; `sshsealed` once a delete closed it to new SSH sessions). */
   sandbox: (id: string) => `sg:sbx:${id}`,
   /** String: sandbox id, by workspace and name (uniqueness of names). */
   sandboxName: (workspace: string, name: string) => `sg:sbxname:${workspace}:${name}`,

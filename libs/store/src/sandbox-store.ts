@@ -19,6 +19,7 @@ const EVENTS_TTL_AFTER_DELETE_MS = 60_000;
 const CREATE = luaScript('create-sandbox');
 const UPDATE = luaScript('update-sandbox');
 const REMOVE = luaScript('remove-sandbox');
+const SEAL_SSH_SESSIONS = luaScript('seal-ssh-sessions');
 
 /** What create-sandbox-7 answers. */
 const CreateResult = { nameTaken: 0, created: 1, workspaceMissing: -1, workspaceTerminating: -2, atQuota: -3 } as const;
@@ -26,7 +27,7 @@ const CreateResult = { nameTaken: 0, created: 1, workspaceMissing: -1, workspace
 const UpdateResult = { gone: -1, conflict: -2 } as const;
 /** What remove-sandbox-n answers. */
 const RemoveResult = { absent: 0, removed: 1, sessionsChanged: -1 } as const;
-/** Reads of the session index a delete makes before giving up (SSH sessions being minted all along). */
+/** Reads of the session index a delete makes before giving up; after the first conflict the record is sealed, so the second is final. */
 const REMOVE_ATTEMPTS = 5;
 
 /**
@@ -275,6 +276,11 @@ export class SandboxStore {
       );
       if (existed !== RemoveResult.sessionsChanged) return existed === RemoveResult.removed;
       if (attempt >= REMOVE_ATTEMPTS) throw new Error(`sandbox ${id}: SSH sessions kept being created during its delete (${attempt} attempts); retry`);
+      // Sessions are being minted while this delete runs (a client calling CreateSshSession in a
+      // loop would otherwise win every race): close the record to new ones, so the next read of
+      // the index has them all. Without this, a unit run on a busy machine saw five reads in a row
+      // lose the race.
+      await SEAL_SSH_SESSIONS.run(this.redis, [keys.sandbox(id)], []);
     }
   }
 }
