@@ -12,10 +12,10 @@ import type { ServiceError } from '@grpc/grpc-js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Cluster } from '../harness/cluster.ts';
 import { openShellClient, unaryCall } from '../harness/grpc-client.ts';
-import { startHaproxy, type Haproxy } from '../harness/haproxy.ts';
+import { startHaproxy, stopBehindBalancer, type Haproxy } from '../harness/haproxy.ts';
 import { freePorts } from '../harness/ports.ts';
 import { startRedis, type TestRedis } from '../harness/redis.ts';
-import { createSandbox, deleteAllSandboxes } from '../harness/sandbox.ts';
+import { createSandbox } from '../harness/sandbox.ts';
 import { waitFor } from '../harness/wait.ts';
 
 const NAME = 'lb-dead';
@@ -41,13 +41,7 @@ beforeAll(async () => {
   ({ id: sandboxId } = await createSandbox(lb.address, NAME));
 }, 90_000);
 
-afterAll(async () => {
-  if (cluster && lb) await deleteAllSandboxes(lb.address).catch(() => undefined);
-  await lb?.stop();
-  await cluster?.stop();
-  cluster?.cleanup();
-  await redis?.stop();
-});
+afterAll(() => stopBehindBalancer({ lb, cluster, redis }));
 
 /** GetSandbox on a channel of its own (a new TCP connection through the balancer). */
 async function getOnNewConnection(): Promise<string> {

@@ -9,10 +9,10 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { keys } from '@sandgate/store';
 import { Cluster, runCli } from '../harness/cluster.ts';
-import { startHaproxy, type Haproxy } from '../harness/haproxy.ts';
+import { startHaproxy, stopBehindBalancer, type Haproxy } from '../harness/haproxy.ts';
 import { freePort } from '../harness/ports.ts';
 import { startRedis, type TestRedis } from '../harness/redis.ts';
-import { createSandbox, deleteAllSandboxes } from '../harness/sandbox.ts';
+import { createSandbox } from '../harness/sandbox.ts';
 import { sleep, waitFor } from '../harness/wait.ts';
 
 const NAMES = ['lb-redis-a', 'lb-redis-b', 'lb-redis-c'];
@@ -28,13 +28,7 @@ beforeAll(async () => {
   lb = await startHaproxy(lbPort, cluster.replicas.map((x) => ({ name: x.id, grpcPort: x.grpcPort, httpPort: x.httpPort })), { credentials: cluster.credentials });
 });
 
-afterAll(async () => {
-  if (cluster && lb) await deleteAllSandboxes(lb.address).catch(() => undefined);
-  await lb?.stop();
-  await cluster?.stop();
-  cluster?.cleanup();
-  await redis?.stop();
-});
+afterAll(() => stopBehindBalancer({ lb, cluster, redis }));
 
 async function echo(name: string, text: string): Promise<string> {
   const res = await runCli(['sandbox', 'exec', name, '--', 'echo', text], { gateway: lb.address, timeoutMs: 20_000 });

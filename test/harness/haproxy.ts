@@ -9,6 +9,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { forgetGateway, registerGateway, type GatewayCredentials } from './credentials.ts';
+import { deleteAllSandboxes } from './sandbox.ts';
 import { waitFor } from './wait.ts';
 
 export interface HaproxyBackend {
@@ -226,3 +227,18 @@ function serverStates(csv: string): ServerStat[] {
       wredis: Number(f[at('wredis')] || 0),
     }));
 }
+
+/**
+ * A test's teardown behind the balancer: its sandboxes deleted through it (a supervisor outlives
+ * its replicas), then the balancer, the replicas, their state and Redis stopped; each part may be
+ * missing (a set-up that failed halfway).
+ */
+export async function stopBehindBalancer(parts: { lb?: Haproxy; cluster?: { stop(): Promise<void>; cleanup(): void }; redis?: { stop(): Promise<void> } }): Promise<void> {
+  const { lb, cluster, redis } = parts;
+  if (cluster && lb) await deleteAllSandboxes(lb.address).catch(() => undefined);
+  await lb?.stop();
+  await cluster?.stop();
+  cluster?.cleanup();
+  await redis?.stop();
+}
+
