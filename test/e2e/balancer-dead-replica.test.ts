@@ -6,7 +6,8 @@
 // retries the connection on another server at once), not wait three retries of the dead one
 // (3 s) and then fail. Each call here opens its own connection (gRPC with a channel of its own,
 // HTTP without keep-alive), and the test requires that some of them did meet the dead replica
-// (its connection errors in haproxy's stats), so it cannot pass by never trying.
+// (its failed, retried or redispatched connections in haproxy's stats), so it cannot pass by
+// never trying.
 import http from 'node:http';
 import type { ServiceError } from '@grpc/grpc-js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';

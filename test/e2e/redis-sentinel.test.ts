@@ -127,7 +127,7 @@ describe('replicas on a Sentinel address', () => {
     const after = await createReady('sent-after', 1);
     expect(await echo('sent-after', 0, 'new')).toBe('new');
     // On the primary the Sentinels name now: on a loaded machine they may have failed over a second
-    // time (the promoted node missed a 1 s heartbeat), which CI saw once. Which node holds what is
+    // time (the promoted node missed a 1 s heartbeat), which a local `.ci/run` saw once. Which node holds what is
     // in the message.
     const current = await group.waitFailover(old);
     const holders = await Promise.all(group.dataPorts.filter((p) => p !== old).map(async (p) => `:${p}=${await group.node(p).exists(keys.sandbox(after)).catch(() => '?')}`));

@@ -130,6 +130,7 @@ export async function startHaproxy(
   const dir = mkdtempSync(path.join(os.tmpdir(), 'sg-haproxy-'));
   const cfg = path.join(dir, 'haproxy.cfg');
   const statsSocket = path.join(dir, 'stats.sock');
+  const serverStats = async () => serverStates(await statsCommand(statsSocket, 'show stat'));
   if (opts.deploy && (opts.httpPort === undefined || opts.healthCa)) throw new Error('startHaproxy: deploy/haproxy.cfg needs httpPort and checks plain HTTP (no healthCa)');
   writeFileSync(
     cfg,
@@ -170,7 +171,7 @@ export async function startHaproxy(
     'haproxy: every backend server UP',
     async () => {
       if (proc.exitCode !== null) throw new Error(`haproxy exited ${proc.exitCode}: ${err}`);
-      const servers = serverStates(await statsCommand(statsSocket, 'show stat'));
+      const servers = await serverStats();
       states = servers.map((x) => `${x.backend}/${x.server}=${x.status}`).join(' ');
       return servers.length === backends.length * (opts.httpPort === undefined ? 1 : 2) && servers.every((x) => x.status === 'UP');
     },
@@ -186,7 +187,7 @@ export async function startHaproxy(
     address: `127.0.0.1:${port}`,
     ...(opts.httpPort !== undefined ? { httpUrl: `${opts.healthCa ? 'https' : 'http'}://127.0.0.1:${opts.httpPort}` } : {}),
     log: () => lines.join('\n') + (lines.length ? '\n' : ''),
-    serverStats: async () => serverStates(await statsCommand(statsSocket, 'show stat')),
+    serverStats,
     async stop() {
       forgetGateway(`127.0.0.1:${port}`);
       if (proc.exitCode === null) {
