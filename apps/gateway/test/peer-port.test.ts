@@ -8,7 +8,7 @@ import { connect, createServer, type Server, type Socket } from 'node:net';
 import { connectLink, LINK_MAGIC, LinkFrame, type LinkChannel, type LinkError } from '@sandgate/relay';
 import type { ExecFrame, TcpFrame } from '@sandgate/protocols';
 import { createLogger, Metrics } from '@sandgate/telemetry';
-import { execFrameCodec, PEER_REFUSED_METRIC, peerCallCodec, servePeerPort, tcpFrameCodec, type PeerPort } from '../src/relay/peer-port.ts';
+import { execFrameCodec, PEER_CONNECTIONS_METRIC, PEER_REFUSED_METRIC, peerCallCodec, servePeerPort, tcpFrameCodec, type PeerPort } from '../src/relay/peer-port.ts';
 
 const SECRET = 'right';
 const OWNER = 'owner-replica';
@@ -130,6 +130,32 @@ describe('peer port', () => {
     // The server spoke first: a challenge, then (after the HELLO) its proof.
     expect(frames(proxy.toClient()).map(([t]) => t).slice(0, 2)).toEqual([LinkFrame.CHALLENGE, LinkFrame.PROOF]);
     expect(frames(proxy.toServer())[0]![0]).toBe(LinkFrame.HELLO);
+  });
+
+  it('serves exec after exec on one kept connection, and a kept channel is still the authenticated peer', async () => {
+    const { address, seen, metrics } = await start();
+    let link = connectLink(address, execFrameCodec, { ...HELLO, reuse: true });
+    for (let i = 1; i <= 10; i++) {
+      let next: LinkChannel<ExecFrame> | null = null;
+      link.once('successor', (s: LinkChannel<ExecFrame>) => (next = s));
+      const frames: ExecFrame[] = [];
+      link.on('data', (f: ExecFrame) => frames.push(f));
+      link.write({ start: { exec_id: `e${i}`, sandbox_id: 's', argv: Array.from({ length: i }, () => 'x') } });
+      link.end();
+      await once(link, 'close');
+      expect(frames).toEqual([{ exit: { exit_code: i } }]);
+      expect(next, `exec ${i} handed its connection on`).not.toBeNull();
+      link = next!;
+    }
+    expect(metrics.get(PEER_CONNECTIONS_METRIC)).toBe(1);
+    // Ten served, the eleventh waits for its first frame; each knows the peer that proved itself.
+    expect(seen.exec).toHaveLength(11);
+    expect(seen.exec.every((ch) => ch.hello?.from === 'entry-replica' && ch.hello.kind === 'exec')).toBe(true);
+    // Without asking (an older entry replica), every exec takes a connection of its own.
+    await execOver(address);
+    await execOver(address);
+    expect(metrics.get(PEER_CONNECTIONS_METRIC)).toBe(3);
+    link.cancel();
   });
 
   it('refuses a wrong secret (MAC) and an unknown kind, counts and serves nothing', async () => {

@@ -1,10 +1,13 @@
 // The peer link: how an entry replica relays one exec (or one TCP channel, or one unary peer
 // call) to the owner replica.
 //
-// One plain TCP connection per relayed channel, on the owner's peer port. A gRPC stream per exec
-// cost ≈0.7 ms of grpc-js work on the critical path even when opened ahead of time; a framed
-// socket costs a few tens of µs, and TCP gives each channel its own flow control, so
-// back-pressure needs no protocol of its own.
+// One plain TCP connection per relayed channel at a time, on the owner's peer port. A gRPC stream
+// per exec cost ≈0.7 ms of grpc-js work on the critical path even when opened ahead of time; a
+// framed socket costs a few tens of µs, and TCP gives each channel its own flow control, so
+// back-pressure needs no protocol of its own. A connection whose two sides agreed to it in the
+// handshake (`reuse`) carries the next channel once one has ended cleanly (both ENDs, no STATUS,
+// no cancel), as HTTP/1.1 keep-alive does: a connect and a handshake per relayed exec cost both
+// replicas about as much CPU as the rest of the relay (BENCHMARKS.md, "Peer links kept").
 //
 // Wire: each side first sends the magic `SGL2`, then frames
 //   u32 length (big-endian, counts type + payload) | u8 type | payload
@@ -12,8 +15,11 @@
 // before a challenge is out; nothing but these frames is accepted until it completes, and they
 // are at most MAX_HANDSHAKE_FRAME_BYTES.
 // CHALLENGE server → client, on accept: JSON {nonce, replica}
-// HELLO     client → server: JSON {kind, from, to, nonce, mac}; the secret itself is never sent
-// PROOF     server → client: JSON {mac}; the client sends no MSG before it checked it
+// HELLO     client → server: JSON {kind, from, to, nonce, mac, reuse?}; the secret itself is never sent
+// PROOF     server → client: JSON {mac, reuse?}; the client sends no MSG before it checked it.
+//           `reuse: true` in both (an older replica sends neither): the connection is kept for
+//           the next channel after a clean end, whose first MSG starts it. After its END the
+//           server sends nothing of that channel (a failure after it closes the connection).
 // Then:
 // MSG     either way: one protobuf message (ExecFrame or TcpFrame), or one JSON peer call
 // OPENED  server → client: the owner has opened the channel to the supervisor (gRPC's headers)
@@ -24,6 +30,8 @@
 //         Not while that side holds its own reading back (a slow consumer): the pings then wait
 //         behind the data it has not read, so the clock restarts when it reads again.
 // Closing the connection without END is a cancel (the owner kills what the channel runs).
+// On a kept connection a new LinkChannel object carries each channel: the finished one emits
+// 'successor' (the next, already authenticated) and lets go of the socket.
 import { connect, type Socket } from 'node:net';
 import { Duplex } from 'node:stream';
 import { handshakeMac, macValid, newNonce, NONCE_BYTES, type Transcript } from './handshake.ts';
@@ -53,6 +61,8 @@ export interface LinkHello {
   from: string;
   /** The replica the client means to reach; when set, a server naming itself otherwise is refused. */
   to?: string;
+  /** Ask to keep the connection for the next channel after a clean end ('successor'). */
+  reuse?: boolean;
 }
 
 /** An authenticated HELLO, as the server side sees it. */
@@ -67,6 +77,17 @@ export interface LinkServerAuth {
   secret: string;
   /** This replica's id: named in the CHALLENGE and bound into both MACs. */
   self: string;
+  /** Keep connections for a next channel when the client asks to. */
+  reuse?: boolean;
+}
+
+/** An authenticated connection handed from a channel that ended cleanly to the next one. */
+interface KeptConnection {
+  socket: Socket;
+  /** Bytes already read that belong to the next channel. */
+  pending: Buffer[];
+  hello: LinkPeer | null;
+  lastHeardMs: number;
 }
 
 /** How a channel failed, as the client side sees it (shaped like a grpc-js ServiceError). */
@@ -143,6 +164,16 @@ export class LinkChannel<T> extends Duplex {
   private readonly serverNonce: Buffer | null = null;
   /** Client: writes (and the end) wait here until the server's proof checked out. */
   private held: Array<() => void> = [];
+  /** Both sides agreed in the handshake to keep the connection for a next channel. */
+  private reusable = false;
+  /** This channel sent END. */
+  private localEnded = false;
+  /** The connection went to the next channel: this one no longer reads or writes it. */
+  private handedOver = false;
+  private readonly timing: LinkTiming;
+  private readonly onSocketData = (chunk: Buffer) => this.onBytes(chunk);
+  private readonly onSocketError = (err: Error) => (this.socketError ||= err.message);
+  private readonly onSocketClose = () => this.onSocketClosed();
 
   /**
    * Client: `auth` is the hello (and the secret for the MACs). Server: `auth` is this replica's
@@ -154,6 +185,7 @@ export class LinkChannel<T> extends Duplex {
     role: 'client' | 'server',
     auth: LinkHello | LinkServerAuth,
     timing: LinkTiming = {},
+    kept?: KeptConnection,
   ) {
     super({ objectMode: true, allowHalfOpen: true, highWaterMark: 16 });
     this.socket = socket;
@@ -162,10 +194,11 @@ export class LinkChannel<T> extends Duplex {
     this.role = role;
     this.clientHello = role === 'client' ? (auth as LinkHello) : null;
     this.serverAuth = role === 'server' ? (auth as LinkServerAuth) : null;
+    this.timing = timing;
     socket.setNoDelay(true);
-    socket.on('data', (chunk: Buffer) => this.onBytes(chunk));
-    socket.on('error', (err) => (this.socketError ||= err.message));
-    socket.on('close', () => this.onSocketClosed());
+    socket.on('data', this.onSocketData);
+    socket.on('error', this.onSocketError);
+    socket.on('close', this.onSocketClose);
     const silenceLimit = timing.silenceLimitMs ?? LINK_SILENCE_LIMIT_MS;
     const interval = timing.pingIntervalMs ?? LINK_PING_INTERVAL_MS;
     let lastTickMs = Date.now();
@@ -184,6 +217,16 @@ export class LinkChannel<T> extends Duplex {
       if (this.authenticated) this.sendFrame(LinkFrame.PING);
     }, interval);
     this.timer.unref();
+    if (kept) {
+      // The handshake happened on this connection already, for the channel before.
+      this.awaitingMagic = false;
+      this.authenticated = true;
+      this.reusable = true;
+      this.hello = kept.hello;
+      this.lastHeardMs = kept.lastHeardMs;
+      if (this.codecFor && this.hello) this.codec = this.codecFor(this.hello);
+      socket.resume();
+    }
     // Both sides said END: the channel is over even if nobody reads what is left (an entry
     // replica stops reading once the exit went to its client).
     this.on('finish', () => {
@@ -192,11 +235,15 @@ export class LinkChannel<T> extends Duplex {
     if (role === 'server') {
       // endWithError(call, err) emits 'error' on the call: for a link channel that is the status.
       this.on('error', (err: unknown) => this.sendStatus(err));
-      // The challenge goes out before a byte from the client is read.
-      this.serverNonce = newNonce();
-      socket.write(LINK_MAGIC);
-      this.sendFrame(LinkFrame.CHALLENGE, Buffer.from(JSON.stringify({ nonce: this.serverNonce.toString('base64'), replica: this.serverAuth!.self })));
+      if (!kept) {
+        // The challenge goes out before a byte from the client is read.
+        this.serverNonce = newNonce();
+        socket.write(LINK_MAGIC);
+        this.sendFrame(LinkFrame.CHALLENGE, Buffer.from(JSON.stringify({ nonce: this.serverNonce.toString('base64'), replica: this.serverAuth!.self })));
+      }
     }
+    // What the channel before read past its END is this one's first bytes.
+    if (kept && kept.pending.length > 0) this.onBytes(Buffer.concat(kept.pending));
   }
 
   /** Server: tell the client the channel is open (the equivalent of gRPC response headers). */
@@ -206,14 +253,17 @@ export class LinkChannel<T> extends Duplex {
 
   /** Client: abandon the channel; the owner sees a cancel and kills what it runs. */
   cancel(): void {
-    if (this.cancelled) return;
+    if (this.cancelled || this.handedOver) return;
     this.cancelled = true;
     this.socket.destroy();
   }
 
   private sendStatus(err: unknown): void {
-    if (this.failed || this.socket.destroyed || !this.authenticated) return;
+    if (this.failed || this.handedOver || this.socket.destroyed || !this.authenticated) return;
     this.failed = true;
+    // After our END the client may already be starting its next channel on this connection: a
+    // STATUS now would be read as that channel's. The channel's data is all out; close instead.
+    if (this.localEnded) return void this.socket.end();
     const e = err as { code?: number; details?: string; message?: string; notHere?: boolean };
     const status = { code: e.code ?? UNAVAILABLE, details: e.details ?? e.message ?? 'peer channel failed', notHere: e.notHere === true };
     this.sendFrame(LinkFrame.STATUS, Buffer.from(JSON.stringify(status)));
@@ -221,7 +271,7 @@ export class LinkChannel<T> extends Duplex {
   }
 
   private sendFrame(type: number, payload?: Uint8Array): boolean {
-    if (this.socket.destroyed || this.socket.writableEnded) return true;
+    if (this.handedOver || this.socket.destroyed || this.socket.writableEnded) return true;
     const header = Buffer.allocUnsafe(HEADER_BYTES);
     header.writeUInt32BE(1 + (payload?.length ?? 0), 0);
     header[4] = type;
@@ -248,11 +298,13 @@ export class LinkChannel<T> extends Duplex {
       this.held.push(() => this._final(callback));
       return;
     }
+    this.localEnded = true;
     this.sendFrame(LinkFrame.END);
     callback();
   }
 
   override _read(): void {
+    if (this.handedOver) return;
     if (this.readHeld) {
       this.readHeld = false;
       this.lastHeardMs = Date.now();
@@ -262,11 +314,30 @@ export class LinkChannel<T> extends Duplex {
 
   override _destroy(err: Error | null, callback: (err?: Error | null) => void): void {
     clearInterval(this.timer);
-    // A clean end flushes what is queued; anything else tears the connection down.
-    if (!err && this.remoteEnded && this.writableFinished) this.socket.end();
+    const clean = !err && this.remoteEnded && this.writableFinished && !this.failed && !this.cancelled;
+    // A clean end hands a kept connection to the next channel; without reuse it flushes what is
+    // queued and closes; anything else tears the connection down.
+    if (clean && this.reusable && this.listenerCount('successor') > 0 && this.socket.readable && this.socket.writable && !this.socket.destroyed) this.handOver();
+    else if (this.handedOver) {
+      // The connection is the next channel's.
+    } else if (clean) this.socket.end();
     else this.socket.destroy();
     this.releaseHeld();
     callback(err);
+  }
+
+  /** Gives the connection, and what was read of it past our END, to a new channel ('successor'). */
+  private handOver(): void {
+    this.handedOver = true;
+    this.socket.off('data', this.onSocketData);
+    this.socket.off('error', this.onSocketError);
+    this.socket.off('close', this.onSocketClose);
+    const kept: KeptConnection = { socket: this.socket, pending: this.pending, hello: this.hello, lastHeardMs: this.lastHeardMs };
+    this.pending = [];
+    this.pendingBytes = 0;
+    const codec = this.codecFor ?? this.codec!;
+    const auth = (this.role === 'client' ? this.clientHello : this.serverAuth)!;
+    this.emit('successor', new LinkChannel<T>(this.socket, codec, this.role, auth, this.timing, kept));
   }
 
   /** Runs what waited for the handshake (or, once the socket is gone, lets it drop). */
@@ -311,7 +382,7 @@ export class LinkChannel<T> extends Duplex {
       if (rest.length === 0) this.pending.shift();
       if (this.authenticated) this.onFrame(type, payload);
       else this.onHandshakeFrame(type, payload);
-      if (this.destroyed || this.socket.destroyed) return;
+      if (this.handedOver || this.destroyed || this.socket.destroyed) return;
     }
   }
 
@@ -336,7 +407,9 @@ export class LinkChannel<T> extends Duplex {
       this.socket.write(LINK_MAGIC);
       this.sendFrame(
         LinkFrame.HELLO,
-        Buffer.from(JSON.stringify({ kind: hello.kind, from: hello.from, to, nonce: clientNonce.toString('base64'), mac: mac.toString('base64') })),
+        Buffer.from(
+          JSON.stringify({ kind: hello.kind, from: hello.from, to, nonce: clientNonce.toString('base64'), mac: mac.toString('base64'), ...(hello.reuse ? { reuse: true } : {}) }),
+        ),
       );
       return;
     }
@@ -344,6 +417,7 @@ export class LinkChannel<T> extends Duplex {
       const mac = typeof body.mac === 'string' ? Buffer.from(body.mac, 'base64') : Buffer.alloc(0);
       if (!macValid(this.clientHello!.secret, 'server', this.transcript!, mac)) return this.refuse('the peer could not prove it holds the peer secret');
       this.authenticated = true;
+      this.reusable = this.clientHello!.reuse === true && body.reuse === true;
       this.releaseHeld();
       return;
     }
@@ -363,7 +437,9 @@ export class LinkChannel<T> extends Duplex {
     if (this.codecFor) this.codec = this.codecFor(this.hello);
     if (!this.codec) return this.refuse(`no relay of kind '${kind}' here`);
     this.authenticated = true;
-    this.sendFrame(LinkFrame.PROOF, Buffer.from(JSON.stringify({ mac: handshakeMac(auth.secret, 'server', transcript).toString('base64') })));
+    this.reusable = auth.reuse === true && body.reuse === true;
+    const proof = { mac: handshakeMac(auth.secret, 'server', transcript).toString('base64'), ...(this.reusable ? { reuse: true } : {}) };
+    this.sendFrame(LinkFrame.PROOF, Buffer.from(JSON.stringify(proof)));
     this.emit('hello', this.hello);
   }
 

@@ -304,4 +304,144 @@ describe('peer link', () => {
     expect(refusals).toHaveLength(payloads.length);
     expect(refusals).not.toContain('accepted');
   });
+
+  describe('a kept connection (reuse)', () => {
+    /**
+     * A server that offers reuse (or not) and answers each channel by doubling its numbers, then
+     * ends; it counts the TCP connections it accepted and the channels it served.
+     */
+    async function keepingServer(opts: { offer: boolean; onChannel?: (ch: LinkChannel<Msg>) => void }) {
+      const seen = { connections: 0, channels: 0, froms: [] as string[] };
+      const serve = (ch: LinkChannel<Msg>) => {
+        seen.channels++;
+        seen.froms.push(ch.hello?.from ?? '?');
+        ch.once('successor', serve);
+        if (opts.onChannel) return opts.onChannel(ch);
+        ch.on('data', (m: Msg) => ch.write({ n: (m.n ?? 0) * 2 }));
+        ch.on('end', () => ch.end());
+      };
+      const server = createServer((socket) => {
+        seen.connections++;
+        const ch = acceptLink(socket, () => json, { ...SERVER, reuse: opts.offer });
+        ch.once('hello', () => serve(ch));
+      });
+      servers.push(server);
+      server.listen(0, '127.0.0.1');
+      await once(server, 'listening');
+      return { address: `127.0.0.1:${(server.address() as { port: number }).port}`, seen };
+    }
+
+    /** One exchange on `ch`: writes n, ends, resolves with what came back and the successor, if any. */
+    function exchange(ch: LinkChannel<Msg>, n: number): Promise<{ got: Msg[]; next: LinkChannel<Msg> | null }> {
+      let next: LinkChannel<Msg> | null = null;
+      ch.once('successor', (s: LinkChannel<Msg>) => (next = s));
+      const got = collect(ch);
+      ch.write({ n });
+      ch.end();
+      return once(ch, 'close').then(async () => ({ got: await got, next }));
+    }
+
+    it('carries channel after channel on one connection when both sides agree, each served afresh', async () => {
+      const { address, seen } = await keepingServer({ offer: true });
+      let ch = connectLink(address, json, { ...HELLO, reuse: true });
+      for (let i = 1; i <= 5; i++) {
+        const { got, next } = await exchange(ch, i);
+        expect(got).toEqual([{ n: 2 * i }]);
+        expect(next, `channel ${i} handed its connection on`).not.toBeNull();
+        ch = next!;
+      }
+      expect(seen.connections).toBe(1);
+      expect(seen.channels).toBe(6); // five served, the sixth waits for its first frame
+      expect(new Set(seen.froms)).toEqual(new Set(['test'])); // every channel keeps the authenticated hello
+      ch.cancel();
+    });
+
+    it('closes after one channel unless both sides agreed: an older server, or a client that did not ask', async () => {
+      for (const [offer, ask] of [
+        [false, true],
+        [true, false],
+      ] as const) {
+        const { address, seen } = await keepingServer({ offer });
+        const { got, next } = await exchange(connectLink(address, json, { ...HELLO, reuse: ask }), 3);
+        expect(got).toEqual([{ n: 6 }]);
+        expect(next, `offer=${offer} ask=${ask}`).toBeNull();
+        expect(seen.connections).toBe(1);
+      }
+    });
+
+    it('keeps nothing of a channel that failed or was cancelled: the connection closes with it', async () => {
+      // A STATUS (the owner refused the exec): the client's channel fails, no successor.
+      const failing = await keepingServer({ offer: true, onChannel: (ch) => ch.once('data', () => ch.emit('error', { code: 8, details: 'busy' })) });
+      const client = connectLink(failing.address, json, { ...HELLO, reuse: true });
+      const successors: unknown[] = [];
+      client.on('successor', (s: unknown) => successors.push(s));
+      client.write({ n: 1 });
+      const [err] = (await once(client, 'error')) as [LinkError];
+      expect(err.code).toBe(8);
+      if (!client.closed) await once(client, 'close');
+      expect(successors).toEqual([]);
+
+      // A cancel at the client: the server sees the cancel, and no second channel.
+      let serverSide!: LinkChannel<Msg>;
+      const cancelled = await keepingServer({
+        offer: true,
+        onChannel: (ch) => {
+          serverSide = ch;
+          ch.sendMetadata();
+        },
+      });
+      const c2 = connectLink(cancelled.address, json, { ...HELLO, reuse: true });
+      c2.on('error', () => undefined);
+      c2.write({ n: 1 });
+      await once(c2, 'metadata');
+      c2.cancel();
+      await once(serverSide, 'cancelled');
+      expect(cancelled.seen.channels).toBe(1);
+    });
+
+    it('a failure the server reports after its END closes the connection instead of reaching the next channel', async () => {
+      // The server ends its side, then fails: a STATUS now could be read as the next channel's.
+      const { address, seen } = await keepingServer({
+        offer: true,
+        onChannel: (ch) => {
+          ch.once('data', () => {
+            ch.end({ n: 42 });
+            setImmediate(() => ch.emit('error', { code: 13, details: 'late failure' }));
+          });
+        },
+      });
+      const client = connectLink(address, json, { ...HELLO, reuse: true });
+      const got = collect(client);
+      client.write({ n: 1 });
+      expect(await got).toEqual([{ n: 42 }]);
+      // The client has not ended yet, so the channel is not over: the late failure closes the connection.
+      const errors: LinkError[] = [];
+      client.on('error', (e: LinkError) => errors.push(e));
+      const successors: unknown[] = [];
+      client.on('successor', (s: unknown) => successors.push(s));
+      await new Promise((r) => setTimeout(r, 50));
+      client.end();
+      await once(client, 'close');
+      expect(errors.map((e) => e.details)).not.toContain('late failure');
+      expect(successors).toEqual([]);
+      expect(seen.channels).toBe(1);
+    });
+
+    it('a kept connection is still watched: a server that goes away fails the idle channel waiting on it', async () => {
+      let serverSocket!: Socket;
+      const { address } = await keepingServer({
+        offer: true,
+        onChannel: (ch) => {
+          serverSocket = (ch as unknown as { socket: Socket }).socket;
+          ch.on('data', (m: Msg) => ch.write(m));
+          ch.on('end', () => ch.end());
+        },
+      });
+      const { next } = await exchange(connectLink(address, json, { ...HELLO, reuse: true }), 1);
+      expect(next).not.toBeNull();
+      serverSocket.destroy();
+      const [err] = (await once(next!, 'error')) as [LinkError];
+      expect(err.code).toBe(14);
+    });
+  });
 });

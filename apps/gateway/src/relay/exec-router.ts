@@ -413,7 +413,8 @@ export class ExecRouter {
   private peer(address: string): Peer {
     let peer = this.peers.get(address);
     if (!peer) {
-      const warmExec = new WarmCalls(() => connectLink(address, execFrameCodec, this.linkHello('exec')), WARM_EXEC_LINKS_PER_PEER, {
+      // `reuse`: a link whose exec ended cleanly comes back to the pool (link.ts, 'successor').
+      const warmExec = new WarmCalls(() => connectLink(address, execFrameCodec, { ...this.linkHello('exec'), reuse: true }), WARM_EXEC_LINKS_PER_PEER, {
         // Idle links double as a liveness probe: one that drops (the replica died, froze or is
         // shutting down) takes every owner hint naming that replica with it.
         onIdleLost: () => this.owners.forgetAddress(address),

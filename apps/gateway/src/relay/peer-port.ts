@@ -41,6 +41,11 @@ const HANDSHAKE_TIMEOUT_MS = 10_000;
 
 /** Counts every connection refused before or during the handshake. */
 export const PEER_REFUSED_METRIC = 'sandgate_peer_link_refused_total';
+/**
+ * Counts every connection accepted on the peer port. Against `sandgate_execs_total{path="relayed"}`
+ * on the entry replicas it shows whether links are kept: one connection per relayed exec means none are.
+ */
+export const PEER_CONNECTIONS_METRIC = 'sandgate_peer_link_connections_total';
 
 export interface PeerPortDeps {
   host: string;
@@ -66,11 +71,13 @@ export function servePeerPort(deps: PeerPortDeps): Promise<PeerPort> {
   const links = new Set<Socket>();
 
   const accept = (socket: Socket) => {
+    deps.metrics.inc(PEER_CONNECTIONS_METRIC);
     links.add(socket);
     socket.once('close', () => links.delete(socket));
     socket.on('error', () => undefined);
     const remote = `${socket.remoteAddress}:${socket.remotePort}`;
-    const channel = acceptLink<unknown>(socket, (hello) => CODECS[hello.kind] ?? null, { secret: deps.peerSecret, self: deps.replicaId });
+    // `reuse`: an entry replica's exec links carry one exec after another (link.ts, 'successor').
+    const channel = acceptLink<unknown>(socket, (hello) => CODECS[hello.kind] ?? null, { secret: deps.peerSecret, self: deps.replicaId, reuse: true });
     const handshakeTimer = setTimeout(() => {
       deps.metrics.inc(PEER_REFUSED_METRIC);
       deps.log.warn('peer connection refused: no handshake in time', { remote });
@@ -82,12 +89,17 @@ export function servePeerPort(deps: PeerPortDeps): Promise<PeerPort> {
       deps.metrics.inc(PEER_REFUSED_METRIC);
       deps.log.warn('peer connection refused', { remote, why });
     });
+    // A channel of a kept connection, served like the first; it waits for its first frame.
+    const serve = (ch: LinkChannel<unknown>, hello: LinkPeer) => {
+      ch.once('successor', (next: LinkChannel<unknown>) => serve(next, hello));
+      if (hello.kind === 'exec') deps.onExec(ch as LinkChannel<ExecFrame>);
+      else if (hello.kind === 'tcp') deps.onTcp(ch as LinkChannel<TcpFrame>);
+      else serveCall(ch as LinkChannel<PeerCallRequest | Record<string, unknown>>, deps);
+    };
     // Emitted once the client proved itself, before any message is decoded.
     channel.once('hello', (hello: LinkPeer) => {
       clearTimeout(handshakeTimer);
-      if (hello.kind === 'exec') deps.onExec(channel as LinkChannel<ExecFrame>);
-      else if (hello.kind === 'tcp') deps.onTcp(channel as LinkChannel<TcpFrame>);
-      else serveCall(channel as LinkChannel<PeerCallRequest | Record<string, unknown>>, deps);
+      serve(channel, hello);
     });
   };
 

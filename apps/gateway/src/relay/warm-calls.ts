@@ -3,10 +3,13 @@
 // Opening a peer link to the owner (a TCP connect and a HELLO) costs both replicas CPU and a
 // round trip. A relayed exec takes a channel that is
 // already open, so that cost is paid between execs, not on its critical path. The owner treats a
-// warm channel like any other: it waits for the first frame.
+// warm channel like any other: it waits for the first frame. A channel whose exec ended cleanly
+// on a kept connection hands it on ('successor', libs/relay/src/link.ts): that one comes back
+// here, so a relayed exec usually opens no connection at all.
 
 export interface WarmableCall {
-  on(event: 'error' | 'close', listener: (...args: unknown[]) => void): unknown;
+  /** 'successor': the channel ended cleanly and its connection now carries this new one (same type). */
+  on(event: 'error' | 'close' | 'successor', listener: (...args: unknown[]) => void): unknown;
   cancel(): void;
 }
 
@@ -46,6 +49,8 @@ export class WarmCalls<C extends WarmableCall> {
       this.scheduleRefill();
     };
     call.on('close', refill);
+    // Comes before the 'close' above: the refill then finds the pool full again.
+    call.on('successor', (next) => this.keep(next as C));
     return call;
   }
 
@@ -53,21 +58,28 @@ export class WarmCalls<C extends WarmableCall> {
     return this.idle.size;
   }
 
+  /** A channel on the connection of one that ended cleanly: idle again, or closed if not needed. */
+  private keep(call: C): void {
+    if (this.closed || this.idle.size >= this.size) return void call.cancel();
+    this.addIdle(call);
+  }
+
+  private addIdle(call: C): void {
+    const drop = () => {
+      if (this.idle.delete(call) && !this.closed) this.onIdleLost();
+    };
+    // An idle channel that fails (the peer died or shut down) simply leaves the pool.
+    call.on('error', drop);
+    call.on('close', drop);
+    this.idle.add(call);
+  }
+
   private scheduleRefill(): void {
     if (this.refillScheduled || this.closed || this.size === 0) return;
     this.refillScheduled = true;
     setImmediate(() => {
       this.refillScheduled = false;
-      while (!this.closed && this.idle.size < this.size) {
-        const call = this.open();
-        const drop = () => {
-          if (this.idle.delete(call) && !this.closed) this.onIdleLost();
-        };
-        // An idle channel that fails (the peer died or shut down) simply leaves the pool.
-        call.on('error', drop);
-        call.on('close', drop);
-        this.idle.add(call);
-      }
+      while (!this.closed && this.idle.size < this.size) this.addIdle(this.open());
     });
   }
 
