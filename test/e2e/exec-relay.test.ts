@@ -63,6 +63,48 @@ describe('exec through any replica', () => {
     expect(res.code).toBe(7);
   });
 
+  it('relays exec after exec on kept peer links: each gets its own output, and few connections are opened', async () => {
+    const via = await nonOwnerIndex();
+    const owner = replicaIndex(await ownerOf(r, sbx.id));
+    const client = openShellClient(gw(via));
+    const counter = async (replica: number, name: string) => {
+      const text = await (await fetch(`${cluster.replicas[replica]!.httpUrl}/metrics`)).text();
+      return Number(new RegExp(`^${name}(?:\\{[^}]*\\})? (\\d+)`, 'm').exec(text)?.[1] ?? 0);
+    };
+    const connections = () => counter(owner, 'sandgate_peer_link_connections_total');
+    // grpc-js reports every call's end as 'cancelled': an exec that ended normally is not one.
+    const cancelled = () => counter(via, 'sandgate_exec_cancelled_total');
+    const run = (i: number) =>
+      new Promise<{ out: string; code?: number }>((resolve, reject) => {
+        const call: ClientReadableStream<{ stdout?: { data: Buffer }; exit?: { exit_code?: number } }> = client.ExecSandbox({
+          sandbox_id: sbx.id,
+          command: ['sh', '-c', `echo run-${i}; exit ${i % 7}`],
+          environment: {},
+        });
+        let out = '';
+        let code: number | undefined;
+        call.on('data', (ev) => {
+          if (ev.stdout) out += ev.stdout.data.toString();
+          if (ev.exit) code = ev.exit.exit_code ?? 0;
+        });
+        call.on('end', () => resolve({ out, code }));
+        call.on('error', reject);
+      });
+    await run(0); // the entry replica's warm links to this owner are open from here on
+    const before = await connections();
+    const cancelledBefore = await cancelled();
+    const execs = 30;
+    for (let i = 1; i <= execs; i++) expect(await run(i)).toEqual({ out: `run-${i}\n`, code: i % 7 });
+    // Three at once: more than the two kept links, so some take a new connection, none a wrong one.
+    const together = await Promise.all([31, 32, 33].map((i) => run(i)));
+    expect(together).toEqual([31, 32, 33].map((i) => ({ out: `run-${i}\n`, code: i % 7 })));
+    client.close();
+    const opened = (await connections()) - before;
+    // One connection per relayed exec would be 33; kept links need a handful at most.
+    expect(opened, `peer connections the owner accepted for ${execs + 3} relayed execs`).toBeLessThanOrEqual(6);
+    expect(await cancelled(), 'execs counted as cancelled by the entry replica').toBe(cancelledBefore);
+  });
+
   it('pipes 10 MiB through a non-owner replica byte for byte', async () => {
     const via = await nonOwnerIndex();
     const input = randomBytes(10 * 1024 * 1024);

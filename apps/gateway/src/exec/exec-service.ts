@@ -300,6 +300,11 @@ export class ExecService {
     const early = path.failure();
     if (early) broken(early);
     client.on('cancelled', () => {
+      // grpc-js reports 'cancelled' whenever the call's HTTP/2 stream closes, after a call that
+      // ended normally too. Once the upstream hop was closed (closeUpstream: everything was handed
+      // to the client) there is nothing to cancel, and aborting then would also throw away a peer
+      // link that could carry the next exec.
+      if (path.stream.writableEnded) return;
       metrics.inc('sandgate_exec_cancelled_total');
       span.setAttribute(TraceAttr.killReason, 'cancel');
       path.abort('client cancelled the exec');
