@@ -112,4 +112,49 @@ describe('acknowledged writes wait for a Redis replica', () => {
       500,
     );
   });
+
+  it("a supervisor's main-process exit is acknowledged only once replicated: a failover cannot lose it (and does, without the guard)", async () => {
+    // Two sandboxes whose main process exits 7 when told to, one on each cluster.
+    const main = ['sh', '-c', 'while [ ! -e /sandbox/go ]; do sleep 0.1; done; exit 7'];
+    const status = async (cluster: Cluster, name: string) => {
+      const res = await runCli(['sandbox', 'get', name, '-o', 'json'], { gateway: gw(cluster) });
+      if (res.code !== 0) return { phase: `get failed: ${res.stderr.toString()}`, reason: '' };
+      const st = (JSON.parse(res.stdout.toString()) as { status: { phase: string; conditions?: { reason?: string }[] } }).status;
+      return { phase: st.phase, reason: st.conditions?.[0]?.reason ?? '' };
+    };
+    const phase = async (cluster: Cluster, name: string) => (await status(cluster, name)).phase;
+    /** The exit itself on record (not only an Error phase: the sweep marks a Ready record whose main process is gone ComputeVanished). */
+    const exitRecorded = async (cluster: Cluster, name: string) => (await status(cluster, name)).reason === 'MainProcessFailed';
+    const sandboxes = [
+      { cluster: guarded, name: 'exit-guarded' },
+      { cluster: unguarded, name: 'exit-unguarded' },
+    ];
+    for (const { cluster, name } of sandboxes) {
+      const res = await runCli(['sandbox', 'create', '--name', name, '--detach', '-o', 'json', '--', ...main], { gateway: gw(cluster), timeoutMs: 30_000 });
+      expect(res.code, res.stderr.toString()).toBe(0);
+      await waitFor(`${name} Ready`, async () => (await phase(cluster, name)) === 'SANDBOX_PHASE_READY', 30_000, 200);
+    }
+    // The replicas cut off; both main processes exit, and the primary records both exits.
+    await group.cutReplication();
+    for (const { cluster, name } of sandboxes) {
+      const res = await runCli(['sandbox', 'exec', name, '--', 'touch', '/sandbox/go'], { gateway: gw(cluster), timeoutMs: 30_000 });
+      expect(res.code, res.stderr.toString()).toBe(0);
+    }
+    for (const { cluster, name } of sandboxes) {
+      await waitFor(`${name}'s exit on the primary`, () => exitRecorded(cluster, name), 30_000, 200);
+    }
+    // The primary dies before its replicas had the exits; one of them is promoted, and the old
+    // node comes back empty as its replica (so a write can be confirmed again).
+    const old = await group.primaryPort();
+    group.signal(old, 'SIGKILL');
+    await group.restoreReplication();
+    const promoted = await group.waitFailover(old);
+    await group.restartNode(old, promoted);
+    // Guarded: never acknowledged, so recorded again on the new primary.
+    await waitFor('the guarded exit recorded again after the failover', () => exitRecorded(guarded, 'exit-guarded'), 30_000, 200);
+    // Unguarded: acknowledged by the lost primary alone, so the supervisor never says it again
+    // (the record is Ready, or Error "ComputeVanished" once the sweep finds the main process gone).
+    await new Promise((r) => setTimeout(r, 3_000));
+    expect(await status(unguarded, 'exit-unguarded'), 'the unguarded exit is lost').not.toMatchObject({ reason: 'MainProcessFailed' });
+  });
 });

@@ -3,6 +3,7 @@
 // renews it while heartbeats flow, and carries `open_exec` requests. Exec data then arrives on a
 // separate ExecChannel call, matched to its pending request by exec id.
 import { randomUUID } from 'node:crypto';
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { ServerDuplexStream } from '@grpc/grpc-js';
 import { MetadataKey, type ExecFrame, type ExecStart, type GatewayMessage, type SupervisorMessage, type TcpFrame, type TcpOpen } from '@sandgate/protocols';
 import { GatewayError, Code, onSupervisorConnected, onSupervisorDisconnected, type LifecycleStatus } from '@sandgate/core';
@@ -29,6 +30,8 @@ const SUPERSEDED = 'superseded by a new session of the same sandbox';
 export const POLICY_APPLY_TIMEOUT_MS = 5_000;
 /** How long a claim waits for the supervisor to confirm starting the claim's main process. */
 const MAIN_START_TIMEOUT_MS = 5_000;
+/** How often a supervisor's report that could not be recorded and replicated is tried again. */
+const REPORT_RETRY_MS = 1_000;
 
 export class Session {
   readonly sandboxId: string;
@@ -422,22 +425,39 @@ export class SessionRegistry {
   /** Main-process exit: acknowledged only after it is durable (the supervisor resends until then). */
   private onMainExit(session: Session, report: { instance_id?: string; exit_code?: number; oom_killed?: boolean }): void {
     const instanceId = report.instance_id ?? '';
-    this.deps.reports
-      .mainExit(session.sandboxId, instanceId, report.exit_code ?? 0, report.oom_killed ?? false)
-      .then(() => {
-        if (!session.closed) session.call.write({ main_exit_ack: { instance_id: instanceId } });
-      })
-      .catch((err: unknown) => this.deps.log.warn('main exit report not recorded yet', { sandboxId: session.sandboxId, err }));
+    this.recordReport(session, 'main exit', 'the main process exit', () =>
+      this.deps.reports.mainExit(session.sandboxId, instanceId, report.exit_code ?? 0, report.oom_killed ?? false),
+    ).then((recorded) => {
+      if (recorded && !session.closed) session.call.write({ main_exit_ack: { instance_id: instanceId } });
+    });
   }
 
   private onTerminalFinal(session: Session, report: { instance_id?: string }): void {
     const instanceId = report.instance_id ?? '';
-    this.deps.reports
-      .terminalFinal(session.sandboxId, instanceId)
-      .then(() => {
-        if (!session.closed) session.call.write({ terminal_final_ack: { instance_id: instanceId } });
-      })
-      .catch((err: unknown) => this.deps.log.warn('terminal final not recorded yet', { sandboxId: session.sandboxId, err }));
+    this.recordReport(session, 'terminal final', 'the terminal delivery', () => this.deps.reports.terminalFinal(session.sandboxId, instanceId)).then((recorded) => {
+      if (recorded && !session.closed) session.call.write({ terminal_final_ack: { instance_id: instanceId } });
+    });
+  }
+
+  /**
+   * Records a supervisor's report and confirms it replicated (WAIT) before it is acknowledged:
+   * the supervisor stops resending once acknowledged, so a write a failover could take back
+   * would be lost for good (an ephemeral sandbox never cleaned up, a restart never made). Tried
+   * again every REPORT_RETRY_MS while the session lasts (recording is idempotent, and after a
+   * failover the retry writes it on the new primary); a new session gets the supervisor's resend.
+   */
+  private async recordReport(session: Session, label: string, what: string, record: () => Promise<void>): Promise<boolean> {
+    for (let attempt = 1; !session.closed; attempt++) {
+      try {
+        await record();
+        await this.deps.replication?.confirm(what);
+        return true;
+      } catch (err) {
+        if (attempt === 1) this.deps.log.warn(`${label} report not recorded yet; retrying while the session lasts`, { sandboxId: session.sandboxId, err });
+        await sleep(REPORT_RETRY_MS);
+      }
+    }
+    return false;
   }
 
   /** Ends this replica's session of a sandbox, if it holds one (stop, start, revocation). */
