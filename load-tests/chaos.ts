@@ -11,8 +11,11 @@
 // `--redis sentinel` runs the replicas on a Sentinel group (one primary, two replicas, three
 // Sentinels) with SANDGATE_REDIS_MIN_REPLICAS=1, and replaces the Redis restart with a failover:
 // the primary is cut off from its replicas, creates are attempted meanwhile, then the primary is
-// killed (-9), a replica promoted, and the old node brought back as a replica. Invariant
-// `acknowledged-creates`: every create acknowledged to a client is still there with its compute.
+// killed (-9), a replica promoted, and the old node brought back as a replica. Runs of 60 s and
+// more then freeze the new primary (SIGSTOP) past the Sentinels' failover timeout, creating while
+// it is frozen and again the moment it thaws, still believing it is the primary, until the
+// Sentinels demote it. Invariant `acknowledged-creates`: every create acknowledged to a client is
+// still there with its compute.
 //
 // `--break NAME` (repeatable; `--no-fencing`/`--no-jobs` are aliases) starts the replicas with a
 // debug fault that removes one safety mechanism (SANDGATE_DEBUG_BREAK=NAME SANDGATE_DEBUG_UNSAFE=1):
@@ -138,6 +141,8 @@ const KILL_SLACK_MS = 6_000;
 const POOL_SIZE = 4;
 /** Longer than a supervisor waits for a silent gateway (3 missed 2 s heartbeats) plus a reconnect. */
 const LONG_FREEZE_MS = 9_000;
+/** A frozen Redis primary stays frozen this long at least: beyond the Sentinels' failover timeout (4 s, test/harness/redis-sentinel.ts). */
+const REDIS_FREEZE_MIN_MS = 6_000;
 /**
  * SSH: the proxy notices its ssh client died (stdin closed), the relay hops close, and the
  * supervisor kills the channel's processes; a frozen replica on the path is noticed by the peer
@@ -615,6 +620,7 @@ async function main(): Promise<void> {
     let restarting: Promise<void> | undefined;
     const chaos = (async () => {
       let redisRestarted = false;
+      let redisFrozen = false;
       let longFreezeDone = false;
       let terminated = false;
       // Short runs (CI's negative runs) freeze early, so the freeze fits before the quiet end.
@@ -644,6 +650,30 @@ async function main(): Promise<void> {
           console.log(`[${secs(t0)}] Redis primary now :${promoted ?? 'none'}; :${old} back as its replica`);
           owners.ignoreDeletionsUntil = Date.now() + OWNER_TTL_MS + 5_000;
           scenario('redis primary failover', promoted !== null, `${attempts.filter(Boolean).length}/${attempts.length} creates acknowledged while cut off`);
+          continue;
+        }
+        // The other way a primary goes: frozen (SIGSTOP) for longer than the Sentinels' failover
+        // timeout, so that it comes back still believing it is the primary, with connections
+        // that were open to it, until the Sentinels demote it. Whatever it takes in that window
+        // is lost in its resync; no create acknowledged to a client may be among it.
+        if (!redisFrozen && elapsed >= 0.2 && group && durationMs >= 60_000) {
+          redisFrozen = true;
+          owners.ignoreDeletionsUntil = Number.POSITIVE_INFINITY;
+          const old = await group.primaryPort();
+          const frozenAt = Date.now();
+          console.log(`[${secs(t0)}] SIGSTOP of the Redis primary :${old}; creating meanwhile`);
+          group.signal(old, 'SIGSTOP');
+          const whileFrozen = Promise.all([1, 2].map((i) => createKept(`kept-frozen-${i}`)));
+          const promoted = await group.waitFailover(old, 60_000).catch(() => null);
+          await sleep(Math.max(0, frozenAt + REDIS_FREEZE_MIN_MS - Date.now()));
+          group.signal(old, 'SIGCONT');
+          console.log(`[${secs(t0)}] SIGCONT of :${old} after ${((Date.now() - frozenAt) / 1000).toFixed(1)} s (primary now :${promoted ?? 'none'}); creating at once`);
+          const afterThaw = Promise.all([1, 2].map((i) => createKept(`kept-stale-${i}`)));
+          const demoted = promoted !== null && (await group.waitReplicating(old, promoted, 60_000).then(() => true, () => false));
+          const acked = [...(await whileFrozen), ...(await afterThaw)].filter(Boolean).length;
+          console.log(`[${secs(t0)}] :${old} ${demoted ? 'demoted, replicating from' : 'NOT replicating from'} :${promoted ?? 'none'} (${acked}/4 creates acknowledged)`);
+          owners.ignoreDeletionsUntil = Date.now() + OWNER_TTL_MS + 5_000;
+          scenario('redis primary frozen, back stale', demoted, `${acked}/4 creates acknowledged`);
           continue;
         }
         if (!longFreezeDone && elapsed >= freezeAt) {
@@ -755,11 +785,16 @@ async function main(): Promise<void> {
     const endState = async () => {
       let ephemeralLeft = 0;
       let neverRan = 0;
+      /** What is left of each ephemeral sandbox not deleted: its record's phase, or its compute alone. */
+      const ephemeralLeftovers: string[] = [];
       for (const id of ephemeralIds) {
         const rec = await store.get(id);
         const reason = rec?.sandbox.status?.conditions?.[0]?.reason;
         if (rec && (reason === 'ComputeFailed' || reason === 'ProvisioningTimeout')) neverRan++;
-        else if (rec || (await liveSupervisors(lb.address)).has(id)) ephemeralLeft++;
+        else if (rec || (await liveSupervisors(lb.address)).has(id)) {
+          ephemeralLeft++;
+          ephemeralLeftovers.push(`${id} (${rec ? `record in phase ${rec.sandbox.status?.phase ?? '?'}${reason ? `, ${reason}` : ''}` : 'compute without a record'})`);
+        }
       }
       const records = await store.list();
       const recordIds = new Set(records.map((x) => x.sandbox.metadata!.id!));
@@ -776,7 +811,7 @@ async function main(): Promise<void> {
       const inPoolWorkspace = records.filter((x) => x.sandbox.metadata!.workspace === `pool:${POOL}`).map((x) => x.sandbox.metadata!.id!);
       const leakedMembers = inPoolWorkspace.filter((id) => !members.has(id)).length + [...members].filter((id) => !recordIds.has(id)).length;
       const strayClaims = records.filter((x) => x.sandbox.metadata!.name!.startsWith('pc-') && !claimedIds.has(x.sandbox.metadata!.id!)).length;
-      return { ephemeralLeft, neverRan, records, live, orphans, stuck, leftovers, members: members.size, leakedMembers, strayClaims };
+      return { ephemeralLeft, ephemeralLeftovers, neverRan, records, live, orphans, stuck, leftovers, members: members.size, leakedMembers, strayClaims };
     };
     const quiesceStart = Date.now();
     let end = await endState();
@@ -800,7 +835,7 @@ async function main(): Promise<void> {
     results.push([
       'ephemeral-deleted',
       end.ephemeralLeft === 0,
-      `${ephemeralIds.length - end.ephemeralLeft - end.neverRan}/${ephemeralIds.length - end.neverRan} deleted${end.neverRan ? ` (${end.neverRan} never launched)` : ''}`,
+      `${ephemeralIds.length - end.ephemeralLeft - end.neverRan}/${ephemeralIds.length - end.neverRan} deleted${end.neverRan ? ` (${end.neverRan} never launched)` : ''}${end.ephemeralLeftovers.length ? `; left: ${end.ephemeralLeftovers.join(', ')}` : ''}`,
     ]);
     results.push(['no-orphan-compute', end.orphans.length === 0, `${end.orphans.length} live supervisor(s) without a record of ${end.live.size} live`]);
     results.push(['no-stuck-record', end.stuck.length === 0, `${end.stuck.length} of ${end.records.length} (${end.stuck.map((x) => x.sandbox.metadata?.name).join(',')})`]);
@@ -841,7 +876,7 @@ async function main(): Promise<void> {
       'long freeze of an owner',
       'record lost under live compute',
       'create interrupted before launch',
-      ...(group ? ['redis primary failover'] : durationMs >= 60_000 ? ['redis restart'] : []),
+      ...(group ? ['redis primary failover', ...(durationMs >= 60_000 ? ['redis primary frozen, back stale'] : [])] : durationMs >= 60_000 ? ['redis restart'] : []),
     ];
     if (group) {
       // Judged on the end state: the record, and a supervisor process of it running.

@@ -46,6 +46,8 @@ export interface SentinelGroup {
    * same other primary, it answers as a primary, and every other live data node replicates from it.
    */
   waitFailover(fromPort: number, timeoutMs?: number): Promise<number>;
+  /** Waits until the data node on `port` replicates from `primary` with its link up (an old primary demoted). */
+  waitReplicating(port: number, primary: number, timeoutMs?: number): Promise<void>;
   stop(): Promise<void>;
 }
 
@@ -310,6 +312,9 @@ export async function startSentinelGroup(opts: SentinelGroupOptions = {}): Promi
         100,
       );
       return now;
+    },
+    async waitReplicating(port, primary, timeoutMs = 30_000) {
+      await waitFor(`redis-server :${port} to replicate from :${primary}`, () => replicatesFrom(port, primary), timeoutMs, 100);
     },
     stop: killAll,
   };
