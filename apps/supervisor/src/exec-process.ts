@@ -161,7 +161,11 @@ export class ProcessTree {
       this.armLeftoverGrace = () => {
         clearTimeout(this.leftoverTimer);
         this.leftoverTimer = setTimeout(() => {
-          if (stillRunning() && !this.proc?.readingPaused()) this.proc?.abandonOutput();
+          if (!stillRunning() || this.proc?.readingPaused()) return;
+          // Said in the log: an exec whose output stops short (a chaos run once saw `echo` exit 0
+          // with no output, 200 ms late) is then told apart from one that wrote nothing.
+          this.log.warn('output pipes still open after the exit and its tree were gone: no longer read', { graceMs: LEFTOVER_OUTPUT_GRACE_MS });
+          this.proc?.abandonOutput();
         }, LEFTOVER_OUTPUT_GRACE_MS);
       };
       this.armLeftoverGrace();
