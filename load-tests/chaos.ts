@@ -12,10 +12,10 @@
 // Sentinels) with SANDGATE_REDIS_MIN_REPLICAS=1, and replaces the Redis restart with a failover:
 // the primary is cut off from its replicas, creates are attempted meanwhile, then the primary is
 // killed (-9), a replica promoted, and the old node brought back as a replica. Runs of 60 s and
-// more then freeze the new primary (SIGSTOP) past the Sentinels' failover timeout, creating while
-// it is frozen and again the moment it thaws, still believing it is the primary, until the
-// Sentinels demote it. Invariant `acknowledged-creates`: every create acknowledged to a client is
-// still there with its compute.
+// more first freeze the primary (SIGSTOP, at 20 % of the run) past the Sentinels' failover
+// timeout, creating while it is frozen and again the moment it thaws, still believing it is the
+// primary, until the Sentinels demote it. Invariant `acknowledged-creates`: every create
+// acknowledged to a client is still there with its compute.
 //
 // `--break NAME` (repeatable; `--no-fencing`/`--no-jobs` are aliases) starts the replicas with a
 // debug fault that removes one safety mechanism (SANDGATE_DEBUG_BREAK=NAME SANDGATE_DEBUG_UNSAFE=1):
