@@ -133,8 +133,15 @@ describe('acknowledged writes wait for a Redis replica', () => {
       const res = await runCli(['sandbox', 'create', '--name', name, '--detach', '-o', 'json', '--', ...main], { gateway: gw(cluster), timeoutMs: 30_000 });
       expect(res.code, res.stderr.toString()).toBe(0);
       await waitFor(`${name} Ready`, async () => (await phase(cluster, name)) === 'SANDBOX_PHASE_READY', 30_000, 200);
+      // Ready is on record before the guarded claim's WAIT: the session is in place once an exec
+      // runs. (Right after the failover above a replica may still be resyncing, and a hello whose
+      // claim cannot be confirmed is refused and tried again.) Cut off without one, the guarded
+      // supervisor could not report anything, and the test would prove nothing.
+      await waitFor(`${name}'s session`, async () => (await runCli(['sandbox', 'exec', name, '--', 'true'], { gateway: gw(cluster), timeoutMs: 30_000 })).code === 0, 30_000, 200);
     }
-    // The replicas cut off; both main processes exit, and the primary records both exits.
+    // The replicas cut off once they have everything; both main processes exit, and the primary
+    // records both exits.
+    await group.waitReplicated();
     await group.cutReplication();
     for (const { cluster, name } of sandboxes) {
       const res = await runCli(['sandbox', 'exec', name, '--', 'touch', '/sandbox/go'], { gateway: gw(cluster), timeoutMs: 30_000 });
