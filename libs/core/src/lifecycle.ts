@@ -87,7 +87,10 @@ export function onSupervisorDisconnected(s: LifecycleStatus, now: Date): Lifecyc
  */
 export function onMainProcessExit(s: LifecycleStatus, instanceId: string, exitCode: number, now: Date): LifecycleStatus | null {
   if (!instanceId || s.main_process_instance_id !== instanceId) return null;
-  if (s.phase !== Phase.READY && s.phase !== Phase.PROVISIONING) return null;
+  // A sweep's ComputeVanished is a guess (a Ready record whose compute it did not find, e.g. after
+  // a failover took the exit back); the run's own supervisor reporting its exit knows better.
+  const vanished = s.phase === Phase.ERROR && readyReason(s) === Reason.ComputeVanished;
+  if (s.phase !== Phase.READY && s.phase !== Phase.PROVISIONING && !vanished) return null;
   if (exitCode === 0) {
     return withPhase(s, Phase.COMPLETED, readyCondition('False', Reason.MainProcessCompleted, 'Main process exited with code 0', now), {
       exit_code: 0,

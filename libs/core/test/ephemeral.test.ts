@@ -51,3 +51,17 @@ describe('onComputeVanished', () => {
     expect(onComputeVanished(failed, now)?.conditions?.[0]?.reason).toBe('ComputeVanished');
   });
 });
+
+describe('onMainProcessExit', () => {
+  it("replaces the sweep's ComputeVanished guess with the run's own exit, and only for that run", () => {
+    const vanished = onComputeVanished(ready, now)!;
+    const failed = onMainProcessExit(vanished, 'run-1', 7, now)!;
+    expect(failed.phase).toBe(Phase.ERROR);
+    expect(failed.conditions?.[0]?.reason).toBe('MainProcessFailed');
+    expect(failed.exit_code).toBe(7);
+    expect(onMainProcessExit(vanished, 'run-1', 0, now)?.phase).toBe(Phase.COMPLETED);
+    expect(onMainProcessExit(vanished, 'run-0', 7, now)).toBeNull(); // another run's report
+    // A recorded exit is final: a repeat changes nothing.
+    expect(onMainProcessExit(failed, 'run-1', 7, now)).toBeNull();
+  });
+});
