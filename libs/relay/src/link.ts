@@ -318,9 +318,7 @@ export class LinkChannel<T> extends Duplex {
     // A clean end hands a kept connection to the next channel; without reuse it flushes what is
     // queued and closes; anything else tears the connection down.
     if (clean && this.reusable && this.listenerCount('successor') > 0 && this.socket.readable && this.socket.writable && !this.socket.destroyed) this.handOver();
-    else if (this.handedOver) {
-      // The connection is the next channel's.
-    } else if (clean) this.socket.end();
+    else if (clean) this.socket.end();
     else this.socket.destroy();
     this.releaseHeld();
     callback(err);
