@@ -844,9 +844,25 @@ async function main(): Promise<void> {
     await sampling;
     results.push(['owner-records', owners.violations === 0, owners.summary()]);
 
+    // ---- an owner moved in calm weather, under warm owner hints -------------------------------
+    // The chaos may leave every replica's hint right by chance (CI: a session drained away and
+    // came back to the replica it started on, and the owner-hints negative run passed
+    // `reachable`). So one sandbox made now is routed to from every replica, each then holding a
+    // hint that names its owner; the owner drains (SIGTERM) and, once the session moved, starts
+    // again with an empty cache. The third replica's hint is then stale for certain: it must
+    // forget it on 'not here' and look the owner up again.
+    const calm = await moveUnderWarmHints(cluster, clients[0]!, store, r, scenario).catch((err: unknown) => {
+      scenario('owner moved under warm hints', false, String(err).split('\n')[0]);
+      return undefined;
+    });
+    if (calm) {
+      scenario('owner moved under warm hints', true, `${calm.from} → ${calm.to}`);
+      console.log(`[${secs(t0)}] ${calm.sandbox.name}: owner ${calm.from} drained and started again; the session is on ${calm.to}`);
+    }
+
     // Every pool sandbox answers through every replica at the end.
     let unreachable = 0;
-    for (const sb of pool) {
+    for (const sb of calm ? [...pool, calm.sandbox] : pool) {
       for (const rep of cluster.replicas) {
         const c = openShellClient(rep.grpcAddress);
         const res = await exec(c, { sandbox_id: sb.id, command: ['true'] });
@@ -854,7 +870,7 @@ async function main(): Promise<void> {
         if (res.error || res.exit !== 0) unreachable++;
       }
     }
-    results.push(['reachable', unreachable === 0, `${unreachable} failures of ${pool.length * cluster.replicas.length}`]);
+    results.push(['reachable', unreachable === 0, `${unreachable} failures of ${(pool.length + (calm ? 1 : 0)) * cluster.replicas.length}`]);
 
     const callViolations = ledger.violations.filter((v) => v.kind.endsWith(': wrong') || v.kind.endsWith(': hang') || v.kind.startsWith('op '));
     results.push(['calls', callViolations.length === 0, `${callViolations.length} violations`]);
@@ -876,6 +892,7 @@ async function main(): Promise<void> {
       'long freeze of an owner',
       'record lost under live compute',
       'create interrupted before launch',
+      'owner moved under warm hints',
       ...(group ? ['redis primary failover', ...(durationMs >= 60_000 ? ['redis primary frozen, back stale'] : [])] : durationMs >= 60_000 ? ['redis restart'] : []),
     ];
     if (group) {
@@ -984,6 +1001,39 @@ function tuple(x: { outcome: 'ok' | 'retriable' | 'wrong' | 'hang'; detail: stri
 
 function secs(t0: number, at = Date.now()): string {
   return `${((at - t0) / 1000).toFixed(1)}s`;
+}
+
+/**
+ * One sandbox made now, routed to from every replica (so each holds a fresh owner hint), then its
+ * owner drained (SIGTERM) until the session is claimed by another replica, and started again.
+ * Resolves with the sandbox and the two owners; throws when a step does not happen in time.
+ */
+async function moveUnderWarmHints(
+  cluster: Cluster,
+  client: AnyClient,
+  store: SandboxStore,
+  r: import('ioredis').Redis,
+  scenario: (name: string, happened: boolean, note?: string) => void,
+): Promise<{ sandbox: { id: string; name: string }; from: string; to: string }> {
+  const res = await setupCreate(client, { name: 'moved-calm', spec: { command: ['sleep', 'infinity'] } });
+  const sandbox = { id: res.sandbox.metadata.id, name: res.sandbox.metadata.name };
+  await waitFor('moved-calm ready', async () => (await store.get(sandbox.id))?.sandbox.status?.phase === SandboxPhase.READY, 30_000);
+  const from = await waitFor('moved-calm owner record', async () => (await r.hget(keys.owner(sandbox.id), 'replica')) ?? undefined, 20_000);
+  for (const rep of cluster.replicas) {
+    const c = openShellClient(rep.grpcAddress);
+    const got = await exec(c, { sandbox_id: sandbox.id, command: ['true'] });
+    c.close();
+    if (got.error || got.exit !== 0) throw new Error(`moved-calm: exec through ${rep.id} before the move failed: ${got.error?.message ?? `exit ${got.exit}`}`);
+  }
+  const index = cluster.replicas.findIndex((rep) => rep.id === from);
+  if (index < 0) throw new Error(`moved-calm: owner ${from} is not a replica of this run`);
+  await cluster.signal(index, 'SIGTERM');
+  const to = await waitFor('moved-calm claimed by another replica', async () => {
+    const owner = await r.hget(keys.owner(sandbox.id), 'replica');
+    return owner && owner !== from ? owner : undefined;
+  }, 30_000);
+  await restartReplica(cluster, index, scenario);
+  return { sandbox, from, to };
 }
 
 async function ownedBy(r: import('ioredis').Redis, pool: { id: string; name: string }[], replicaId: string) {
