@@ -520,6 +520,41 @@ describe('replica crashes', () => {
       await waitSandboxReachable();
     }
   });
+
+  it("a timed exec's deadline counts the wait for its session: when it passes first, the exec is refused UNAVAILABLE and nothing runs", async () => {
+    // As above, but the supervisor stays away (3 s) past the exec's whole timeout (1 s). The
+    // deadline was fixed when the gateway accepted the exec, so the wait ends there; before, the
+    // exec waited on and then ran its full second once the session came back.
+    const owner = await ownerIndex();
+    const entry = (owner + 1) % cluster.replicas.length;
+    const client = openShellClient(gw(entry));
+    const supervisor = await supervisorPid();
+    const tok = token();
+    process.kill(supervisor, 'SIGSTOP');
+    let frozen = true;
+    try {
+      await cluster.signal(owner, 'SIGKILL');
+      await sleep(300);
+      const exec = rawExec(client, ['sh', '-c', `touch /tmp/ran.${tok}; sleep 30`], 1);
+      await sleep(3_000);
+      process.kill(supervisor, 'SIGCONT');
+      frozen = false;
+      const res = await exec.result;
+      expect(res.error?.code, `exit ${res.exitCode}: the exec ran after its deadline`).toBe(grpcStatus.UNAVAILABLE);
+      expect(res.error?.details).toContain('timeout_seconds passed; nothing ran');
+      // Nothing ran: the marker file is not there once the session is back.
+      const check = await waitFor('the session back (through the entry)', async () => {
+        const got = await rawExec(client, ['sh', '-c', `test -e /tmp/ran.${tok} && echo ran || echo absent`]).result;
+        return got.error ? undefined : got;
+      }, 20_000, 200);
+      expect(check.stdout).toBe('absent\n');
+    } finally {
+      if (frozen) process.kill(supervisor, 'SIGCONT');
+      client.close();
+      await cluster.startReplica(owner);
+      await waitSandboxReachable();
+    }
+  });
 });
 
 describe('after all of the above', () => {

@@ -203,8 +203,10 @@ export class ExecRunner {
 
     const timeoutSeconds = start.timeout_seconds ?? 0;
     if (timeoutSeconds > 0 && !this.opts.debugBreaks?.has('exec-timeout')) {
-      // setTimeout fires immediately for delays beyond 2^31-1 ms (~24.8 days): clamp instead.
-      const ms = Math.min(timeoutSeconds * 1000, MAX_TIMER_MS);
+      // What is left of the deadline the gateway fixed on accepting the exec (a gateway that
+      // predates timeout_ms sends only the whole timeout). setTimeout fires immediately for
+      // delays beyond 2^31-1 ms (~24.8 days): clamp instead.
+      const ms = Math.min(start.timeout_ms || timeoutSeconds * 1000, MAX_TIMER_MS);
       this.timeoutTimer = setTimeout(() => this.onTimeout(), ms);
     }
   }

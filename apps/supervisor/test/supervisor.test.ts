@@ -196,6 +196,16 @@ describe('supervisor against a fake gateway', () => {
     expect(taggedPids(id)).toEqual([]);
   }, 15_000);
 
+  it("times out after timeout_ms, what the gateway says is left of the exec's deadline, not the whole timeout_seconds", async () => {
+    const id = newExecId();
+    // 600 s in timeout_seconds: were it used, the exit below could not come within the wait.
+    const exec = await gw.openExec({ exec_id: id, argv: ['sleep', '604'], timeout_seconds: 600, timeout_ms: 500 });
+    const exit = await exec.waitExit(10_000);
+    expect(exit.exit_code ?? 0).toBe(124);
+    expect(exit.timed_out).toBe(true);
+    expect(taggedPids(id)).toEqual([]);
+  }, 15_000);
+
   it('kills the tree (including setsid escapees) when the gateway ends the call without an exit', async () => {
     const id = newExecId();
     const exec = await gw.openExec({ exec_id: id, argv: ['sh', '-c', 'setsid sleep 602 & sleep 603'] });

@@ -16,6 +16,8 @@ export interface ExecStart {
   attach_main?: boolean;
   /** W3C trace context (`traceparent`, `tracestate`) of the call this exec serves. */
   trace_context?: StringMap;
+  /** What is left of the exec's deadline when the frame was sent, in ms (with timeout_seconds). */
+  timeout_ms?: number;
 }
 
 export interface ExecExit {

@@ -149,17 +149,17 @@ export class ExecService {
    * Opens the path to the supervisor; an exec with a deadline then gets its durable backstop job,
    * so that a crash of any replica cannot let the tree outlive the deadline unnoticed.
    */
-  private async openPath(start: ExecStart): Promise<ExecPath> {
-    const path = await this.deps.router.open(start.sandbox_id!, start);
-    // The supervisor's clock starts when it spawns, i.e. about now: the backstop is timed from
-    // here, so a slow open cannot make it fire before the exec's own deadline. (Until this is
-    // enqueued the supervisor's local timeout alone holds the deadline, as it always does.)
-    if (start.timeout_seconds && this.deps.scheduler) {
+  private async openPath(start: ExecStart, deadlineAtMs: number | undefined): Promise<ExecPath> {
+    const path = await this.deps.router.open(start.sandbox_id!, start, deadlineAtMs);
+    // The supervisor was handed what is left of the deadline (timeout_ms), so its clock ends at
+    // about `deadlineAtMs` too; the job's grace covers the hops. (Until this is enqueued the
+    // supervisor's local timeout alone holds the deadline, as it always does.)
+    if (deadlineAtMs !== undefined && this.deps.scheduler) {
       try {
         await this.deps.scheduler.execDeadline({
           sandboxId: start.sandbox_id!,
           execId: start.exec_id!,
-          deadlineMs: Date.now() + start.timeout_seconds * 1000,
+          deadlineMs: deadlineAtMs,
         });
       } catch (err) {
         path.abort('could not record the exec deadline');
@@ -175,11 +175,14 @@ export class ExecService {
    */
   private async begin(req: ExecSandboxRequest, stdinEof: boolean, client: ClientCall, caller: Principal): Promise<ExecPath | null> {
     const startedAt = performance.now();
+    // An exec's deadline runs from here: finding its session (even a moving one) is part of it.
+    const acceptedAtMs = Date.now();
     const { start, workspace } = await this.prepare(req, stdinEof, caller);
+    const deadlineAtMs = start.timeout_seconds ? acceptedAtMs + start.timeout_seconds * 1000 : undefined;
     if (client.cancelled) return null;
     const release = await this.takeSlot(workspace, start.exec_id!, client);
     try {
-      const path = await this.openPath(start);
+      const path = await this.openPath(start, deadlineAtMs);
       if (client.cancelled) {
         path.abort('client cancelled before the exec started');
         release();
@@ -190,7 +193,7 @@ export class ExecService {
       this.deps.metrics.inc('sandgate_execs_total', 1, { path: execPath });
       const span = activeSpan();
       span.setAttribute(TraceAttr.execPath, execPath);
-      this.relayToClient(path, client, start, span, () => this.deps.metrics.record('sandgate_exec_duration', (performance.now() - startedAt) / 1000, { path: execPath }));
+      this.relayToClient(path, client, start, deadlineAtMs, span, () => this.deps.metrics.record('sandgate_exec_duration', (performance.now() - startedAt) / 1000, { path: execPath }));
       return path;
     } catch (err) {
       release();
@@ -235,7 +238,7 @@ export class ExecService {
   }
 
   /** Output of the path to the client, and every way the exec can end. */
-  private relayToClient(path: ExecPath, client: ClientCall, start: ExecStart, span: Span, ended: () => void): void {
+  private relayToClient(path: ExecPath, client: ClientCall, start: ExecStart, deadlineAtMs: number | undefined, span: Span, ended: () => void): void {
     const { log, metrics } = this.deps;
     let exitSeen = false;
     let finished = false;
@@ -316,7 +319,7 @@ export class ExecService {
       stop();
       clearTimeout(backstop);
     });
-    if (start.timeout_seconds) {
+    if (deadlineAtMs !== undefined) {
       // The supervisor enforces the deadline itself; this only answers the client if it cannot.
       backstop = setTimeout(() => {
         if (exitSeen || finished) return;
@@ -327,7 +330,7 @@ export class ExecService {
         client.write({ exit: { exit_code: EXIT_TIMEOUT, timed_out: true } });
         exitSeen = true;
         finish();
-      }, start.timeout_seconds * 1000 + TIMEOUT_BACKSTOP_GRACE_MS);
+      }, deadlineAtMs - Date.now() + TIMEOUT_BACKSTOP_GRACE_MS);
     }
   }
 

@@ -162,31 +162,45 @@ export class ExecRouter {
   }
 
   /** Opens the exec on the owner replica, wherever that is. `start` is sent as the first frame. */
-  open(sandboxId: string, start: ExecStart): Promise<ExecPath> {
+  /**
+   * `deadlineAtMs` (an exec with a timeout): when the exec's deadline, fixed as the gateway
+   * accepted it, passes. Each attempt's start frame carries what is left of it (`timeout_ms`), and
+   * the wait for a moving session ends there too: time spent finding the session is the exec's.
+   */
+  open(sandboxId: string, start: ExecStart, deadlineAtMs?: number): Promise<ExecPath> {
+    // At least 1 ms: 0 would mean "no timeout" to the supervisor.
+    const stamp = () => (deadlineAtMs === undefined ? start : { ...start, timeout_ms: Math.max(1, deadlineAtMs - Date.now()) });
     return this.route(
       sandboxId,
-      () => this.openLocal(sandboxId, start),
-      (peer) => this.openPeerCall(peer.warmExec.take(), { start }),
+      () => this.openLocal(sandboxId, stamp()),
+      (peer) => this.openPeerCall(peer.warmExec.take(), { start: stamp() }),
+      deadlineAtMs,
     );
   }
 
   /**
    * routeOnce, again while the session is away (SessionAway: nothing was sent), for at most
-   * SESSION_RETURN_WAIT_MS.
+   * SESSION_RETURN_WAIT_MS, and not past `deadlineAtMs` when given.
    */
   private async route(
     sandboxId: string,
     local: () => Promise<ExecPath>,
     viaPeer: (peer: Peer) => Promise<ExecPath>,
+    deadlineAtMs?: number,
   ): Promise<ExecPath> {
     const startedAt = Date.now();
+    const giveUpAt = Math.min(startedAt + SESSION_RETURN_WAIT_MS, deadlineAtMs ?? Number.POSITIVE_INFINITY);
     for (let attempt = 1; ; attempt++) {
       try {
         const path = await this.routeOnce(sandboxId, local, viaPeer);
         if (attempt > 1) this.deps.log.info('relay waited for the supervisor session to return', { sandboxId, waitedMs: Date.now() - startedAt, attempts: attempt });
         return path;
       } catch (err) {
-        if (!(err instanceof SessionAway) || Date.now() - startedAt >= SESSION_RETURN_WAIT_MS) throw err;
+        if (!(err instanceof SessionAway)) throw err;
+        if (deadlineAtMs !== undefined && Date.now() >= deadlineAtMs) {
+          throw new SessionAway("supervisor relay failed: the sandbox's session was away until the exec's timeout_seconds passed; nothing ran; retry");
+        }
+        if (Date.now() >= giveUpAt) throw err;
         await sleep(SESSION_RETURN_POLL_MS);
       }
     }
