@@ -255,8 +255,9 @@ export async function startSentinelGroup(opts: SentinelGroupOptions = {}): Promi
         const offset = Number(/master_repl_offset:(\d+)/.exec((await p.info('replication')) as string)?.[1]);
         await waitFor('the replicas to catch up with the primary', async () => {
           const info = (await p.info('replication')) as string;
-          const offsets = [...info.matchAll(/^slave\d+:.*offset=(\d+)/gm)].map((m) => Number(m[1]));
-          return offsets.length > 0 && offsets.every((o) => o >= offset);
+          // Online too: a replica still loading its full resync lists an offset but acknowledges no WAIT.
+          const replicas = [...info.matchAll(/^slave\d+:.*state=(\w+).*offset=(\d+)/gm)].map((m) => ({ state: m[1], offset: Number(m[2]) }));
+          return replicas.length > 0 && replicas.every((r) => r.state === 'online' && r.offset >= offset);
         });
       } finally {
         p.disconnect();
