@@ -29,7 +29,10 @@ export async function startEnv(opts: { replicas: number; env?: Record<string, st
   onCleanup('redis-server', () => redis.stop());
   let cluster: Cluster;
   try {
-    cluster = await Cluster.start({ redisUrl: redis.url, replicas: opts.replicas, env: opts.env });
+    // SANDGATE_BENCH_REPLICA_NODE_OPTIONS: Node options for the replicas alone (e.g. `--cpu-prof
+    // --cpu-prof-dir=/tmp/prof`: a replica writes its profile when it exits after a drain).
+    const nodeOptions = process.env.SANDGATE_BENCH_REPLICA_NODE_OPTIONS;
+    cluster = await Cluster.start({ redisUrl: redis.url, replicas: opts.replicas, env: { ...(nodeOptions ? { NODE_OPTIONS: nodeOptions } : {}), ...opts.env } });
   } catch (err) {
     // A replica that did not get ready in time leaves its siblings running: find them by our
     // private Redis URL (unique to this run) and stop them.
