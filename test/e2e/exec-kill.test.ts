@@ -487,58 +487,62 @@ describe('replica crashes', () => {
     await crashDuringExec('owner');
   });
 
-  it('an exec sent while the session is away (owner killed, supervisor not back yet) waits for it and runs, instead of failing', async () => {
-    // Deterministic: the supervisor is frozen (SIGSTOP) before its owner is killed, so it cannot
-    // reconnect until it is resumed a second later. The exec goes in meanwhile through a survivor,
-    // which finds the owner record naming a dead replica whose peer port refuses: nothing was
-    // sent, so it waits for the session (exec-router.ts, SessionAway) rather than answering
-    // UNAVAILABLE at once.
+  /**
+   * The supervisor frozen (SIGSTOP) before its owner is killed, so it cannot reconnect until
+   * `thaw()` resumes it; `body` gets a client of a surviving replica meanwhile. Everything is put
+   * back afterwards.
+   */
+  async function whileSessionAway(body: (client: AnyClient, thaw: () => void) => Promise<void>): Promise<void> {
     const owner = await ownerIndex();
     const entry = (owner + 1) % cluster.replicas.length;
     const client = openShellClient(gw(entry));
     const supervisor = await supervisorPid();
-    const tok = token();
     process.kill(supervisor, 'SIGSTOP');
     let frozen = true;
+    const thaw = () => {
+      if (frozen) process.kill(supervisor, 'SIGCONT');
+      frozen = false;
+    };
     try {
       await cluster.signal(owner, 'SIGKILL');
       // The entry replica sees its idle links to the dead owner close (no reconnect can happen).
       await sleep(300);
-      const exec = rawExec(client, ['echo', `back.${tok}`]);
-      const early = await Promise.race([exec.result, sleep(1_000).then(() => null)]);
-      expect(early, 'the exec was answered while its session was away').toBeNull();
-      process.kill(supervisor, 'SIGCONT');
-      frozen = false;
-      const res = await exec.result;
-      expect(res.error, String(res.error?.details)).toBeUndefined();
-      expect(res.exitCode).toBe(0);
-      expect(res.stdout).toBe(`back.${tok}\n`);
+      await body(client, thaw);
     } finally {
-      if (frozen) process.kill(supervisor, 'SIGCONT');
+      thaw();
       client.close();
       await cluster.startReplica(owner);
       await waitSandboxReachable();
     }
+  }
+
+  it('an exec sent while the session is away (owner killed, supervisor not back yet) waits for it and runs, instead of failing', async () => {
+    // Deterministic: the supervisor cannot reconnect until it is resumed a second later. The exec
+    // goes in meanwhile through a survivor, which finds the owner record naming a dead replica
+    // whose peer port refuses: nothing was sent, so it waits for the session (exec-router.ts,
+    // SessionAway) rather than answering UNAVAILABLE at once.
+    const tok = token();
+    await whileSessionAway(async (client, thaw) => {
+      const exec = rawExec(client, ['echo', `back.${tok}`]);
+      const early = await Promise.race([exec.result, sleep(1_000).then(() => null)]);
+      expect(early, 'the exec was answered while its session was away').toBeNull();
+      thaw();
+      const res = await exec.result;
+      expect(res.error, String(res.error?.details)).toBeUndefined();
+      expect(res.exitCode).toBe(0);
+      expect(res.stdout).toBe(`back.${tok}\n`);
+    });
   });
 
   it("a timed exec's deadline counts the wait for its session: when it passes first, the exec is refused UNAVAILABLE and nothing runs", async () => {
     // As above, but the supervisor stays away (3 s) past the exec's whole timeout (1 s). The
     // deadline was fixed when the gateway accepted the exec, so the wait ends there; before, the
     // exec waited on and then ran its full second once the session came back.
-    const owner = await ownerIndex();
-    const entry = (owner + 1) % cluster.replicas.length;
-    const client = openShellClient(gw(entry));
-    const supervisor = await supervisorPid();
     const tok = token();
-    process.kill(supervisor, 'SIGSTOP');
-    let frozen = true;
-    try {
-      await cluster.signal(owner, 'SIGKILL');
-      await sleep(300);
+    await whileSessionAway(async (client, thaw) => {
       const exec = rawExec(client, ['sh', '-c', `touch /tmp/ran.${tok}; sleep 30`], 1);
       await sleep(3_000);
-      process.kill(supervisor, 'SIGCONT');
-      frozen = false;
+      thaw();
       const res = await exec.result;
       expect(res.error?.code, `exit ${res.exitCode}: the exec ran after its deadline`).toBe(grpcStatus.UNAVAILABLE);
       expect(res.error?.details).toContain('timeout_seconds passed; nothing ran');
@@ -548,12 +552,7 @@ describe('replica crashes', () => {
         return got.error ? undefined : got;
       }, 20_000, 200);
       expect(check.stdout).toBe('absent\n');
-    } finally {
-      if (frozen) process.kill(supervisor, 'SIGCONT');
-      client.close();
-      await cluster.startReplica(owner);
-      await waitSandboxReachable();
-    }
+    });
   });
 });
 
