@@ -161,8 +161,8 @@ export class ExecRouter {
     return (await this.deps.replicas.get(owner.replica)) !== null;
   }
 
-  /** Opens the exec on the owner replica, wherever that is. `start` is sent as the first frame. */
   /**
+   * Opens the exec on the owner replica, wherever that is. `start` is sent as the first frame.
    * `deadlineAtMs` (an exec with a timeout): when the exec's deadline, fixed as the gateway
    * accepted it, passes. Each attempt's start frame carries what is left of it (`timeout_ms`), and
    * the wait for a moving session ends there too: time spent finding the session is the exec's.
@@ -189,7 +189,6 @@ export class ExecRouter {
     deadlineAtMs?: number,
   ): Promise<ExecPath> {
     const startedAt = Date.now();
-    const giveUpAt = Math.min(startedAt + SESSION_RETURN_WAIT_MS, deadlineAtMs ?? Number.POSITIVE_INFINITY);
     for (let attempt = 1; ; attempt++) {
       try {
         const path = await this.routeOnce(sandboxId, local, viaPeer);
@@ -200,7 +199,7 @@ export class ExecRouter {
         if (deadlineAtMs !== undefined && Date.now() >= deadlineAtMs) {
           throw new SessionAway("supervisor relay failed: the sandbox's session was away until the exec's timeout_seconds passed; nothing ran; retry");
         }
-        if (Date.now() >= giveUpAt) throw err;
+        if (Date.now() - startedAt >= SESSION_RETURN_WAIT_MS) throw err;
         await sleep(SESSION_RETURN_POLL_MS);
       }
     }
