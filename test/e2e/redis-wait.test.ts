@@ -130,8 +130,9 @@ describe('acknowledged writes wait for a Redis replica', () => {
       { cluster: unguarded, name: 'exit-unguarded' },
     ];
     // After the failover of the test above a replica may still be resyncing: a guarded create is
-    // then refused UNAVAILABLE ("reached 0 of the 1 Redis replica(s) required", CI once), with its
-    // record possibly written already. A client retries that; so does this test.
+    // then refused UNAVAILABLE ("reached 0 of the 1 Redis replica(s) required", CI once) and
+    // undone. A client retries that; so does this test (ALREADY_EXISTS: an earlier try's undo
+    // failed, and the sandbox is there).
     await group.waitReplicated();
     for (const { cluster, name } of sandboxes) {
       await waitFor(`${name} created`, async () => {
