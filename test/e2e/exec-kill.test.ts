@@ -37,13 +37,15 @@ beforeAll(async () => {
   queue = new Queue(QUEUE_NAME, { connection: { host: '127.0.0.1', port: redis.port, username: redis.user, password: redis.password } });
 });
 
+// Teardown gets its own bound per step: with the CLI's default of 60 s the delete alone could use
+// up vitest's 60 s hook limit on a loaded machine (CI once: every test passed, the hook timed out).
 afterAll(async () => {
   await queue?.close();
-  if (sbx) await runCli(['sandbox', 'delete', sbx.name], { gateway: cluster.replicas[0]!.grpcAddress }).catch(() => undefined);
+  if (sbx) await runCli(['sandbox', 'delete', sbx.name], { gateway: cluster.replicas[0]!.grpcAddress, timeoutMs: 30_000 }).catch(() => undefined);
   await cluster?.stop();
   cluster?.cleanup();
   await redis?.stop();
-});
+}, 120_000);
 
 const gw = (i: number) => cluster.replicas[i]!.grpcAddress;
 const replicaIndex = (id: string) => cluster.replicas.findIndex((x) => x.id === id);
