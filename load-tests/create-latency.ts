@@ -60,6 +60,9 @@ const START_MARKS = [
   ['control session established', 'control session established (hello accepted)'],
 ] as const;
 
+/** The row of the supervisor's Node process starting (its first log line says when). */
+const PROCESS_STARTED = 'supervisor\'s Node process started';
+
 /**
  * Where one sandbox's start went, from its supervisor's log (local driver: the sandbox's
  * supervisor.log in the state dir): ms from the CreateSandbox call to each START_MARKS line.
@@ -73,11 +76,15 @@ function startTimeline(stateDir: string, c: Created): Map<string, number> {
     return out;
   }
   for (const line of text.split('\n')) {
-    let rec: { msg?: string; ts?: string };
+    let rec: { msg?: string; ts?: string; process_started_at_ms?: unknown };
     try {
-      rec = JSON.parse(line) as { msg?: string; ts?: string };
+      rec = JSON.parse(line) as { msg?: string; ts?: string; process_started_at_ms?: unknown };
     } catch {
       continue;
+    }
+    // The first line's process_started_at_ms: when Node began, before it loaded anything.
+    if (rec.msg === START_MARKS[0][0] && typeof rec.process_started_at_ms === 'number' && !out.has(PROCESS_STARTED)) {
+      out.set(PROCESS_STARTED, rec.process_started_at_ms - c.startedAtEpochMs);
     }
     const mark = START_MARKS.find(([msg]) => msg === rec.msg);
     if (mark && rec.ts && !out.has(mark[1])) out.set(mark[1], Date.parse(rec.ts) - c.startedAtEpochMs);
@@ -88,7 +95,7 @@ function startTimeline(stateDir: string, c: Created): Map<string, number> {
 /** Rows: each start mark's latency from the CreateSandbox call, over `created`. */
 function timelineRows(stateDir: string, created: Created[], label = ''): string[][] {
   const timelines = created.map((c) => startTimeline(stateDir, c));
-  return START_MARKS.map(([, name]) => latencyRow(`${label}${name}`, timelines.map((t) => t.get(name)).filter((v): v is number => v !== undefined)));
+  return [PROCESS_STARTED, ...START_MARKS.map(([, name]) => name)].map((name) => latencyRow(`${label}${name}`, timelines.map((t) => t.get(name)).filter((v): v is number => v !== undefined)));
 }
 
 class StageError extends Error {
@@ -363,7 +370,7 @@ async function compileCachePhase(opts: CreateLatencyOptions, redisUrl: string, t
   for (const [label, value] of [['cache on', '1'], ['cache off', '0']] as const) {
     const stateDir = mkdtempSync(path.join(os.tmpdir(), 'sg-bench-cache-'));
     onCleanup(`${label} state dir`, () => rmSync(stateDir, { recursive: true, force: true }));
-    const gw = await startGateway({ redisUrl, driver: 'local', stateDir, replicaId: `r${label.replace(' ', '-')}`, env: { SANDGATE_SUPERVISOR_COMPILE_CACHE: value } });
+    const gw = await startGateway({ redisUrl, driver: 'local', stateDir, replicaId: `r${label.replace(/[^a-z]+/g, '-')}`, env: { SANDGATE_SUPERVISOR_COMPILE_CACHE: value } });
     onCleanup(`${label} gateway`, () => gw.stop());
     onCleanup(`${label} compute`, () => killLeftoverCompute(stateDir));
     const client = openShellClient(gw.grpcAddress);

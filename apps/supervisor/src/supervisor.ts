@@ -135,6 +135,9 @@ export class Supervisor {
       version: SUPERVISOR_VERSION,
       endpoints: this.config.endpoints,
       pid: process.pid,
+      // When this process began (epoch ms): a start's time before this line is Node's start and
+      // the loading of the supervisor's code (create-latency reads both).
+      process_started_at_ms: Math.round(performance.timeOrigin),
     });
     if (this.config.workload) {
       const closed = closeInheritedFds();

@@ -28,7 +28,7 @@ import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import Docker from 'dockerode';
 import type Dockerode from 'dockerode';
-import { renderSandboxEnvironment, SANDBOX_GID, SANDBOX_UID, type WorkloadIsolation } from '@sandgate/protocols/contract';
+import { NODE_COMPILE_CACHE_VAR, renderSandboxEnvironment, SANDBOX_GID, SANDBOX_UID, type WorkloadIsolation } from '@sandgate/protocols/contract';
 import type { ComputeDriver, ComputeHandle, ComputeState, ComputeUsage, LaunchSpec, ObservedCompute, ResourceLimits } from './driver.ts';
 import { assertLaunchSpec, assertSandboxId } from './validate.ts';
 import {
@@ -195,7 +195,7 @@ export class DockerDriver implements ComputeDriver {
     const compileCacheHostPath = await this.compileCache(rt);
     const dirs = cg ? cg.dirs(id) : [];
     return {
-      spec: { ...spec, command, gatewayEndpoints },
+      spec: { ...spec, command, gatewayEndpoints, environment: withImageNodeCompileCache(spec.environment, imageInfo) },
       image,
       command,
       runtime: rt,
@@ -724,6 +724,20 @@ interface LaunchPlan {
   limits: ResourceLimits;
   cgroups: { parent: string; dirs: { hostDir: string; containerDir: string }[]; hostNamespace: boolean } | undefined;
   workload: WorkloadIsolation;
+}
+
+/**
+ * An image's own NODE_COMPILE_CACHE was its workloads' (Docker merges an image's ENV into the
+ * process environment they inherit). The container's environment now sets that name for the
+ * supervisor (compileCacheEnvironment), and the supervisor leaves it out of what its workload
+ * inherits, so the image's value reaches the workload through the environment file instead,
+ * unless the sandbox's own variables set one.
+ */
+function withImageNodeCompileCache(environment: Record<string, string>, image: Dockerode.ImageInspectInfo): Record<string, string> {
+  if (Object.hasOwn(environment, NODE_COMPILE_CACHE_VAR)) return environment;
+  const prefix = `${NODE_COMPILE_CACHE_VAR}=`;
+  const fromImage = (image.Config?.Env ?? []).findLast((e) => e.startsWith(prefix));
+  return fromImage === undefined ? environment : { ...environment, [NODE_COMPILE_CACHE_VAR]: fromImage.slice(prefix.length) };
 }
 
 /**

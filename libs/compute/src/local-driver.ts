@@ -22,7 +22,7 @@ import fs from 'node:fs';
 import fsp from 'node:fs/promises';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { renderSandboxEnvironment, SANDBOX_GID, SANDBOX_UID, SupervisorEnv, type WorkloadIsolation } from '@sandgate/protocols/contract';
+import { compileCacheEnvironment, renderSandboxEnvironment, SANDBOX_GID, SANDBOX_UID, type WorkloadIsolation } from '@sandgate/protocols/contract';
 import { SUPERVISOR_NODE_FLAGS, type ComputeDriver, type ComputeHandle, type ComputeState, type ComputeUsage, type LaunchSpec, type ObservedCompute } from './driver.ts';
 import { DEFAULT_DISK_BYTES, mountDisk, unmountDisk } from './disk.ts';
 import { buildBwrapArgs, buildSandboxEnv, DEFAULT_PATH, identityFilesFor, SANDBOX_MOUNT, sandboxCgroupDir, type RootEntry } from './bwrap-launch.ts';
@@ -555,7 +555,8 @@ async function startCompileCache(stateRoot: string, nodePath: string, supervisor
   }
   // With the supervisor's own flags: V8 rejects a code cache made under different flags.
   const filler = spawn(nodePath, [...SUPERVISOR_NODE_FLAGS, supervisorEntry, '--fill-compile-cache'], {
-    env: { PATH: DEFAULT_PATH, [SupervisorEnv.compileCache]: dir },
+    // The supervisors' own variables: with NODE_COMPILE_CACHE the entry point is cached too.
+    env: { PATH: DEFAULT_PATH, ...compileCacheEnvironment(dir) },
     stdio: 'ignore',
   });
   // A failed fill only costs the speed-up.

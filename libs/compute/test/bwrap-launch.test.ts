@@ -150,7 +150,7 @@ describe('buildBwrapArgs', () => {
 });
 
 describe('buildSandboxEnv', () => {
-  it('is a fixed PATH and HOME plus the SANDGATE_* contract: nothing of the sandbox\'s own environment (bwrap runs as root)', () => {
+  it('is a fixed PATH and HOME plus the SANDGATE_* contract (and Node\'s compile cache): nothing of the sandbox\'s own environment (bwrap runs as root)', () => {
     expect(buildSandboxEnv(spec)).toEqual({
       PATH: '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin',
       HOME: '/sandbox',
@@ -166,6 +166,7 @@ describe('buildSandboxEnv', () => {
       SANDGATE_GATEWAY_CA_FILE: '',
       SANDGATE_GATEWAY_TLS_NAME: '',
       SANDGATE_COMPILE_CACHE: '',
+      NODE_COMPILE_CACHE: '',
       SANDGATE_DEFER_MAIN: '0',
     });
     // The attack: a caller's LD_PRELOAD would load a library of its choosing into bwrap, as root on the host.

@@ -22,6 +22,9 @@ const fakeSupervisor = path.join(here, 'docker-fake-supervisor.mjs');
 const realSupervisor = path.join(repoRoot, 'apps', 'supervisor', 'src', 'main.ts');
 const NO_NODE_IMAGE = 'sandgate-test-nonode:latest';
 const NO_LIBSTDCXX_IMAGE = 'sandgate-test-nolibstdcxx:latest';
+// The default image with `ENV NODE_COMPILE_CACHE` naming a directory its workload can write.
+const CACHE_ENV_IMAGE = 'sandgate-test-cache-env:latest';
+const IMAGE_NODE_COMPILE_CACHE = '/sandbox/planted-cache';
 // Every sandbox id of this run starts with this, so checks for leftovers ignore other runs.
 const PREFIX = `dt${process.pid}-`;
 // A sandbox network of this run's own: created by the driver, removed in afterAll.
@@ -124,6 +127,8 @@ beforeAll(async () => {
   if (tar2.status !== 0) throw new Error(`tar failed: ${tar2.stderr}`);
   const imp2 = spawnSync('docker', ['import', '-', NO_LIBSTDCXX_IMAGE], { input: tar2.stdout, encoding: 'utf8' });
   if (imp2.status !== 0) throw new Error(`docker import failed: ${imp2.stderr}`);
+  const derived = spawnSync('docker', ['build', '-q', '-t', CACHE_ENV_IMAGE, '-'], { input: `FROM ${DEFAULT_IMAGE}\nENV NODE_COMPILE_CACHE=${IMAGE_NODE_COMPILE_CACHE}\n`, encoding: 'utf8' });
+  if (derived.status !== 0) throw new Error(`docker build of ${CACHE_ENV_IMAGE} failed: ${derived.stderr}`);
 
   stateDir = fs.mkdtempSync(path.join(os.tmpdir(), 'sg-docker-'));
   driver = new DockerDriver({ stateDir, repoRoot, supervisorEntry: fakeSupervisor, network: NETWORK });
@@ -135,7 +140,7 @@ afterAll(async () => {
     await Promise.all([...created].map((id) => driver.delete(id, null).catch(() => false)));
   }
   if (stateDir) fs.rmSync(stateDir, { recursive: true, force: true });
-  spawnSync('docker', ['rmi', NO_NODE_IMAGE, NO_LIBSTDCXX_IMAGE], { encoding: 'utf8' });
+  spawnSync('docker', ['rmi', NO_NODE_IMAGE, NO_LIBSTDCXX_IMAGE, CACHE_ENV_IMAGE], { encoding: 'utf8' });
   spawnSync('docker', ['network', 'rm', NETWORK], { encoding: 'utf8' });
 }, 120_000);
 
@@ -171,6 +176,7 @@ describe('container definition (pure)', () => {
       'SANDGATE_GATEWAY_CA_FILE=',
       'SANDGATE_GATEWAY_TLS_NAME=',
       'SANDGATE_COMPILE_CACHE=',
+      'NODE_COMPILE_CACHE=',
       'SANDGATE_DEFER_MAIN=0',
     ]);
     const launch = {
@@ -378,6 +384,7 @@ describe('docker driver (real dockerd)', () => {
     const h2 = (await driver.create(later)) as unknown as DockerHandle;
     const r = await report(h2.container);
     expect(r.env.SANDGATE_COMPILE_CACHE).toBe('/run/sandgate/compile-cache');
+    expect(r.env.NODE_COMPILE_CACHE).toBe('/run/sandgate/compile-cache'); // Node's own, from its start
     expect(r.compileCacheEntry).toBe('cached');
     expect(r.compileCacheWrite).toBe('EROFS'); // the attack: code planted for the next supervisor (root in the container)
     expect(fs.existsSync(path.join(path.dirname(entry), 'planted'))).toBe(false);
@@ -403,10 +410,29 @@ describe('docker driver (real dockerd)', () => {
     const h3 = (await off.create(plain)) as unknown as DockerHandle;
     const r3 = await report(h3.container);
     expect(r3.env.SANDGATE_COMPILE_CACHE).toBe('');
+    expect(r3.env.NODE_COMPILE_CACHE).toBe('');
     expect(r3.compileCacheEntry).toMatch(/^ERR:/);
     const info = await docker.getContainer(h3.containerId).inspect();
     expect(info.Mounts.map((m) => m.Destination)).not.toContain('/run/sandgate/compile-cache');
     expect(await off.delete(plain.sandboxId, h3 as any)).toBe(true);
+  });
+
+  it("an image's ENV NODE_COMPILE_CACHE never reaches the supervisor's Node (a cache its workload could write), and still reaches the workload", async () => {
+    for (const [label, d, supervisorSees] of [['cache on', driver, '/run/sandgate/compile-cache'], ['cache off', new DockerDriver({ stateDir, repoRoot, supervisorEntry: fakeSupervisor, network: NETWORK, compileCache: false }), '']] as const) {
+      // The attack: a workload-writable directory as the cache Node reads compiled code from at
+      // the supervisor's start (root in the container, the supervisor's capabilities).
+      const s = spec(`cache-env-${label.replace(' ', '-')}`, { image: CACHE_ENV_IMAGE });
+      const h = (await d.create(s)) as unknown as DockerHandle;
+      const r = await report(h.container);
+      expect(r.env.NODE_COMPILE_CACHE, label).toBe(supervisorSees);
+      expect(JSON.parse(r.sandboxEnvFile).NODE_COMPILE_CACHE, label).toBe(IMAGE_NODE_COMPILE_CACHE); // the image's, for its workload
+      expect(await d.delete(s.sandboxId, h as any)).toBe(true);
+    }
+    // The sandbox's own variable wins over the image's.
+    const own = spec('cache-env-own', { image: CACHE_ENV_IMAGE, environment: { NODE_COMPILE_CACHE: '/tmp/mine' } });
+    const h = (await driver.create(own)) as unknown as DockerHandle;
+    expect(JSON.parse((await report(h.container)).sandboxEnvFile).NODE_COMPILE_CACHE).toBe('/tmp/mine');
+    expect(await driver.delete(own.sandboxId, h as any)).toBe(true);
   });
 
   it('puts the limits on the workload cgroups (cgroupfs engines), falls back to the image command, removes the cgroups on delete', async () => {

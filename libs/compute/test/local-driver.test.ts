@@ -214,6 +214,7 @@ describe('LocalDriver input validation', () => {
     const h2 = await d.create(spec(id));
     const r = await waitFor('report.json', () => readReport(id), 15_000);
     expect(r.env.SANDGATE_COMPILE_CACHE).toBe('/run/sandgate/compile-cache');
+    expect(r.env.NODE_COMPILE_CACHE).toBe('/run/sandgate/compile-cache'); // Node's own, from its start
     expect(r.compileCacheEntry).toBe('cached');
     expect(r.compileCacheWrite).toBe('EROFS'); // the attack: code planted for the next supervisor
     expect(fs.existsSync(path.join(path.dirname(entry), 'planted'))).toBe(false);
@@ -224,6 +225,7 @@ describe('LocalDriver input validation', () => {
     const h3 = await off.create(spec(plain));
     const r3 = await waitFor('report.json', () => readReport(plain), 15_000);
     expect(r3.env.SANDGATE_COMPILE_CACHE).toBe('');
+    expect(r3.env.NODE_COMPILE_CACHE).toBe('');
     expect(r3.compileCacheEntry).toMatch(/^ERR:/);
     expect(await off.delete(plain, h3)).toBe(true);
   }, 30_000);
@@ -315,6 +317,7 @@ describe('LocalDriver sandbox lifecycle', () => {
       SANDGATE_GATEWAY_CA_FILE: '',
       SANDGATE_GATEWAY_TLS_NAME: '',
       SANDGATE_COMPILE_CACHE: '/run/sandgate/compile-cache',
+      NODE_COMPILE_CACHE: '/run/sandgate/compile-cache',
       SANDGATE_DEFER_MAIN: '0',
       SANDGATE_ENVIRONMENT_FILE: '/run/sandgate/environment.json',
       HOME: '/sandbox',

@@ -113,6 +113,24 @@ export const SANDBOX_GATEWAY_CA_PATH = '/run/sandgate/gateway-ca.pem';
 /** Where a driver that has one shows the supervisor's compile cache (SupervisorEnv.compileCache), read-only. */
 export const SANDBOX_COMPILE_CACHE_PATH = '/run/sandgate/compile-cache';
 
+/**
+ * Node's own name for its compile cache directory, read when the process starts: set to the
+ * supervisors' cache, it has Node take even the entry point (main.ts) from the cache, so no
+ * TypeScript file of the supervisor is ever stripped in the sandbox. The first one stripped costs
+ * Node ~30 ms of CPU to start its type stripper (BENCHMARKS.md, "Cold create"); main.ts can only
+ * turn the cache on once it is itself loaded. Not a SANDGATE_* name, so the supervisor removes it
+ * from the base of the workload's environment itself (parseSupervisorEnvironment).
+ */
+export const NODE_COMPILE_CACHE_VAR = 'NODE_COMPILE_CACHE';
+
+/**
+ * The variables that point a Node process at the supervisors' compile cache `dir` ('' for none):
+ * the supervisor's launch and the run that fills the cache set the same ones.
+ */
+export function compileCacheEnvironment(dir: string | undefined): Record<string, string> {
+  return { [SupervisorEnv.compileCache]: dir ?? '', [NODE_COMPILE_CACHE_VAR]: dir ?? '' };
+}
+
 /** What a driver knows about one supervisor launch, as far as its environment goes. */
 export interface SupervisorLaunch {
   sandboxId: string;
@@ -179,8 +197,9 @@ export function supervisorEnvironment(l: SupervisorLaunch): Record<string, strin
   // Written even when empty: an image's ENV must not turn TLS on (or point it at its own CA).
   env[SupervisorEnv.gatewayCaFile] = l.gatewayTls?.caFile ?? '';
   env[SupervisorEnv.gatewayTlsName] = l.gatewayTls?.serverName ?? '';
-  // Also written when empty: an image's ENV must not point the supervisor at a cache it can write.
-  env[SupervisorEnv.compileCache] = l.compileCacheDir ?? '';
+  // Also written when empty: an image's ENV must not point the supervisor (or Node itself, at its
+  // start) at a cache it can write.
+  Object.assign(env, compileCacheEnvironment(l.compileCacheDir));
   env[SupervisorEnv.deferMain] = l.deferMain ? '1' : '0';
   return env;
 }
@@ -196,8 +215,9 @@ export interface SupervisorEnvironment {
   /** As written; the supervisor's logger maps unknown values to info. */
   logLevel: string;
   /**
-   * The process environment minus SANDGATE_* (PATH and HOME from the driver, a container image's
-   * ENV): the base the variables of `environmentFile` are laid over, for workload processes.
+   * The process environment minus SANDGATE_* and NODE_COMPILE_CACHE (PATH and HOME from the
+   * driver, a container image's ENV): the base the variables of `environmentFile` are laid over,
+   * for workload processes.
    */
   sandboxEnv: Record<string, string>;
   /** Absent when the launch set no workload identity (the supervisor's own tests). */
@@ -241,11 +261,11 @@ export function parseSandboxEnvironment(text: string): Record<string, string> {
   return out;
 }
 
-/** Drops every SANDGATE_* variable: they are the supervisor's, never the sandbox's. */
-export function withoutSupervisorEnv(env: Readonly<Record<string, string | undefined>>): Record<string, string> {
+/** Drops every SANDGATE_* variable (they are the supervisor's, never the sandbox's) and the names in `alsoDrop`. */
+export function withoutSupervisorEnv(env: Readonly<Record<string, string | undefined>>, alsoDrop: readonly string[] = []): Record<string, string> {
   const out: Record<string, string> = {};
   for (const [k, v] of Object.entries(env)) {
-    if (v === undefined || k.startsWith(SupervisorEnv.prefix)) continue;
+    if (v === undefined || k.startsWith(SupervisorEnv.prefix) || alsoDrop.includes(k)) continue;
     out[k] = v;
   }
   return out;
@@ -259,7 +279,7 @@ export function parseSupervisorEnvironment(env: Readonly<Record<string, string |
     environmentFile: (env[SupervisorEnv.environmentFile] ?? '').trim() || undefined,
     mainTty: env[SupervisorEnv.mainTty] === '1',
     logLevel: (env[SupervisorEnv.logLevel] ?? '').trim(),
-    sandboxEnv: withoutSupervisorEnv(env),
+    sandboxEnv: withoutSupervisorEnv(env, [NODE_COMPILE_CACHE_VAR]),
     workload: parseWorkload(env),
     policy: Buffer.from(env[SupervisorEnv.policy] ?? '', 'base64'),
     gatewayTls: (env[SupervisorEnv.gatewayCaFile] ?? '').trim()

@@ -55,18 +55,26 @@ describe('supervisor environment', () => {
       // Empty, not absent: an image's ENV must not turn TLS on or point it at another CA.
       SANDGATE_GATEWAY_CA_FILE: '',
       SANDGATE_GATEWAY_TLS_NAME: '',
-      // Empty, not absent: an image's ENV must not point the supervisor at a cache it could write.
+      // Empty, not absent: an image's ENV must not point the supervisor at a cache it could write,
+      // nor Node at its start (which reads NODE_COMPILE_CACHE before any of sandgate's code runs).
       SANDGATE_COMPILE_CACHE: '',
+      NODE_COMPILE_CACHE: '',
       // 0, not absent: an image's ENV must not make a sandbox wait for a start_main that never comes.
       SANDGATE_DEFER_MAIN: '0',
     });
     expect(supervisorEnvironment({ ...launch, deferMain: true })).toMatchObject({ SANDGATE_DEFER_MAIN: '1' });
     // The attack: variables that act on the supervisor process (and on bwrap, root on the host).
-    const hostile = supervisorEnvironment({ ...launch, environmentFile: SANDBOX_ENVIRONMENT_PATH, environment: { LD_PRELOAD: '/sandbox/x.so', NODE_OPTIONS: '--require /sandbox/x.js', PATH: '/sandbox' } });
-    expect(Object.keys(hostile).filter((k) => !k.startsWith('SANDGATE_'))).toEqual([]);
+    const hostile = supervisorEnvironment({
+      ...launch,
+      environmentFile: SANDBOX_ENVIRONMENT_PATH,
+      environment: { LD_PRELOAD: '/sandbox/x.so', NODE_OPTIONS: '--require /sandbox/x.js', PATH: '/sandbox', NODE_COMPILE_CACHE: '/sandbox/cache' },
+    });
+    expect(Object.keys(hostile).filter((k) => !k.startsWith('SANDGATE_'))).toEqual(['NODE_COMPILE_CACHE']);
+    expect(hostile.NODE_COMPILE_CACHE).toBe(''); // the driver's (none), never the caller's
     expect(hostile.SANDGATE_ENVIRONMENT_FILE).toBe('/run/sandgate/environment.json');
     expect(supervisorEnvironment({ ...launch, compileCacheDir: '/run/sandgate/compile-cache' })).toMatchObject({
       SANDGATE_COMPILE_CACHE: '/run/sandgate/compile-cache',
+      NODE_COMPILE_CACHE: '/run/sandgate/compile-cache',
     });
     expect(supervisorEnvironment({ ...launch, tty: false, logLevel: '' })).toMatchObject({
       SANDGATE_MAIN_TTY: '0',
@@ -95,6 +103,15 @@ describe('supervisor environment', () => {
       });
     }
     expect(parseSupervisorEnvironment(supervisorEnvironment({ ...launch, deferMain: true })).deferMain).toBe(true);
+  });
+
+  it('keeps the supervisor\'s NODE_COMPILE_CACHE out of the base of the workload\'s environment', () => {
+    const env = { ...supervisorEnvironment({ ...launch, compileCacheDir: '/run/sandgate/compile-cache' }), PATH: '/usr/bin', HOME: '/sandbox' };
+    const parsed = parseSupervisorEnvironment(env);
+    expect(parsed.compileCacheDir).toBe('/run/sandgate/compile-cache');
+    expect(parsed.sandboxEnv).toEqual({ PATH: '/usr/bin', HOME: '/sandbox' });
+    // A sandbox's own NODE_COMPILE_CACHE comes through its environment file, which the parser keeps.
+    expect(parseSandboxEnvironment(renderSandboxEnvironment({ NODE_COMPILE_CACHE: '/tmp/mine' }))).toEqual({ NODE_COMPILE_CACHE: '/tmp/mine' });
   });
 
   it('hands the sandbox\'s variables over as a file the supervisor parses, SANDGATE_* names dropped', () => {

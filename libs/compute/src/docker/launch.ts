@@ -3,7 +3,7 @@
 // read and unit-tested in one place.
 import path from 'node:path';
 import type Dockerode from 'dockerode';
-import { SANDBOX_COMPILE_CACHE_PATH, SANDBOX_CREDENTIAL_PATH, SANDBOX_ENVIRONMENT_PATH, SANDBOX_GATEWAY_CA_PATH, SupervisorEnv, type WorkloadIsolation } from '@sandgate/protocols/contract';
+import { compileCacheEnvironment, SANDBOX_COMPILE_CACHE_PATH, SANDBOX_CREDENTIAL_PATH, SANDBOX_ENVIRONMENT_PATH, SANDBOX_GATEWAY_CA_PATH, type WorkloadIsolation } from '@sandgate/protocols/contract';
 import { CONFINEMENT_CAPABILITIES, DEFAULT_PIDS_LIMIT, SUPERVISOR_NODE_FLAGS, supervisorEnvironmentFor, type LaunchSpec, type ResourceLimits } from '../driver.ts';
 import type { WorkloadCgroup } from './cgroups.ts';
 
@@ -118,7 +118,7 @@ export function buildCompileCacheFillOptions(f: { image: string; nodeHostPath: s
     // With the supervisor's own flags: V8 rejects a code cache made under different flags.
     Entrypoint: [NODE_IN_CONTAINER, ...SUPERVISOR_NODE_FLAGS, path.posix.join(APP_IN_CONTAINER, f.supervisorRelPath), '--fill-compile-cache'],
     Cmd: [],
-    Env: [`${SupervisorEnv.compileCache}=${SANDBOX_COMPILE_CACHE_PATH}`],
+    Env: Object.entries(compileCacheEnvironment(SANDBOX_COMPILE_CACHE_PATH)).map(([k, v]) => `${k}=${v}`),
     // Not `true`: the driver's listings of sandbox containers (reconcile, delete) leave it alone.
     Labels: { [LABEL_MANAGED]: 'compile-cache' },
     HostConfig: {
