@@ -164,29 +164,41 @@ export class LocalDriver implements ComputeDriver {
     let cgroupsMade = false;
     try {
       const user = workloadUser(spec);
-      // The workload's home and only writable place: its own uid's (set again on every start,
-      // since the workload user may differ from the last run's). Only the directory itself: a
-      // recursive chown would follow whatever the workload left in it.
-      // Its own filesystem (disk.ts), so filling it cannot fill the host's disk.
       const work = path.join(dir, 'work');
-      await mountDisk(dir, spec.limits?.diskBytes ?? DEFAULT_DISK_BYTES, user);
-      await fsp.lchown(work, user.uid, user.gid);
-      // The credential only ever exists as this file; the sandbox sees a read-only bind of it.
-      // root:root 0600: readable by the supervisor (root), not by the workload.
-      await fsp.rm(path.join(dir, 'credential'), { force: true });
-      await fsp.writeFile(path.join(dir, 'credential'), spec.credential, { mode: 0o600, flag: 'wx' });
-      await fsp.chown(path.join(dir, 'credential'), 0, 0);
-      // The sandbox's variables, for the supervisor to hand to workload processes: a file, never
-      // bwrap's environment (bwrap runs as root on the host: LD_PRELOAD there would be an escape).
       const environmentFile = path.join(dir, ENVIRONMENT_FILE);
-      await writeAtomic(environmentFile, renderSandboxEnvironment(spec.environment), 0o600);
-      const identityFiles = await writeIdentityFiles(dir, user.uid, user.gid);
-      // The gateway's CA (public), when it serves TLS: the supervisor verifies the gateway with it.
       const gatewayCaFile = path.join(dir, GATEWAY_CA_FILE);
-      await fsp.rm(gatewayCaFile, { force: true });
-      if (spec.gatewayTls) await fsp.writeFile(gatewayCaFile, spec.gatewayTls.ca, { mode: 0o644 });
-      const cgroups = await (await this.cgroups()).create(spec.sandboxId, spec.limits ?? {});
-      cgroupsMade = true;
+      // The disk (mkfs and a loop mount: two processes), the files and the cgroups do not depend
+      // on each other: made side by side. All settle before anything is judged, so a failure's
+      // clean-up below never races a mount still being made.
+      const [identityFiles, cgroups] = await allSettledOrThrow(
+        (async () => {
+          // The credential only ever exists as this file; the sandbox sees a read-only bind of it.
+          // root:root 0600: readable by the supervisor (root), not by the workload.
+          await fsp.rm(path.join(dir, 'credential'), { force: true });
+          await fsp.writeFile(path.join(dir, 'credential'), spec.credential, { mode: 0o600, flag: 'wx' });
+          await fsp.chown(path.join(dir, 'credential'), 0, 0);
+          // The sandbox's variables, for the supervisor to hand to workload processes: a file, never
+          // bwrap's environment (bwrap runs as root on the host: LD_PRELOAD there would be an escape).
+          await writeAtomic(environmentFile, renderSandboxEnvironment(spec.environment), 0o600);
+          // The gateway's CA (public), when it serves TLS: the supervisor verifies the gateway with it.
+          await fsp.rm(gatewayCaFile, { force: true });
+          if (spec.gatewayTls) await fsp.writeFile(gatewayCaFile, spec.gatewayTls.ca, { mode: 0o644 });
+          return writeIdentityFiles(dir, user.uid, user.gid);
+        })(),
+        (async () => {
+          const made = await (await this.cgroups()).create(spec.sandboxId, spec.limits ?? {});
+          cgroupsMade = true;
+          return made;
+        })(),
+        (async () => {
+          // The workload's home and only writable place: its own filesystem (disk.ts), so filling
+          // it cannot fill the host's disk, and its own uid's (set again on every start, since
+          // the workload user may differ from the last run's). Only the directory itself: a
+          // recursive chown would follow whatever the workload left in it.
+          await mountDisk(dir, spec.limits?.diskBytes ?? DEFAULT_DISK_BYTES, user);
+          await fsp.lchown(work, user.uid, user.gid);
+        })(),
+      );
       const workload: WorkloadIsolation = {
         uid: user.uid,
         gid: user.gid,
@@ -681,4 +693,12 @@ async function readTail(file: string, bytes: number): Promise<string> {
   } catch {
     return '';
   }
+}
+
+/** Awaits every promise, then throws the first rejection (if any): nothing is left running behind a failure. */
+async function allSettledOrThrow<A, B, C>(a: Promise<A>, b: Promise<B>, c: Promise<C>): Promise<[A, B, C]> {
+  const settled = await Promise.allSettled([a, b, c]);
+  const failed = settled.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+  if (failed) throw failed.reason;
+  return settled.map((r) => (r as PromiseFulfilledResult<unknown>).value) as [A, B, C];
 }
