@@ -79,10 +79,11 @@ function families(text: string): Set<string> {
 }
 
 describe('the replica process', () => {
-  it('runs with the small young generation the CLI gives long-running commands (same pid, flag on its command line)', () => {
+  it('runs with the small young generation and slow old-generation growth the CLI gives long-running commands (same pid, flags on its command line)', () => {
     for (const replica of cluster.replicas) {
       const argv = readFileSync(`/proc/${replica.proc!.pid}/cmdline`, 'utf8').split('\0');
       expect(argv, replica.id).toContain('--max-semi-space-size=4');
+      expect(argv, replica.id).toContain('--heap-growing-percent=50');
       expect(argv, replica.id).toContain('gateway');
     }
   });
