@@ -8,6 +8,11 @@
 //       the primary of `master` as the listed Sentinels name it; user and password are the data
 //       nodes' (primary and replicas); the Sentinels' own credentials, if they need any, go in
 //       the query. A failover moves every connection to the new primary.
+//   redis+cluster://[user:password@]h1:p1[,h2:p2…]
+//       a Redis Cluster, found from any of the listed nodes (seeds); every node takes the same
+//       credentials. Parsed here so that a bad value is refused as well as a good one, but
+//       refused by the replicas' configuration until every script is cluster-safe
+//       (CLUSTER_NOT_YET below; ARCHITECTURE.md, "Redis Cluster").
 
 /** The Sentinel URL scheme (as redis-py, Sidekiq and others spell it). */
 export const SENTINEL_SCHEME = 'redis+sentinel:';
@@ -19,6 +24,13 @@ export interface HostPort {
 
 export type RedisAddress =
   | { mode: 'single'; url: string; password: string }
+  | {
+      mode: 'cluster';
+      /** Seed nodes: any of them tells the client the whole cluster's layout. */
+      nodes: HostPort[];
+      username: string;
+      password: string;
+    }
   | {
       mode: 'sentinel';
       sentinels: HostPort[];
@@ -37,7 +49,16 @@ export class RedisAddressError extends Error {
 
 const SENTINEL_QUERY = new Set(['sentinelUsername', 'sentinelPassword']);
 const DEFAULT_SENTINEL_PORT = 26379;
+const DEFAULT_REDIS_PORT = 6379;
 const FORMS = 'redis://[user:password@]host:port, rediss://… or redis+sentinel://[user:password@]host:port[,host:port…]/master';
+
+/**
+ * Why the replicas refuse a `redis+cluster://` address for now: sandbox creates and deletes,
+ * warm-pool claims and exposed services are Lua scripts over keys of more than one hash slot
+ * (ARCHITECTURE.md, "Redis Cluster", says which and how they will be split).
+ */
+export const CLUSTER_NOT_YET =
+  'Redis Cluster (redis+cluster://) is not supported yet: sandbox creates and deletes still write keys of several hash slots in one script; use redis://, rediss:// or redis+sentinel://';
 
 /** Parses `--redis`; throws RedisAddressError saying what to fix. */
 export function parseRedisAddress(raw: string): RedisAddress {
@@ -54,12 +75,13 @@ export function parseRedisAddress(raw: string): RedisAddress {
     return { mode: 'single', url: text, password: decode(url.password) };
   }
   if (scheme === 'redis+sentinel') return parseSentinel(text);
-  if (scheme === 'redis+cluster') throw new RedisAddressError('Redis Cluster (redis+cluster://) is not supported yet: use redis://, rediss:// or redis+sentinel://');
+  if (scheme === 'redis+cluster') return parseCluster(text);
   throw new RedisAddressError(`Redis address '${redactRedisAddress(text)}' has an unknown scheme: use ${FORMS}`);
 }
 
-function parseSentinel(text: string): RedisAddress {
-  const rest = text.slice('redis+sentinel://'.length);
+/** `scheme://[user:password@]h1:p1[,h2:p2…][/path][?query]`, the shape of both multi-host forms. */
+function splitMultiHost(text: string, scheme: string) {
+  const rest = text.slice(`${scheme}://`.length);
   const queryAt = rest.indexOf('?');
   const beforeQuery = queryAt < 0 ? rest : rest.slice(0, queryAt);
   const query = new URLSearchParams(queryAt < 0 ? '' : rest.slice(queryAt + 1));
@@ -74,8 +96,22 @@ function parseSentinel(text: string): RedisAddress {
   const colon = userinfo.indexOf(':');
   const username = decode(colon < 0 ? userinfo : userinfo.slice(0, colon));
   const password = decode(colon < 0 ? '' : userinfo.slice(colon + 1));
+  return { query, pathPart, hosts, username, password, hasPath: slash >= 0 };
+}
 
-  const sentinels = hosts.split(',').map((entry) => parseHostPort(entry.trim()));
+function parseCluster(text: string): RedisAddress {
+  const { query, pathPart, hosts, username, password, hasPath } = splitMultiHost(text, 'redis+cluster');
+  if (hosts.trim() === '') throw new RedisAddressError('redis+cluster:// names no node: give host:port[,host:port…]');
+  const nodes = hosts.split(',').map((entry) => parseHostPort(entry.trim(), 'redis+cluster:// node', DEFAULT_REDIS_PORT));
+  // A cluster has one database (0) and no options here: anything more would be silently ignored.
+  if (hasPath && pathPart !== '') throw new RedisAddressError(`redis+cluster:// takes no path ('/${pathPart}'): a cluster has database 0 only`);
+  for (const key of query.keys()) throw new RedisAddressError(`redis+cluster:// does not know the parameter '${key}'`);
+  return { mode: 'cluster', nodes, username, password };
+}
+
+function parseSentinel(text: string): RedisAddress {
+  const { query, pathPart, hosts, username, password } = splitMultiHost(text, 'redis+sentinel');
+  const sentinels = hosts.split(',').map((entry) => parseHostPort(entry.trim(), 'redis+sentinel:// Sentinel', DEFAULT_SENTINEL_PORT));
   if (sentinels.length === 0 || hosts.trim() === '') throw new RedisAddressError('redis+sentinel:// names no Sentinel: give host:port[,host:port…]');
 
   const [masterName = '', dbText, ...extra] = pathPart.split('/').map(decode);
@@ -101,11 +137,11 @@ function parseSentinel(text: string): RedisAddress {
   };
 }
 
-function parseHostPort(entry: string): HostPort {
+function parseHostPort(entry: string, what: string, defaultPort: number): HostPort {
   const m = /^(\[[0-9a-f:.]+\]|[^:[\]\s/]+)(?::(\d{1,5}))?$/i.exec(entry);
-  if (!m) throw new RedisAddressError(`redis+sentinel:// Sentinel '${entry}' is not host[:port]`);
-  const port = m[2] === undefined ? DEFAULT_SENTINEL_PORT : Number(m[2]);
-  if (port < 1 || port > 65535) throw new RedisAddressError(`redis+sentinel:// Sentinel '${entry}' has a port out of range`);
+  if (!m) throw new RedisAddressError(`${what} '${entry}' is not host[:port]`);
+  const port = m[2] === undefined ? defaultPort : Number(m[2]);
+  if (port < 1 || port > 65535) throw new RedisAddressError(`${what} '${entry}' has a port out of range`);
   return { host: m[1]!.replace(/^\[|\]$/g, ''), port };
 }
 

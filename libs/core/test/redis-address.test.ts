@@ -35,11 +35,29 @@ describe('parseRedisAddress', () => {
     ['redis+sentinel://h1:1/m/x', /database 'x' must be a number/],
     ['redis+sentinel://h1:1/m/0/extra', /too many parts/],
     ['redis+sentinel://h1:1/m?password=x', /does not know the parameter 'password'/],
-    ['redis+cluster://h1:1,h2:2', /not supported yet/],
+    ['redis+cluster://', /names no node/],
+    ['redis+cluster://h1:1,,h2:2', /node '' is not host/],
+    ['redis+cluster://h1:0', /port out of range/],
+    ['redis+cluster://h1:1/2', /takes no path/],
+    ['redis+cluster://h1:1?tls=1', /does not know the parameter 'tls'/],
     ['http://h:6379', /unknown scheme/],
     ['h:6379', /unknown scheme/],
   ])('refuses %s, saying what to fix', (raw, message) => {
     expect(() => parseRedisAddress(raw)).toThrow(message);
+  });
+
+  it('parses a cluster address: seed nodes (default port 6379) and the nodes\' credentials', () => {
+    expect(parseRedisAddress('redis+cluster://sandgate:s3cr%2Ft@h1:7000,[::1]:7001,h3')).toEqual({
+      mode: 'cluster',
+      nodes: [
+        { host: 'h1', port: 7000 },
+        { host: '::1', port: 7001 },
+        { host: 'h3', port: 6379 },
+      ],
+      username: 'sandgate',
+      password: 's3cr/t',
+    });
+    expect(parseRedisAddress('redis+cluster://h1:7000/')).toMatchObject({ mode: 'cluster', username: '', password: '' });
   });
 
   it('never repeats a password in its errors', () => {

@@ -1,7 +1,7 @@
 // Redis connections for the apps, so that connection policy lives with the rest of Redis.
 import { readFileSync } from 'node:fs';
 import { parseRedisAddress } from '@sandgate/core';
-import { Redis, type Command } from 'ioredis';
+import { Cluster, Redis, type Command } from 'ioredis';
 
 /**
  * - `commands`: request/response traffic; a command fails after two reconnect attempts, so
@@ -57,6 +57,7 @@ export function createRedisConnection(url: string, purpose: RedisPurpose, opts: 
   };
   const address = parseRedisAddress(url);
   if (address.mode === 'single') return new Redis(url, { ...common, ...redisTlsOptions(url, opts.tlsCa) });
+  if (address.mode === 'cluster') throw new Error('a redis+cluster:// address needs createRedisClusterConnection (a Cluster client, not a Redis one)');
   if (opts.tlsCa) throw new Error('a Redis CA (--redis-ca / SANDGATE_REDIS_CA) needs a rediss:// Redis URL (TLS to Sentinels is not supported)');
   const sentinelConnection = new Redis({
     ...common,
@@ -73,6 +74,30 @@ export function createRedisConnection(url: string, purpose: RedisPurpose, opts: 
     ...(opts.oneShot ? { sentinelRetryStrategy: (round: number) => (round >= SENTINEL_ROUNDS_BEFORE_GIVING_UP ? null : 200 * round) } : {}),
   });
   return opts.oneShot ? sentinelConnection : restartedUnlessClosed(sentinelConnection);
+}
+
+/**
+ * A client of the Redis Cluster a `redis+cluster://` address names: it learns the slot layout
+ * from any seed node, sends each command to the primary of its key's slot, and follows MOVED and
+ * ASK redirections (a failover or a resharding) by itself. Every node takes the address'
+ * credentials. Commands that name no key (PING, WAIT, SCAN) go to one node: callers that mean
+ * "every primary" ask `nodes('master')`.
+ */
+export function createRedisClusterConnection(url: string, purpose: RedisPurpose, opts: RedisConnectionOptions = {}): Cluster {
+  const address = parseRedisAddress(url);
+  if (address.mode !== 'cluster') throw new Error('createRedisClusterConnection needs a redis+cluster:// address');
+  if (opts.tlsCa) throw new Error('a Redis CA (--redis-ca / SANDGATE_REDIS_CA) needs a rediss:// Redis URL (TLS to a cluster is not supported)');
+  return new Cluster(address.nodes, {
+    lazyConnect: opts.lazyConnect ?? false,
+    // A one-shot tool gives up when no seed answers; a replica keeps trying.
+    clusterRetryStrategy: (attempt: number) => (opts.oneShot && attempt > SENTINEL_ROUNDS_BEFORE_GIVING_UP ? null : Math.min(100 * attempt, 2000)),
+    redisOptions: {
+      maxRetriesPerRequest: purpose === 'jobs-worker' ? null : 2,
+      ...(opts.connectionName ? { connectionName: opts.connectionName } : {}),
+      ...(address.username ? { username: address.username } : {}),
+      ...(address.password ? { password: address.password } : {}),
+    },
+  });
 }
 
 /**

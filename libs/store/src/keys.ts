@@ -1,6 +1,12 @@
 // The Redis key schema. Every key sandgate writes is named here, and only here (ARCHITECTURE.md
 // lists the same keys; libs/store/test/key-schema.test.ts holds the two together).
+//
+// Two layouts of the same keys: `keys` for one Redis (plain or behind Sentinels), whose names
+// every deployment has today, and `clusterKeys` for Redis Cluster, where each key carries a hash
+// tag naming the slot it must share with the keys a script touches beside it (ARCHITECTURE.md,
+// "Redis Cluster"). keysFor() picks by the connection.
 import { createHash } from 'node:crypto';
+import { Cluster } from 'ioredis';
 
 /** Cluster-wide counters (`sg:metrics:{name}`), read by tests and operators. */
 export const ClusterCounter = {
@@ -75,3 +81,66 @@ export const keys = {
   /** Sorted set: a workspace's endpoint keys (`<sandbox>[--<service>]`), score = created_at_ms (listing order: creation, then name). */
   workspaceServices: (workspace: string) => `sg:svcs:${workspace}`,
 } as const;
+
+/** The shape both layouts share. */
+export type KeySchema = { readonly [K in keyof typeof keys]: (typeof keys)[K] };
+
+/**
+ * Hash tags of the Redis Cluster layout. Only the text between a key's first `{` and the next
+ * `}` picks its slot, so keys with the same tag always share a slot, and one script may touch
+ * them together:
+ * - `{s:ID}`: everything of one sandbox (record, owner and fence, events, logs, usage, its SSH
+ *   session index, forwards and endpoints): the hot keys (owner renewals, logs) spread over the
+ *   cluster with the sandboxes.
+ * - `{w:NAME}`: one workspace (its hash, members, sandbox set, live execs, endpoint listing) and
+ *   the names of its sandboxes.
+ * - `{t:DIGEST}`: one SSH session token (its record and the forwards on it).
+ * - `{p:NAME}`: one warm pool's definition.
+ * - `{r:ID}`: one replica's liveness key.
+ * - `{sg}`: the few cluster-wide keys (indexes, API tokens, counters, orphans), one slot.
+ * Names cannot hold braces (sandbox, workspace and pool names are DNS labels; ids and digests are
+ * generated), so no argument can move a key out of its slot.
+ */
+const tag = {
+  sandbox: (id: string) => `{s:${id}}`,
+  workspace: (name: string) => `{w:${name}}`,
+  token: (digest: string) => `{t:${digest}}`,
+  pool: (name: string) => `{p:${name}}`,
+  replica: (id: string) => `{r:${id}}`,
+  global: '{sg}',
+} as const;
+
+export const clusterKeys: KeySchema = {
+  sandbox: (id) => keys.sandbox(tag.sandbox(id)),
+  sandboxName: (workspace, name) => keys.sandboxName(tag.workspace(workspace), name),
+  sandboxIndex: () => `${keys.sandboxIndex()}:${tag.global}`,
+  orphans: () => `${keys.orphans()}:${tag.global}`,
+  owner: (id) => keys.owner(tag.sandbox(id)),
+  events: (id) => keys.events(tag.sandbox(id)),
+  logs: (id) => keys.logs(tag.sandbox(id)),
+  usage: (id) => keys.usage(tag.sandbox(id)),
+  fence: (id) => keys.fence(tag.sandbox(id)),
+  replica: (replicaId) => keys.replica(tag.replica(replicaId)),
+  legacyPeerSecret: () => `${keys.legacyPeerSecret()}:${tag.global}`,
+  counter: (name) => `${keys.counter(name)}:${tag.global}`,
+  sshSession: (digest) => keys.sshSession(tag.token(digest)),
+  sandboxSshSessions: (sandboxId) => keys.sandboxSshSessions(tag.sandbox(sandboxId)),
+  forwardsByToken: (digest) => keys.forwardsByToken(tag.token(digest)),
+  forwardsBySandbox: (sandboxId) => keys.forwardsBySandbox(tag.sandbox(sandboxId)),
+  apiToken: (digest) => `${keys.apiToken(digest)}:${tag.global}`,
+  apiTokenIndex: () => `${keys.apiTokenIndex()}:${tag.global}`,
+  workspace: (name) => keys.workspace(tag.workspace(name)),
+  workspaceIndex: () => `${keys.workspaceIndex()}:${tag.global}`,
+  workspaceMembers: (name) => keys.workspaceMembers(tag.workspace(name)),
+  workspaceSandboxes: (name) => keys.workspaceSandboxes(tag.workspace(name)),
+  workspaceExecs: (name) => keys.workspaceExecs(tag.workspace(name)),
+  pool: (name) => keys.pool(tag.pool(name)),
+  poolIndex: () => `${keys.poolIndex()}:${tag.global}`,
+  sandboxServices: (sandboxId) => keys.sandboxServices(tag.sandbox(sandboxId)),
+  workspaceServices: (workspace) => keys.workspaceServices(tag.workspace(workspace)),
+};
+
+/** The layout a connection's keys use: `clusterKeys` on a Redis Cluster, `keys` otherwise. */
+export function keysFor(redis: unknown): KeySchema {
+  return redis instanceof Cluster ? clusterKeys : keys;
+}

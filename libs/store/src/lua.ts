@@ -1,11 +1,11 @@
 // Atomic Lua scripts, one file each under libs/store/lua, named `<name>-<nkeys>.lua` (BullMQ's
 // convention; `n` for a script over a variable number of keys). Each file's header states its
 // KEYS, ARGV and return values. Run by SHA with a fallback to EVAL when Redis has not seen them
-// yet (after a restart, for example).
+// yet (after a restart, for example, or on a cluster node that has not run it).
 import { createHash } from 'node:crypto';
 import { readdirSync, readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import type { Redis } from 'ioredis';
+import type { Cluster, Redis } from 'ioredis';
 
 const LUA_DIR = fileURLToPath(new URL('../lua/', import.meta.url));
 const SCRIPT_FILE = /^(.+)-(\d+|n)\.lua$/;
@@ -23,7 +23,7 @@ export class LuaScript {
     this.sha = createHash('sha1').update(source).digest('hex');
   }
 
-  async run(redis: Redis, keys: string[], args: (string | number | Buffer)[]): Promise<unknown> {
+  async run(redis: Redis | Cluster, keys: string[], args: (string | number | Buffer)[]): Promise<unknown> {
     if (this.numberOfKeys >= 0 && keys.length !== this.numberOfKeys) {
       throw new Error(`script ${this.name} expects ${this.numberOfKeys} keys, got ${keys.length}`);
     }

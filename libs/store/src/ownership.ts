@@ -2,8 +2,8 @@
 // these scripts. Every claim takes a fresh fencing token; renew and release act only while the
 // caller's token is still the current one, so a replica that lost ownership (it stalled, or the
 // supervisor reconnected elsewhere) can never extend or delete the newer owner's record.
-import type { Redis } from 'ioredis';
-import { keys } from './keys.ts';
+import { Cluster, type Redis } from 'ioredis';
+import { keysFor, type KeySchema } from './keys.ts';
 import { luaScript, type LuaScript } from './lua.ts';
 
 const CLAIM = luaScript('claim');
@@ -31,17 +31,21 @@ export interface OwnerRecord {
   instance: string;
 }
 
+type RenewEntry = { sandboxId: string; fence: number; holder: { replica: string; session: string; instance: string } };
+
 /** Sessions per renewMany script call: bounded work per call keeps other clients' latency low. */
 const RENEW_CHUNK = 500;
 
 export class OwnershipStore {
-  private readonly redis: Redis;
+  private readonly redis: Redis | Cluster;
+  private readonly keys: KeySchema;
   readonly ttlMs: number;
   private readonly renewScript: LuaScript;
   private readonly renewManyScript: LuaScript;
   private readonly releaseScript: LuaScript;
-  constructor(redis: Redis, ttlMs: number, opts: { fencing?: boolean } = {}) {
+  constructor(redis: Redis | Cluster, ttlMs: number, opts: { fencing?: boolean } = {}) {
     this.redis = redis;
+    this.keys = keysFor(redis);
     this.ttlMs = ttlMs;
     const fencing = opts.fencing ?? true;
     this.renewScript = fencing ? RENEW : RENEW_UNFENCED;
@@ -50,7 +54,7 @@ export class OwnershipStore {
   }
 
   async claim(sandboxId: string, replicaId: string, sessionId: string, instanceId: string): Promise<number> {
-    const fence = await CLAIM.run(this.redis, [keys.owner(sandboxId), keys.fence(sandboxId)], [replicaId, sessionId, this.ttlMs, instanceId]);
+    const fence = await CLAIM.run(this.redis, [this.keys.owner(sandboxId), this.keys.fence(sandboxId)], [replicaId, sessionId, this.ttlMs, instanceId]);
     return Number(fence);
   }
 
@@ -58,7 +62,7 @@ export class OwnershipStore {
   async renew(sandboxId: string, fence: number, holder: { replica: string; session: string; instance: string }): Promise<boolean> {
     const res = await this.renewScript.run(
       this.redis,
-      [keys.owner(sandboxId), keys.fence(sandboxId)],
+      [this.keys.owner(sandboxId), this.keys.fence(sandboxId)],
       [String(fence), this.ttlMs, holder.replica, holder.session, holder.instance],
     );
     return stillOurs(res);
@@ -68,28 +72,32 @@ export class OwnershipStore {
    * Renews many records in one round trip (a replica's sessions, each tick); true per entry that
    * is still ours. Sent in chunks so one call never holds Redis for long.
    */
-  async renewMany(entries: { sandboxId: string; fence: number; holder: { replica: string; session: string; instance: string } }[]): Promise<boolean[]> {
+  async renewMany(entries: RenewEntry[]): Promise<boolean[]> {
+    // On a cluster each sandbox's keys are a slot of their own: one call per sandbox, all sent at
+    // once (ioredis writes them to each node's connection back to back).
+    if (this.redis instanceof Cluster) return Promise.all(entries.map((e) => this.renewChunk([e]).then((r) => r[0]!)));
     const out: boolean[] = [];
-    for (let i = 0; i < entries.length; i += RENEW_CHUNK) {
-      const chunk = entries.slice(i, i + RENEW_CHUNK);
-      const keysList: string[] = [];
-      const args: (string | number)[] = [this.ttlMs];
-      for (const e of chunk) {
-        keysList.push(keys.owner(e.sandboxId), keys.fence(e.sandboxId));
-        args.push(String(e.fence), e.holder.replica, e.holder.session, e.holder.instance);
-      }
-      const res = (await this.renewManyScript.run(this.redis, keysList, args)) as number[];
-      for (const r of res) out.push(stillOurs(r));
-    }
+    for (let i = 0; i < entries.length; i += RENEW_CHUNK) out.push(...(await this.renewChunk(entries.slice(i, i + RENEW_CHUNK))));
     return out;
   }
 
+  private async renewChunk(chunk: RenewEntry[]): Promise<boolean[]> {
+    const keysList: string[] = [];
+    const args: (string | number)[] = [this.ttlMs];
+    for (const e of chunk) {
+      keysList.push(this.keys.owner(e.sandboxId), this.keys.fence(e.sandboxId));
+      args.push(String(e.fence), e.holder.replica, e.holder.session, e.holder.instance);
+    }
+    const res = (await this.renewManyScript.run(this.redis, keysList, args)) as number[];
+    return res.map(stillOurs);
+  }
+
   async release(sandboxId: string, fence: number): Promise<boolean> {
-    return (await this.releaseScript.run(this.redis, [keys.owner(sandboxId)], [String(fence)])) === ReleaseResult.released;
+    return (await this.releaseScript.run(this.redis, [this.keys.owner(sandboxId)], [String(fence)])) === ReleaseResult.released;
   }
 
   async revoke(sandboxId: string): Promise<void> {
-    await REVOKE.run(this.redis, [keys.owner(sandboxId), keys.fence(sandboxId)], []);
+    await REVOKE.run(this.redis, [this.keys.owner(sandboxId), this.keys.fence(sandboxId)], []);
   }
 
   /**
@@ -98,7 +106,7 @@ export class OwnershipStore {
    * that follows is harmless.
    */
   async lease(sandboxId: string): Promise<{ replica: string; remainingMs: number } | null> {
-    const [[, replica], [, pttl]] = (await this.redis.multi().hget(keys.owner(sandboxId), 'replica').pttl(keys.owner(sandboxId)).exec()) as [
+    const [[, replica], [, pttl]] = (await this.redis.multi().hget(this.keys.owner(sandboxId), 'replica').pttl(this.keys.owner(sandboxId)).exec()) as [
       [unknown, string | null],
       [unknown, number],
     ];
@@ -106,7 +114,7 @@ export class OwnershipStore {
   }
 
   async get(sandboxId: string): Promise<OwnerRecord | null> {
-    const h = await this.redis.hgetall(keys.owner(sandboxId));
+    const h = await this.redis.hgetall(this.keys.owner(sandboxId));
     if (!h.replica) return null;
     return { replica: h.replica, session: h.session ?? '', fence: Number(h.fence), instance: h.instance ?? '' };
   }

@@ -1,7 +1,7 @@
 // ARCHITECTURE.md's "Redis key schema" table and libs/store/src/keys.ts name the same keys.
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
-import { ClusterCounter, jobQueue, keys, type ClusterCounterName } from '@sandgate/store';
+import { ClusterCounter, clusterKeys, jobQueue, keys, type ClusterCounterName } from '@sandgate/store';
 
 const ARCHITECTURE = new URL('../../../ARCHITECTURE.md', import.meta.url);
 /** `{id}`, `{ws}`, `{sha256(token)}`…: a placeholder, whatever it is called. */
@@ -35,6 +35,19 @@ describe('Redis key schema', () => {
   it('names in keys.ts every key it documents', () => {
     const named = new Set(codeKeys());
     expect([...documentedKeys().keys()].filter((k) => !named.has(k))).toEqual([]);
+  });
+
+  it('names the same keys in the Redis Cluster layout, each with its hash tag', () => {
+    const names = Object.keys(keys) as (keyof typeof keys)[];
+    expect(Object.keys(clusterKeys).sort()).toEqual([...names].sort());
+    for (const name of names) {
+      const args = Array<string>(keys[name].length).fill('x');
+      const plain = (keys[name] as (...a: string[]) => string)(...args);
+      const tagged = (clusterKeys[name] as (...a: string[]) => string)(...args);
+      // Exactly one hash tag, and without it the key is the single-Redis one.
+      expect(tagged.match(/\{/g), name).toHaveLength(1);
+      expect(tagged.replace(/:\{sg\}$/, '').replace(/\{[a-z]:([^}]*)\}/, '$1'), name).toBe(plain);
+    }
   });
 
   it('documents every cluster counter', () => {

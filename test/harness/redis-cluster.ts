@@ -1,0 +1,140 @@
+// A real Redis Cluster per test: three primaries and one replica each (Debian's redis-server with
+// cluster-enabled), on free loopback ports, joined by `redis-cli --cluster create`. Locked like the
+// single test Redis: every node takes only the `sandgate` ACL user with a random password (the
+// cluster bus and the replicas log in as it too).
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { Cluster, Redis } from 'ioredis';
+import { freePorts } from './ports.ts';
+import { TEST_REDIS_USER } from './redis.ts';
+import { waitFor } from './wait.ts';
+
+export interface TestRedisCluster {
+  /** `redis+cluster://sandgate:PASSWORD@127.0.0.1:P1,…`: every node as a seed. */
+  url: string;
+  password: string;
+  /** The primaries' ports, then the replicas'. */
+  primaryPorts: number[];
+  replicaPorts: number[];
+  /** A cluster client (following MOVED and failovers), as a replica's would. */
+  client(): Cluster;
+  /** A plain client of one node. */
+  node(port: number): Redis;
+  stop(): Promise<void>;
+}
+
+export interface RedisClusterOptions {
+  /** Primaries (default 3: the fewest Redis Cluster accepts). */
+  primaries?: number;
+  /** Replicas per primary (default 1). */
+  replicasPerPrimary?: number;
+}
+
+export async function startRedisCluster(opts: RedisClusterOptions = {}): Promise<TestRedisCluster> {
+  const primaries = opts.primaries ?? 3;
+  const replicasPerPrimary = opts.replicasPerPrimary ?? 1;
+  const ports = await freePorts(primaries * (1 + replicasPerPrimary));
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'sg-cluster-'));
+  const password = randomBytes(18).toString('base64url');
+  const procs = new Map<number, ChildProcess>();
+  const clients: (Redis | Cluster)[] = [];
+
+  for (const port of ports) {
+    const nodeDir = mkdtempSync(path.join(dir, `node-${port}-`));
+    const args = [
+      '--port', String(port),
+      '--bind', '127.0.0.1',
+      '--dir', nodeDir,
+      '--cluster-enabled', 'yes',
+      '--cluster-config-file', path.join(nodeDir, 'nodes.conf'),
+      '--cluster-node-timeout', '2000',
+      '--save', '',
+      '--appendonly', 'no',
+      '--daemonize', 'no',
+      '--repl-diskless-sync-delay', '0',
+      '--user', 'default', 'on', `>${randomBytes(24).toString('hex')}`, '~*', '&*', '+@all',
+      '--user', TEST_REDIS_USER, 'on', `>${password}`, '~*', '&*', '+@all',
+      // Replicas (and a promoted primary's new replicas) log in to their primary as this user.
+      '--masteruser', TEST_REDIS_USER,
+      '--masterauth', password,
+    ];
+    procs.set(port, spawn('redis-server', args, { stdio: 'ignore' }));
+  }
+  const node = (port: number): Redis => {
+    const c = new Redis({ host: '127.0.0.1', port, username: TEST_REDIS_USER, password, maxRetriesPerRequest: 1, retryStrategy: () => null });
+    c.on('error', () => undefined);
+    clients.push(c);
+    return c;
+  };
+  for (const port of ports) {
+    await waitFor(`redis-server :${port} to answer`, async () => {
+      const c = node(port);
+      try {
+        return (await c.ping()) === 'PONG';
+      } catch {
+        return false;
+      } finally {
+        c.disconnect();
+      }
+    });
+  }
+  // redis-cli takes the password from the environment, never from its command line.
+  const created = spawnSync(
+    'redis-cli',
+    ['--user', TEST_REDIS_USER, '--cluster', 'create', ...ports.map((p) => `127.0.0.1:${p}`), '--cluster-replicas', String(replicasPerPrimary), '--cluster-yes'],
+    { env: { ...process.env, REDISCLI_AUTH: password }, encoding: 'utf8', timeout: 60_000 },
+  );
+  if (created.status !== 0) {
+    for (const p of procs.values()) p.kill('SIGKILL');
+    throw new Error(`redis-cli --cluster create failed (${created.status}): ${created.stdout}\n${created.stderr}`);
+  }
+  await waitFor('every cluster node to say cluster_state:ok', async () => {
+    for (const port of ports) {
+      const c = node(port);
+      try {
+        if (!/cluster_state:ok/.test(await c.cluster('INFO'))) return false;
+      } catch {
+        return false;
+      } finally {
+        c.disconnect();
+      }
+    }
+    return true;
+  }, 30_000);
+  // redis-cli makes the first `primaries` nodes the primaries.
+  const primaryPorts = ports.slice(0, primaries);
+  const replicaPorts = ports.slice(primaries);
+  return {
+    url: `redis+cluster://${TEST_REDIS_USER}:${password}@${ports.map((p) => `127.0.0.1:${p}`).join(',')}`,
+    password,
+    primaryPorts,
+    replicaPorts,
+    client() {
+      const c = new Cluster(
+        primaryPorts.map((port) => ({ host: '127.0.0.1', port })),
+        { redisOptions: { username: TEST_REDIS_USER, password } },
+      );
+      c.on('error', () => undefined);
+      clients.push(c);
+      return c;
+    },
+    node,
+    async stop() {
+      for (const c of clients) c.disconnect();
+      await Promise.all(
+        [...procs.values()].map(
+          (p) =>
+            new Promise<void>((resolve) => {
+              if (p.exitCode !== null || p.signalCode !== null) return resolve();
+              p.once('exit', () => resolve());
+              p.kill('SIGKILL');
+            }),
+        ),
+      );
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
