@@ -274,7 +274,7 @@ export async function run(opts: SessionScaleOptions): Promise<BenchReport> {
   const { redis, cluster } = await startEnv({ replicas: opts.replicas, env: opts.replicaEnv });
   const admin = redis.client();
   const store = new SandboxStore(admin);
-  // Records are written straight into Redis: their workspace must exist (create-sandbox-7 checks it).
+  // Records are written straight into Redis: their workspace must exist (reserve-sandbox-4 checks it).
   await new WorkspaceStore(admin).create(WORKSPACE, {});
   const replicas = cluster.replicas;
   const pids = replicas.map((r) => r.proc?.pid);

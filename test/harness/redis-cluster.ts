@@ -115,7 +115,7 @@ export async function startRedisCluster(opts: RedisClusterOptions = {}): Promise
     client() {
       const c = new Cluster(
         primaryPorts.map((port) => ({ host: '127.0.0.1', port })),
-        { redisOptions: { username: TEST_REDIS_USER, password } },
+        { enableAutoPipelining: true, redisOptions: { username: TEST_REDIS_USER, password } },
       );
       c.on('error', () => undefined);
       clients.push(c);

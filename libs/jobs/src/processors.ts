@@ -54,7 +54,7 @@ export interface MainStarter {
 const MAIN_PENDING_RESEND_MS = 5_000;
 
 export interface JobDeps {
-  store: Pick<SandboxStore, 'get' | 'pages'>;
+  store: Pick<SandboxStore, 'get' | 'pages' | 'settlePending'>;
   driver: Pick<ComputeDriver, 'list' | 'inspect' | 'stop' | 'delete'>;
   scheduler: Pick<JobScheduler, 'deleteSandbox' | 'restart' | 'poolRefill'>;
   lifecycle: LifecycleTransitions;
@@ -139,6 +139,10 @@ export function jobProcessors(deps: JobDeps): JobProcessors {
  */
 async function reconcile(deps: JobDeps): Promise<unknown> {
   if (deps.debugBreaks.has('reconcile')) return { skipped: 'debug fault: reconcile' };
+  // Creates and deletes whose replica died between two of their steps (SandboxStore.remove and
+  // create): finished or undone first, so the scan below sees the records as they will stay.
+  const pending = await deps.store.settlePending();
+  if (pending.finished || pending.released || pending.deleted) deps.log.warn('reconcile settled creates and deletes left half-done by a replica', pending);
   // Compute first, then records: a record is written before its compute, so every compute
   // listed here has a record the scan below sees (unless it is being deleted anyway).
   const compute = await deps.driver.list();
@@ -228,5 +232,5 @@ async function reconcile(deps: JobDeps): Promise<unknown> {
   const pools = await deps.pools.names();
   for (const pool of pools) await deps.scheduler.poolRefill(pool);
   if (orphans || vanished || interrupted || restarts || mainResent) deps.log.warn('reconcile repaired state', { orphans, vanished, resumed, ephemeral, interrupted, restarts, mainResent });
-  return { orphans, quarantined, vanished, resumed, ephemeral, interrupted, restarts, mainResent, pools: pools.length };
+  return { orphans, quarantined, vanished, resumed, ephemeral, interrupted, restarts, mainResent, pools: pools.length, pending };
 }

@@ -1,6 +1,6 @@
 --[[
   Publishes one sandbox's usage sample, only while its record exists: a sample read just before a
-  delete must not bring the usage key back after remove-sandbox-n removed it.
+  delete must not bring the usage key back after remove-sandbox-record-n removed it.
   KEYS[1] record hash (sg:sbx:{id}), KEYS[2] usage hash (sg:usage:{id})
   ARGV[1] cpu seconds, ARGV[2] memory bytes, ARGV[3] sampled at (ms), ARGV[4] replica id,
   ARGV[5] ttl (ms)

@@ -89,6 +89,8 @@ export function createRedisClusterConnection(url: string, purpose: RedisPurpose,
   if (opts.tlsCa) throw new Error('a Redis CA (--redis-ca / SANDGATE_REDIS_CA) needs a rediss:// Redis URL (TLS to a cluster is not supported)');
   return new Cluster(address.nodes, {
     lazyConnect: opts.lazyConnect ?? false,
+    // Reads of many keys (readAll in client.ts) go out one by one: batched per node here.
+    enableAutoPipelining: true,
     // A one-shot tool gives up when no seed answers; a replica keeps trying.
     clusterRetryStrategy: (attempt: number) => (opts.oneShot && attempt > SENTINEL_ROUNDS_BEFORE_GIVING_UP ? null : Math.min(100 * attempt, 2000)),
     redisOptions: {

@@ -1,9 +1,9 @@
 // The per-sandbox streams: snapshots (appended by the record scripts) and log lines (appended by
 // the gateway). Watchers take a start (positions, then snapshot and log tail) and then follow
 // from those positions, blocking, on a connection of their own.
-import type { Redis } from 'ioredis';
+import { duplicateClient, type RedisClient } from './client.ts';
 import { codec, type Sandbox } from '@sandgate/protocols';
-import { keys } from './keys.ts';
+import { keysFor, type KeySchema } from './keys.ts';
 import { SandboxStore, type StoredSandbox } from './sandbox-store.ts';
 
 const sandboxCodec = codec<Sandbox>('openshell.v1.Sandbox');
@@ -90,20 +90,22 @@ export function streamIdBefore(id: string): string {
 }
 
 /** The id of the newest entry of a stream, or the start when it is empty. */
-async function lastEntryId(redis: Redis, key: string): Promise<string> {
+async function lastEntryId(redis: RedisClient, key: string): Promise<string> {
   const last = (await redis.xrevrange(key, '+', '-', 'COUNT', 1)) as [string, string[]][];
   return last[0]?.[0] ?? STREAM_START;
 }
 
 export class SandboxLogStore {
-  private readonly redis: Redis;
-  constructor(redis: Redis) {
+  private readonly redis: RedisClient;
+  private readonly keys: KeySchema;
+  constructor(redis: RedisClient) {
     this.redis = redis;
+    this.keys = keysFor(redis);
   }
 
   async append(sandboxId: string, line: LogLine): Promise<void> {
     await this.redis.xadd(
-      keys.logs(sandboxId),
+      this.keys.logs(sandboxId),
       'MAXLEN',
       '~',
       LOG_TAIL_MAX,
@@ -123,7 +125,7 @@ export class SandboxLogStore {
 
   /** The last `n` lines, oldest first, and how many the tail holds. */
   async tail(sandboxId: string, n: number): Promise<{ lines: LogEntry[]; total: number }> {
-    const key = keys.logs(sandboxId);
+    const key = this.keys.logs(sandboxId);
     const [entries, total] = await Promise.all([
       // COUNT 0 is answered with a null reply, not an empty list.
       n > 0 ? (this.redis.xrevrange(key, '+', '-', 'COUNT', n) as Promise<[string, string[]][]>) : Promise.resolve([]),
@@ -135,20 +137,22 @@ export class SandboxLogStore {
 
 /** Reads a sandbox's snapshot and follows its event (and log) streams. */
 export class SandboxFeed {
-  private readonly redis: Redis;
+  private readonly redis: RedisClient;
+  private readonly keys: KeySchema;
   private readonly records: SandboxStore;
   private readonly logs: SandboxLogStore;
-  constructor(redis: Redis) {
+  constructor(redis: RedisClient) {
     this.redis = redis;
+    this.keys = keysFor(redis);
     this.records = new SandboxStore(redis);
     this.logs = new SandboxLogStore(redis);
   }
 
   /** Positions first, snapshot second: nothing written in between can be missed. Null: no such sandbox. */
   async start(sandboxId: string, logTailLines: number): Promise<WatchStart | null> {
-    const events = await lastEntryId(this.redis, keys.events(sandboxId));
+    const events = await lastEntryId(this.redis, this.keys.events(sandboxId));
     const { lines } = await this.logs.tail(sandboxId, logTailLines);
-    const logs = lines.at(-1)?.id ?? (await lastEntryId(this.redis, keys.logs(sandboxId)));
+    const logs = lines.at(-1)?.id ?? (await lastEntryId(this.redis, this.keys.logs(sandboxId)));
     const record = await this.records.get(sandboxId);
     return record ? { record, logTail: lines, from: { events, logs } } : null;
   }
@@ -160,13 +164,15 @@ export class SandboxFeed {
 }
 
 export class StreamFollower {
-  private readonly conn: Redis;
+  private readonly conn: RedisClient;
+  private readonly keys: KeySchema;
   private readonly sandboxId: string;
   private readonly from: StreamPositions;
   private readonly withLogs: boolean;
-  constructor(redis: Redis, sandboxId: string, from: StreamPositions, withLogs: boolean) {
+  constructor(redis: RedisClient, sandboxId: string, from: StreamPositions, withLogs: boolean) {
     // Named, so an operator (or a test) can see which follow connections are open.
-    this.conn = redis.duplicate({ connectionName: `sandgate-follow:${sandboxId}` });
+    this.conn = duplicateClient(redis, `sandgate-follow:${sandboxId}`);
+    this.keys = keysFor(redis);
     // Failures surface as the pending read's rejection; the event would only be unhandled.
     this.conn.on('error', () => undefined);
     this.sandboxId = sandboxId;
@@ -176,8 +182,8 @@ export class StreamFollower {
 
   /** Blocks up to `blockMs` for what comes next; [] when nothing did. Advances the positions. */
   async next(blockMs: number): Promise<FollowedEntry[]> {
-    const eventsKey = keys.events(this.sandboxId);
-    const streams = this.withLogs ? [eventsKey, keys.logs(this.sandboxId), this.from.events, this.from.logs] : [eventsKey, this.from.events];
+    const eventsKey = this.keys.events(this.sandboxId);
+    const streams = this.withLogs ? [eventsKey, this.keys.logs(this.sandboxId), this.from.events, this.from.logs] : [eventsKey, this.from.events];
     const res = (await this.conn.xreadBuffer('COUNT', FOLLOW_BATCH, 'BLOCK', blockMs, 'STREAMS', ...streams)) as
       | [Buffer, RawEntry[]][]
       | null;

@@ -1,3 +1,4 @@
+export * from './client.ts';
 export * from './keys.ts';
 export * from './sandbox-store.ts';
 export * from './ownership.ts';

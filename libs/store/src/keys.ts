@@ -7,6 +7,7 @@
 // "Redis Cluster"). keysFor() picks by the connection.
 import { createHash } from 'node:crypto';
 import { Cluster } from 'ioredis';
+import { poolWorkspace } from '@sandgate/core';
 
 /** Cluster-wide counters (`sg:metrics:{name}`), read by tests and operators. */
 export const ClusterCounter = {
@@ -70,6 +71,8 @@ export const keys = {
   workspaceMembers: (name: string) => `sg:wsmem:${name}`,
   /** Set: sandbox ids of one workspace (per-workspace quota and listing). */
   workspaceSandboxes: (name: string) => `sg:wssbx:${name}`,
+  /** Hash: a workspace's creates and deletes under way (sandbox id → `create|delete <ms> <name>`), settled by the reconcile sweep when their replica died. */
+  pendingSandboxes: (name: string) => `sg:wspend:${name}`,
   /** Sorted set, expiring: live execs of one workspace across replicas (member = exec id, score = heartbeat ms). */
   workspaceExecs: (name: string) => `sg:wsexec:${name}`,
   /** Hash: a warm pool's definition (`template` JSON: image, resources, policy; `size`, `gen`, `created`). Its members are the sandbox set of its workspace `pool:{name}` (workspaceSandboxes). */
@@ -95,7 +98,8 @@ export type KeySchema = { readonly [K in keyof typeof keys]: (typeof keys)[K] };
  * - `{w:NAME}`: one workspace (its hash, members, sandbox set, live execs, endpoint listing) and
  *   the names of its sandboxes.
  * - `{t:DIGEST}`: one SSH session token (its record and the forwards on it).
- * - `{p:NAME}`: one warm pool's definition.
+ * - a warm pool's definition is in its workspace's slot (`{w:pool:NAME}`), beside its members'
+ *   set: a member's reservation checks the pool's size and generation.
  * - `{r:ID}`: one replica's liveness key.
  * - `{sg}`: the few cluster-wide keys (indexes, API tokens, counters, orphans), one slot.
  * Names cannot hold braces (sandbox, workspace and pool names are DNS labels; ids and digests are
@@ -105,7 +109,6 @@ const tag = {
   sandbox: (id: string) => `{s:${id}}`,
   workspace: (name: string) => `{w:${name}}`,
   token: (digest: string) => `{t:${digest}}`,
-  pool: (name: string) => `{p:${name}}`,
   replica: (id: string) => `{r:${id}}`,
   global: '{sg}',
 } as const;
@@ -133,12 +136,23 @@ export const clusterKeys: KeySchema = {
   workspaceIndex: () => `${keys.workspaceIndex()}:${tag.global}`,
   workspaceMembers: (name) => keys.workspaceMembers(tag.workspace(name)),
   workspaceSandboxes: (name) => keys.workspaceSandboxes(tag.workspace(name)),
+  pendingSandboxes: (name) => keys.pendingSandboxes(tag.workspace(name)),
   workspaceExecs: (name) => keys.workspaceExecs(tag.workspace(name)),
-  pool: (name) => keys.pool(tag.pool(name)),
+  pool: (name) => `${keys.pool(name)}:${tag.workspace(poolWorkspace(name))}`,
   poolIndex: () => `${keys.poolIndex()}:${tag.global}`,
   sandboxServices: (sandboxId) => keys.sandboxServices(tag.sandbox(sandboxId)),
   workspaceServices: (workspace) => keys.workspaceServices(tag.workspace(workspace)),
 };
+
+/**
+ * The hash tag of a key of the cluster layout (what picks its slot), '' for a key without one (the
+ * single-Redis layout): keys with the same tag may go into one script.
+ */
+export function hashTagOf(key: string): string {
+  const open = key.indexOf('{');
+  const close = open < 0 ? -1 : key.indexOf('}', open + 1);
+  return close > open + 1 ? key.slice(open + 1, close) : '';
+}
 
 /** The layout a connection's keys use: `clusterKeys` on a Redis Cluster, `keys` otherwise. */
 export function keysFor(redis: unknown): KeySchema {

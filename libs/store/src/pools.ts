@@ -1,26 +1,27 @@
 // Warm pools in Redis: definitions (sg:pool:{name}, sg:pools), members (records in the pool's
 // workspace, whose sandbox set is the member set), and the claim that moves a member into a
-// caller's workspace atomically (claim-pool-member-9). The rules are libs/core's pools.ts.
-import type { Redis } from 'ioredis';
-import { randomUUID } from 'node:crypto';
+// caller's workspace once (claim-record-2's compare-and-set, in steps: PoolStore.claim). The rules are libs/core's pools.ts.
+import { readAll, type RedisClient } from './client.ts';
 import type { Sandbox } from '@sandgate/protocols';
-import { DEFAULT_WORKSPACE, poolWorkspace, type PoolDefinition, type PoolTemplate } from '@sandgate/core';
-import { keys } from './keys.ts';
+import { Code, GatewayError, poolWorkspace, type PoolDefinition, type PoolTemplate } from '@sandgate/core';
+import { keysFor, type KeySchema } from './keys.ts';
 import { luaScript } from './lua.ts';
-import { createRefusal, EVENTS_MAXLEN, sandboxCodec, type SandboxStore, type StoredSandbox } from './sandbox-store.ts';
+import { CREATE_WINDOW_MS, EVENTS_MAXLEN, sandboxCodec, type SandboxStore, type StoredSandbox } from './sandbox-store.ts';
 
 const SET = luaScript('set-pool');
-const DELETE = luaScript('delete-pool');
-const CREATE_MEMBER = luaScript('create-pool-member');
-const CLAIM = luaScript('claim-pool-member');
+const RESERVE_MEMBER = luaScript('reserve-pool-member');
+const CLAIM_CHECK = luaScript('claim-member-check');
+const CLAIM_RECORD = luaScript('claim-record');
 const FORGET = luaScript('forget-pool');
 const NOTE_FAILURE = luaScript('note-pool-failure');
 const CLEAR_FAILURES = luaScript('clear-pool-failures');
 
-/** What create-pool-member-6 answers. */
+/** What createMember answers (reserve-pool-member-4's first answer). */
 export const MemberCreateResult = { created: 1, full: 0, stale: -1 } as const;
-/** claim-pool-member-9's answer when the member cannot be claimed (any other non-1 is create-sandbox-7's). */
-const CLAIM_MISSED = -4;
+/** reserve-pool-member-4's answer when the member's name is taken. */
+const MEMBER_NAME_TAKEN = -2;
+/** What claim-record-2 answers. */
+const ClaimResult = { claimed: 1, missed: -4, tooLate: -1 } as const;
 
 export interface ClaimTarget {
   workspace: string;
@@ -29,53 +30,70 @@ export interface ClaimTarget {
 }
 
 export class PoolStore {
-  private readonly redis: Redis;
+  private readonly redis: RedisClient;
+  private readonly keys: KeySchema;
   private readonly sandboxes: SandboxStore;
 
-  constructor(redis: Redis, sandboxes: SandboxStore) {
+  constructor(redis: RedisClient, sandboxes: SandboxStore) {
     this.redis = redis;
+    this.keys = keysFor(redis);
     this.sandboxes = sandboxes;
   }
 
   /** Creates or replaces the definition; returns it as stored (a template change is a new generation). */
   async set(name: string, size: number, template: PoolTemplate, autoMatch = false): Promise<PoolDefinition> {
-    await SET.run(this.redis, [keys.pool(name), keys.poolIndex()], [name, JSON.stringify(template), size, Date.now(), autoMatch ? '1' : '0']);
+    await SET.run(this.redis, [this.keys.pool(name)], [name, JSON.stringify(template), size, Date.now(), autoMatch ? '1' : '0']);
+    // After the definition, never before: forget() relies on the order.
+    await this.redis.sadd(this.keys.poolIndex(), name);
     const stored = await this.get(name);
     if (!stored) throw new Error(`pool ${name} vanished right after it was set`);
     return stored;
   }
 
   async get(name: string): Promise<PoolDefinition | null> {
-    const hash = await this.redis.hgetall(keys.pool(name));
+    const hash = await this.redis.hgetall(this.keys.pool(name));
     return hash.template ? toDefinition(name, hash) : null;
   }
 
   /** Every pool, by name. */
   async list(): Promise<PoolDefinition[]> {
-    const names = (await this.redis.smembers(keys.poolIndex())).sort();
-    const pipeline = this.redis.pipeline();
-    for (const name of names) pipeline.hgetall(keys.pool(name));
-    const results = (await pipeline.exec()) ?? [];
+    const names = (await this.redis.smembers(this.keys.poolIndex())).sort();
+    const hashes = await readAll(
+      this.redis,
+      (p) => names.forEach((name) => p.hgetall(this.keys.pool(name))),
+      (c) => names.map((name) => c.hgetall(this.keys.pool(name))),
+    );
     const out: PoolDefinition[] = [];
-    results.forEach(([err, hash], i) => {
-      const h = hash as Record<string, string>;
-      if (!err && h.template) out.push(toDefinition(names[i]!, h));
+    hashes.forEach((h, i) => {
+      if (h?.template) out.push(toDefinition(names[i]!, h));
     });
     return out;
   }
 
   /** Names in the index, also those whose definition is gone (members still to retire). */
   async names(): Promise<string[]> {
-    return this.redis.smembers(keys.poolIndex());
+    return this.redis.smembers(this.keys.poolIndex());
   }
 
+  /**
+   * Deletes the definition. Its name stays in the index until the pool-refill job has retired
+   * every member (forget), so a lost refill is found again by the sweep.
+   */
   async delete(name: string): Promise<boolean> {
-    return (await DELETE.run(this.redis, [keys.pool(name), keys.poolIndex()], [name])) === 1;
+    return (await this.redis.del(this.keys.pool(name))) === 1;
   }
 
   /** Drops a deleted pool's name once its last member is gone; false while either remains. */
   async forget(name: string): Promise<boolean> {
-    return (await FORGET.run(this.redis, [keys.pool(name), keys.workspaceSandboxes(poolWorkspace(name)), keys.poolIndex()], [name])) === 1;
+    const mayForget = () => FORGET.run(this.redis, [this.keys.pool(name), this.keys.workspaceSandboxes(poolWorkspace(name))], []);
+    if ((await mayForget()) !== 1) return false;
+    const removed = (await this.redis.srem(this.keys.poolIndex(), name)) === 1;
+    // A SetPool between the look and the removal wrote its definition first: put the name back.
+    if ((await mayForget()) !== 1) {
+      await this.redis.sadd(this.keys.poolIndex(), name);
+      return false;
+    }
+    return removed;
   }
 
   /**
@@ -84,62 +102,78 @@ export class PoolStore {
    * the pool is gone or moved to another generation meanwhile (the failure no longer counts).
    */
   async noteFailure(name: string, generation: number, error: string, firstMs: number, longestMs: number): Promise<number | null> {
-    const delay = (await NOTE_FAILURE.run(this.redis, [keys.pool(name)], [generation, Date.now(), firstMs, longestMs, error.slice(0, 1000)])) as number;
+    const delay = (await NOTE_FAILURE.run(this.redis, [this.keys.pool(name)], [generation, Date.now(), firstMs, longestMs, error.slice(0, 1000)])) as number;
     return delay < 0 ? null : delay;
   }
 
   /** A member of `generation` got Ready: the pool's failures are forgotten. True if there were any. */
   async clearFailures(name: string, generation: number): Promise<boolean> {
-    return (await CLEAR_FAILURES.run(this.redis, [keys.pool(name)], [generation])) === 1;
+    return (await CLEAR_FAILURES.run(this.redis, [this.keys.pool(name)], [generation])) === 1;
   }
 
   /** The pool's unclaimed members' records (any phase). */
   async members(name: string): Promise<StoredSandbox[]> {
-    return this.sandboxes.readMany(await this.redis.smembers(keys.workspaceSandboxes(poolWorkspace(name))));
+    return this.sandboxes.readMany(await this.redis.smembers(this.keys.workspaceSandboxes(poolWorkspace(name))));
   }
 
-  /** Writes a new member's record, unless the pool is full, gone or of another generation. */
+  /**
+   * Writes a new member's record, unless the pool is full, gone or of another generation: a
+   * create in steps (SandboxStore.create), its reservation in the pool's workspace checking the
+   * pool (reserve-pool-member-4).
+   */
   async createMember(sandbox: Sandbox, credentialHash: string, pool: string, generation: number): Promise<number> {
     const { id, name } = sandbox.metadata!;
     const workspace = poolWorkspace(pool);
-    return (await CREATE_MEMBER.run(
+    const [answer, at] = (await RESERVE_MEMBER.run(
       this.redis,
-      [keys.sandbox(id!), keys.sandboxName(workspace, name!), keys.sandboxIndex(), keys.events(id!), keys.workspaceSandboxes(workspace), keys.pool(pool)],
-      [id!, sandboxCodec.encode(sandbox), workspace, name!, credentialHash, EVENTS_MAXLEN, pool, generation],
-    )) as number;
+      [this.keys.pool(pool), this.keys.workspaceSandboxes(workspace), this.keys.sandboxName(workspace, name!), this.keys.pendingSandboxes(workspace)],
+      [id!, name!, generation],
+    )) as [number, number?];
+    if (answer === MEMBER_NAME_TAKEN) throw new GatewayError(Code.ALREADY_EXISTS, `pool member name '${name}' is taken in pool '${pool}'`);
+    if (answer !== MemberCreateResult.created) return answer;
+    await this.sandboxes.writeReserved(id!, workspace, name!, at!, [sandboxCodec.encode(sandbox), workspace, name!, credentialHash, EVENTS_MAXLEN], ['pool', pool, 'poolgen', String(generation)]);
+    return MemberCreateResult.created;
   }
 
   /**
    * Makes `member` (as read: its resource_version and generation) the sandbox `claimed`, in the
    * caller's workspace. False when the member was taken or changed meanwhile (try another);
-   * throws create's errors (name taken, workspace missing or terminating, quota).
+   * throws create's errors (name taken, workspace missing or terminating, quota). In steps: the
+   * name reserved in the caller's workspace (its pending entry names the member), the member
+   * checked in its pool, the record claimed by compare-and-set (the step that makes it the
+   * caller's, once), the member taken out of its pool, the entry settled.
    */
   async claim(member: StoredSandbox, claimed: Sandbox, target: ClaimTarget): Promise<boolean> {
     const id = member.sandbox.metadata!.id!;
     const pool = member.pool;
     if (!pool) return false;
+    const memberName = member.sandbox.metadata!.name!;
     const memberWorkspace = poolWorkspace(pool.name);
-    const answer = await CLAIM.run(
-      this.redis,
-      [
-        keys.sandbox(id),
-        keys.workspaceSandboxes(memberWorkspace),
-        keys.sandboxName(memberWorkspace, member.sandbox.metadata!.name!),
-        keys.sandboxName(target.workspace, target.name),
-        keys.events(id),
-        keys.workspace(target.workspace),
-        keys.workspaceSandboxes(target.workspace),
-        keys.workspaceIndex(),
-        keys.pool(pool.name),
-      ],
-      [
-        id, member.resourceVersion, pool.generation, sandboxCodec.encode(claimed), target.workspace, target.name, EVENTS_MAXLEN,
-        target.maxPerWorkspace, target.workspace === DEFAULT_WORKSPACE ? '1' : '0', randomUUID(), Date.now(),
-      ],
-    );
-    if (answer === 1) return true;
-    if (answer === CLAIM_MISSED) return false;
-    throw createRefusal(answer, target.workspace, target.name, target.maxPerWorkspace);
+    const claimable = await CLAIM_CHECK.run(this.redis, [this.keys.pool(pool.name), this.keys.workspaceSandboxes(memberWorkspace)], [id, pool.generation]);
+    if (claimable !== 1) return false;
+    const op = `claim ${pool.name} ${memberName}` as const;
+    const at = await this.sandboxes.reserve(id, target.workspace, target.name, target.maxPerWorkspace, op);
+    const entry = `claim ${at} ${target.name} ${pool.name} ${memberName}`;
+    let answer: unknown;
+    try {
+      answer = await CLAIM_RECORD.run(
+        this.redis,
+        [this.keys.sandbox(id), this.keys.events(id)],
+        [member.resourceVersion, pool.generation, sandboxCodec.encode(claimed), target.workspace, target.name, EVENTS_MAXLEN, at, CREATE_WINDOW_MS],
+      );
+    } catch (err) {
+      await this.sandboxes.releaseReservation(id, target.workspace, target.name, entry).catch(() => undefined);
+      throw err;
+    }
+    if (answer !== ClaimResult.claimed) {
+      await this.sandboxes.releaseReservation(id, target.workspace, target.name, entry).catch(() => undefined);
+      if (answer === ClaimResult.missed) return false;
+      throw new GatewayError(Code.UNAVAILABLE, `claiming a member of pool '${pool.name}' took too long (over ${CREATE_WINDOW_MS} ms between its steps); retry`);
+    }
+    // Claimed: what is left only tidies up, and the sweep finishes it if this replica dies now.
+    await this.sandboxes.takePoolMember(id, pool.name, memberName);
+    await this.sandboxes.settle(id, target.workspace, entry);
+    return true;
   }
 }
 

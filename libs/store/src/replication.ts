@@ -9,7 +9,7 @@
 // WAIT blocks the connection it runs on until enough replicas answer or the timeout passes; with
 // healthy replicas that is one round trip to them, and only when fewer than `minReplicas` are
 // reachable does it hold the connection for `timeoutMs`.
-import type { Redis } from 'ioredis';
+import type { RedisClient } from './client.ts';
 import { Code, GatewayError } from '@sandgate/core';
 
 export interface ReplicationPolicy {
@@ -20,10 +20,10 @@ export interface ReplicationPolicy {
 }
 
 export class ReplicationGuard {
-  private readonly redis: Redis;
+  private readonly redis: RedisClient;
   readonly policy: ReplicationPolicy;
 
-  constructor(redis: Redis, policy: ReplicationPolicy) {
+  constructor(redis: RedisClient, policy: ReplicationPolicy) {
     this.redis = redis;
     this.policy = policy;
   }

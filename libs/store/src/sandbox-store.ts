@@ -1,10 +1,16 @@
 // Sandbox records in Redis. Writes are compare-and-swap on `rv` (resource_version), done in Lua
 // so that a read-modify-write from any replica either applies whole or reports a conflict.
-import type { Redis } from 'ioredis';
+//
+// A create and a delete touch the workspace's keys (name, sandbox set), the sandbox's own and the
+// cluster-wide id set: three hash slots on a Redis Cluster, where one script may touch only one. So
+// they run in steps, one script per slot, the same way on every Redis (ARCHITECTURE.md, "Creates
+// and deletes in steps"): each begins with an entry in the workspace's pending hash, which the
+// reconcile sweep settles when the replica running the steps died (settlePending).
+import { readAll, type RedisClient } from './client.ts';
 import { codec, type Sandbox } from '@sandgate/protocols';
 import { randomUUID } from 'node:crypto';
-import { GatewayError, Code, DEFAULT_WORKSPACE } from '@sandgate/core';
-import { keys } from './keys.ts';
+import { GatewayError, Code, DEFAULT_WORKSPACE, poolWorkspace } from '@sandgate/core';
+import { keysFor, type KeySchema } from './keys.ts';
 import { luaScript } from './lua.ts';
 
 export const sandboxCodec = codec<Sandbox>('openshell.v1.Sandbox');
@@ -16,23 +22,63 @@ const EVENTS_TTL_AFTER_DELETE_MS = 60_000;
 
 // Every write appends the new snapshot to the sandbox's event stream in the same script, so
 // watchers on any replica see every change exactly once, in resource_version order.
-const CREATE = luaScript('create-sandbox');
+const RESERVE = luaScript('reserve-sandbox');
+const WRITE_RECORD = luaScript('create-sandbox-record');
+const INDEX = luaScript('index-sandbox');
+const RELEASE_RESERVATION = luaScript('release-reservation');
+const SETTLE = luaScript('settle-entry');
 const UPDATE = luaScript('update-sandbox');
-const REMOVE = luaScript('remove-sandbox');
+const REMOVE_RECORD = luaScript('remove-sandbox-record');
+const UNINDEX = luaScript('unindex-sandbox');
 const SEAL_SSH_SESSIONS = luaScript('seal-ssh-sessions');
+const TAKE_POOL_MEMBER = luaScript('take-pool-member');
 
-/** What create-sandbox-7 answers. */
+/** What reserve-sandbox-4 answers first (claim-reserve-5 answers the same). */
 const CreateResult = { nameTaken: 0, created: 1, workspaceMissing: -1, workspaceTerminating: -2, atQuota: -3 } as const;
+/** What create-sandbox-record-2 and index-sandbox-1 answer. */
+const StepResult = { done: 1, exists: 0, tooLate: -1 } as const;
+
+/**
+ * How long after its reservation (by Redis' clock) a create's later steps may still write. A
+ * create whose replica stalls longer fails with UNAVAILABLE and is undone.
+ */
+export const CREATE_WINDOW_MS = 10_000;
+/**
+ * A pending create or delete this old lost its replica: the reconcile sweep settles it. Far
+ * longer than the window, so no step of the create can write after the sweep looked, even with
+ * the clocks of the replicas and the Redis nodes some seconds apart.
+ */
+export const PENDING_GRACE_MS = 60_000;
+
+/**
+ * A workspace's pending entry (sg:wspend): `create|delete <ms> <name>`, or for a warm-pool claim
+ * `claim <ms> <name> <pool> <member name>`.
+ */
+export interface PendingEntry {
+  op: 'create' | 'delete' | 'claim';
+  atMs: number;
+  name: string;
+  /** A claim's member: its pool and its name there. */
+  member?: { pool: string; name: string };
+  /** As stored: the scripts act only on the entry the caller read. */
+  raw: string;
+}
+
+export function parsePendingEntry(raw: string): PendingEntry | null {
+  const m = /^(create|delete|claim) (\d+) (\S+)(?: (\S+) (\S+))?$/.exec(raw);
+  if (!m || (m[1] === 'claim') !== (m[4] !== undefined)) return null;
+  return { op: m[1] as PendingEntry['op'], atMs: Number(m[2]), name: m[3]!, ...(m[4] ? { member: { pool: m[4], name: m[5]! } } : {}), raw };
+}
 /** What update-sandbox-2 answers when it did not write (otherwise the new resource_version, >= 0). */
 const UpdateResult = { gone: -1, conflict: -2 } as const;
-/** What remove-sandbox-n answers. */
+/** What remove-sandbox-record-n answers first. */
 const RemoveResult = { absent: 0, removed: 1, sessionsChanged: -1 } as const;
-/** Reads of the session index a delete makes before giving up; after the first conflict the record is sealed, so the second is final. */
+/** Reads of the session index a delete makes before giving up (the record is sealed first, so the first read is final). */
 const REMOVE_ATTEMPTS = 5;
 
 /**
- * Why create-sandbox-7 (or claim-pool-member-9, which answers the same) did not create: the
- * error the caller gets.
+ * Why reserve-sandbox-4 (or claim-reserve-5, which answers the same) did not reserve: the error
+ * the caller gets.
  */
 export function createRefusal(answer: unknown, workspace: string, name: string, maxPerWorkspace: number): GatewayError {
   switch (answer) {
@@ -132,46 +178,90 @@ function withExtraFields(rec: StoredSandbox, extra: Record<string, string>): Sto
 }
 
 export class SandboxStore {
-  private readonly redis: Redis;
-  constructor(redis: Redis) {
+  private readonly redis: RedisClient;
+  private readonly keys: KeySchema;
+  constructor(redis: RedisClient) {
     this.redis = redis;
+    this.keys = keysFor(redis);
   }
 
   /**
-   * Creates the record in its workspace, atomically with the workspace's sandbox set. Refused:
-   * the name is taken (ALREADY_EXISTS), the workspace does not exist (NOT_FOUND) or is being
-   * deleted (FAILED_PRECONDITION), or it holds `quota.maxPerWorkspace` sandboxes already
-   * (RESOURCE_EXHAUSTED, 0 = no quota). The default workspace always exists: created here if a
-   * replica has not ensured it yet.
+   * Creates the record in its workspace. Refused: the name is taken (ALREADY_EXISTS), the
+   * workspace does not exist (NOT_FOUND) or is being deleted (FAILED_PRECONDITION), or it holds
+   * `quota.maxPerWorkspace` sandboxes already (RESOURCE_EXHAUSTED, 0 = no quota). The default
+   * workspace always exists: created here if a replica has not ensured it yet. In steps: the
+   * reservation (name, quota, pending entry), the record, the id set, the entry settled; a step
+   * that fails undoes the ones before (and if that fails too, the sweep does).
    */
   async create(sandbox: Sandbox, credentialHash: string, quota: { maxPerWorkspace: number } = { maxPerWorkspace: 0 }): Promise<void> {
     const { id, name, workspace } = sandbox.metadata!;
-    const created = await CREATE.run(
+    const at = await this.reserve(id!, workspace!, name!, quota.maxPerWorkspace, 'create');
+    await this.writeReserved(id!, workspace!, name!, at, [sandboxCodec.encode(sandbox), workspace!, name!, credentialHash, EVENTS_MAXLEN]);
+  }
+
+  /**
+   * A create's or a claim's first step (reserve-sandbox-4): the name and a place in the workspace,
+   * with a pending entry `<op> <at> <name>`; the reservation time (Redis' clock). Throws
+   * createRefusal's errors.
+   */
+  async reserve(id: string, workspace: string, name: string, maxPerWorkspace: number, op: 'create' | `claim ${string} ${string}`): Promise<number> {
+    const [answer, at, madeWorkspace] = (await RESERVE.run(
       this.redis,
-      [
-        keys.sandbox(id!),
-        keys.sandboxName(workspace!, name!),
-        keys.sandboxIndex(),
-        keys.events(id!),
-        keys.workspace(workspace!),
-        keys.workspaceSandboxes(workspace!),
-        keys.workspaceIndex(),
-      ],
-      [
-        id!, sandboxCodec.encode(sandbox), workspace!, name!, credentialHash, EVENTS_MAXLEN,
-        quota.maxPerWorkspace, workspace === DEFAULT_WORKSPACE ? '1' : '0', randomUUID(), Date.now(),
-      ],
-    );
-    if (created !== CreateResult.created) throw createRefusal(created, workspace!, name!, quota.maxPerWorkspace);
+      [this.keys.workspace(workspace), this.keys.workspaceSandboxes(workspace), this.keys.sandboxName(workspace, name), this.keys.pendingSandboxes(workspace)],
+      [id, name, maxPerWorkspace, workspace === DEFAULT_WORKSPACE ? '1' : '0', randomUUID(), Date.now(), op],
+    )) as [number, number?, number?];
+    if (answer !== CreateResult.created) throw createRefusal(answer, workspace, name, maxPerWorkspace);
+    // The default workspace made here: listed too (its own slot; ensureDefault lists it anyway).
+    if (madeWorkspace === 1) await this.redis.sadd(this.keys.workspaceIndex(), workspace);
+    return at!;
+  }
+
+  /**
+   * A reserved create's remaining steps: the record (with `recordArgs`, create-sandbox-record-2's
+   * ARGV before the reservation time), the id set, the pending entry settled. Undone on failure.
+   */
+  async writeReserved(id: string, workspace: string, name: string, reservedAt: number, recordArgs: (string | number | Buffer)[], extraFields: string[] = []): Promise<void> {
+    const entry = `create ${reservedAt} ${name}`;
+    try {
+      const written = await WRITE_RECORD.run(this.redis, [this.keys.sandbox(id), this.keys.events(id)], [...recordArgs, reservedAt, CREATE_WINDOW_MS, ...extraFields]);
+      if (written === StepResult.exists) throw new GatewayError(Code.ALREADY_EXISTS, `a sandbox with id ${id} exists already`);
+      if (written === StepResult.tooLate) throw new GatewayError(Code.UNAVAILABLE, `creating sandbox '${name}' took too long (over ${CREATE_WINDOW_MS} ms between its steps); retry`);
+      const listed = await INDEX.run(this.redis, [this.keys.sandboxIndex()], [id, reservedAt, CREATE_WINDOW_MS]);
+      if (listed === StepResult.tooLate) {
+        await this.redis.del(this.keys.sandbox(id), this.keys.events(id));
+        throw new GatewayError(Code.UNAVAILABLE, `creating sandbox '${name}' took too long (over ${CREATE_WINDOW_MS} ms between its steps); retry`);
+      }
+      await SETTLE.run(this.redis, [this.keys.pendingSandboxes(workspace)], [id, entry]);
+    } catch (err) {
+      // Best effort: what is left is the sweep's (settlePending).
+      await this.releaseReservation(id, workspace, name, entry).catch(() => undefined);
+      throw err;
+    }
+  }
+
+  /** A claimed member out of its pool's member set, its member name freed (take-pool-member-2). */
+  async takePoolMember(id: string, pool: string, memberName: string): Promise<void> {
+    const workspace = poolWorkspace(pool);
+    await TAKE_POOL_MEMBER.run(this.redis, [this.keys.workspaceSandboxes(workspace), this.keys.sandboxName(workspace, memberName)], [id]);
+  }
+
+  /** Ends a pending create or claim whose steps are done (settle-entry-1). */
+  async settle(id: string, workspace: string, entry: string): Promise<void> {
+    await SETTLE.run(this.redis, [this.keys.pendingSandboxes(workspace)], [id, entry]);
+  }
+
+  /** Undoes a reservation (only the entry given: a later delete's stays). */
+  async releaseReservation(id: string, workspace: string, name: string, entry: string): Promise<boolean> {
+    return (await RELEASE_RESERVATION.run(this.redis, [this.keys.pendingSandboxes(workspace), this.keys.sandboxName(workspace, name), this.keys.workspaceSandboxes(workspace)], [id, entry])) === 1;
   }
 
   async get(id: string): Promise<StoredSandbox | null> {
-    const hash = (await this.redis.hgetallBuffer(keys.sandbox(id))) as Record<string, Buffer>;
+    const hash = (await this.redis.hgetallBuffer(this.keys.sandbox(id))) as Record<string, Buffer>;
     return fromHash(id, hash);
   }
 
   async idByName(workspace: string, name: string): Promise<string | null> {
-    return this.redis.get(keys.sandboxName(workspace, name));
+    return this.redis.get(this.keys.sandboxName(workspace, name));
   }
 
   async getByName(workspace: string, name: string): Promise<StoredSandbox | null> {
@@ -181,7 +271,7 @@ export class SandboxStore {
 
   /** Every record, in creation order. Records are small; the set is the source of truth. */
   async list(): Promise<StoredSandbox[]> {
-    const out = await this.readMany(await this.redis.smembers(keys.sandboxIndex()));
+    const out = await this.readMany(await this.redis.smembers(this.keys.sandboxIndex()));
     return out.sort(
       (a, b) =>
         (a.sandbox.metadata!.created_at_ms ?? 0) - (b.sandbox.metadata!.created_at_ms ?? 0) ||
@@ -197,7 +287,7 @@ export class SandboxStore {
   async *pages(pageSize = 500): AsyncGenerator<StoredSandbox[]> {
     let cursor = '0';
     do {
-      const [next, ids] = await this.redis.sscan(keys.sandboxIndex(), cursor, 'COUNT', pageSize);
+      const [next, ids] = await this.redis.sscan(this.keys.sandboxIndex(), cursor, 'COUNT', pageSize);
       cursor = next;
       if (ids.length > 0) yield await this.readMany(ids);
     } while (cursor !== '0');
@@ -205,13 +295,15 @@ export class SandboxStore {
 
   /** The records of `ids` in one pipelined round trip; ids without a record are left out. */
   async readMany(ids: string[]): Promise<StoredSandbox[]> {
-    const pipeline = this.redis.pipeline();
-    for (const id of ids) pipeline.hgetallBuffer(keys.sandbox(id));
-    const results = (await pipeline.exec()) ?? [];
+    const hashes = await readAll(
+      this.redis,
+      (p) => ids.forEach((id) => p.hgetallBuffer(this.keys.sandbox(id))),
+      (c) => ids.map((id) => c.hgetallBuffer(this.keys.sandbox(id)) as Promise<Record<string, Buffer>>),
+    );
     const out: StoredSandbox[] = [];
-    results.forEach(([err, hash], i) => {
-      if (err) return;
-      const rec = fromHash(ids[i]!, hash as Record<string, Buffer>);
+    hashes.forEach((hash, i) => {
+      if (!hash) return;
+      const rec = fromHash(ids[i]!, hash);
       if (rec) out.push(rec);
     });
     return out;
@@ -239,7 +331,7 @@ export class SandboxStore {
       const changed = encoded.equals(before) ? '0' : '1';
       const rv = (await UPDATE.run(
         this.redis,
-        [keys.sandbox(id), keys.events(id)],
+        [this.keys.sandbox(id), this.keys.events(id)],
         [current.resourceVersion, encoded, changed, EVENTS_MAXLEN, ...extra],
       )) as number;
       if (rv === UpdateResult.gone) return null;
@@ -256,31 +348,70 @@ export class SandboxStore {
   }
 
   /**
-   * Removes the record and everything keyed by it, SSH sessions included, in one script call.
-   * Returns whether it existed. The sessions' keys are passed as read from the sandbox's session
-   * index just before; when a session was created in between, the script does nothing and the
-   * index is read again (a few times: then the caller's retry, e.g. the delete job's, goes on).
+   * Removes the record and everything keyed by it, SSH sessions included, and its place in its
+   * workspace (name, sandbox set, endpoint listing) and in the id set. Returns whether the record
+   * existed. In steps, each safe to run again: the pending entry (so the sweep finishes a delete
+   * whose replica died), the record sealed against new SSH sessions, the sessions' keys (their
+   * tokens' slots), the record and the sandbox's keys, the id set, the workspace's keys.
    */
   async remove(id: string, workspace: string, name: string): Promise<boolean> {
+    const k = this.keys;
+    await this.redis.hset(k.pendingSandboxes(workspace), id, `delete ${Date.now()} ${name}`);
+    // Sealed first, so the session index read below is final: no session can be minted after.
+    await SEAL_SSH_SESSIONS.run(this.redis, [k.sandbox(id)], []);
+    let answer: (number | string)[] = [];
     for (let attempt = 1; ; attempt++) {
-      const digests = await this.redis.zrange(keys.sandboxSshSessions(id), '0', '-1');
-      const existed = await REMOVE.run(
+      const digests = await this.redis.zrange(k.sandboxSshSessions(id), '0', '-1');
+      await Promise.all(digests.map((d) => this.redis.del(k.sshSession(d), k.forwardsByToken(d))));
+      answer = (await REMOVE_RECORD.run(
         this.redis,
-        [
-          keys.sandbox(id), keys.sandboxName(workspace, name), keys.sandboxIndex(), keys.owner(id), keys.fence(id), keys.events(id), keys.logs(id),
-          keys.workspaceSandboxes(workspace), keys.usage(id), keys.sandboxServices(id), keys.workspaceServices(workspace),
-          keys.forwardsBySandbox(id), keys.sandboxSshSessions(id),
-          ...digests.flatMap((d) => [keys.sshSession(d), keys.forwardsByToken(d)]),
-        ],
-        [id, EVENTS_TTL_AFTER_DELETE_MS, EVENTS_MAXLEN, ...digests],
-      );
-      if (existed !== RemoveResult.sessionsChanged) return existed === RemoveResult.removed;
+        [k.sandbox(id), k.owner(id), k.fence(id), k.events(id), k.logs(id), k.usage(id), k.sandboxServices(id), k.forwardsBySandbox(id), k.sandboxSshSessions(id)],
+        [EVENTS_TTL_AFTER_DELETE_MS, EVENTS_MAXLEN, ...digests],
+      )) as (number | string)[];
+      if (answer[0] !== RemoveResult.sessionsChanged) break;
       if (attempt >= REMOVE_ATTEMPTS) throw new Error(`sandbox ${id}: SSH sessions kept being created during its delete (${attempt} attempts); retry`);
-      // Sessions are being minted while this delete runs (a client calling CreateSshSession in a
-      // loop would otherwise win every race): close the record to new ones, so the next read of
-      // the index has them all. Without this, a unit run on a busy machine saw five reads in a row
-      // lose the race.
-      await SEAL_SSH_SESSIONS.run(this.redis, [keys.sandbox(id)], []);
     }
+    await this.redis.srem(k.sandboxIndex(), id);
+    await UNINDEX.run(this.redis, [k.sandboxName(workspace, name), k.workspaceSandboxes(workspace), k.workspaceServices(workspace), k.pendingSandboxes(workspace)], [id, ...answer.slice(1)]);
+    return answer[0] === RemoveResult.removed;
+  }
+
+  /**
+   * The reconcile sweep's part: every create or delete pending for longer than `graceMs` (its
+   * replica died between two steps) is settled. A create whose record was written is finished
+   * (listed; the sweep's "interrupted create" rule then deletes it if its compute never came); one
+   * without a record is released (no step of it can write any more: CREATE_WINDOW_MS); a delete
+   * is run again. Over every workspace, warm pools' included.
+   */
+  async settlePending(graceMs = PENDING_GRACE_MS, nowMs = Date.now()): Promise<{ finished: number; released: number; deleted: number }> {
+    // A claim's record is claimed for good once written: the sweep finishes it (takes the member
+    // out of its pool) the way the claim would have.
+    const [workspaces, pools] = await Promise.all([this.redis.smembers(this.keys.workspaceIndex()), this.redis.smembers(this.keys.poolIndex())]);
+    const out = { finished: 0, released: 0, deleted: 0 };
+    for (const workspace of [...workspaces, ...pools.map(poolWorkspace)]) {
+      const pending = await this.redis.hgetall(this.keys.pendingSandboxes(workspace));
+      for (const [id, raw] of Object.entries(pending)) {
+        const entry = parsePendingEntry(raw);
+        if (!entry || nowMs - entry.atMs < graceMs) continue;
+        if (entry.op === 'delete') {
+          await this.remove(id, workspace, entry.name);
+          out.deleted++;
+        } else if (entry.op === 'claim') {
+          const rec = await this.get(id);
+          if (rec && !rec.pool && rec.sandbox.metadata?.workspace === workspace && rec.sandbox.metadata?.name === entry.name) {
+            await this.takePoolMember(id, entry.member!.pool, entry.member!.name);
+            if ((await SETTLE.run(this.redis, [this.keys.pendingSandboxes(workspace)], [id, raw])) === 1) out.finished++;
+          } else if (await this.releaseReservation(id, workspace, entry.name, raw)) {
+            out.released++;
+          }
+        } else if (await this.redis.exists(this.keys.sandbox(id))) {
+          await this.redis.sadd(this.keys.sandboxIndex(), id);
+          if ((await SETTLE.run(this.redis, [this.keys.pendingSandboxes(workspace)], [id, raw])) === 1) out.finished++;
+        } else if (await this.releaseReservation(id, workspace, entry.name, raw)) {
+          out.released++;
+        }
+      }
+    }
+    return out;
   }
 }

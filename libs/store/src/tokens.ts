@@ -2,9 +2,9 @@
 // member or admin of one workspace. Only the token's SHA-256 is stored, so nothing in Redis can be
 // replayed as a token; the token is shown once, when created.
 import { randomBytes, randomUUID } from 'node:crypto';
-import type { Redis } from 'ioredis';
+import type { RedisClient } from './client.ts';
 import type { WorkspaceRole } from '@sandgate/core';
-import { keys, tokenDigest } from './keys.ts';
+import { keysFor, type KeySchema, tokenDigest } from './keys.ts';
 import { luaScript } from './lua.ts';
 
 /** Every API token starts with this, so a token is recognisable in a config file or a leak scanner. */
@@ -44,9 +44,11 @@ function recordFrom(h: Record<string, string>): ApiTokenRecord | null {
 }
 
 export class TokenStore {
-  private readonly redis: Redis;
-  constructor(redis: Redis) {
+  private readonly redis: RedisClient;
+  private readonly keys: KeySchema;
+  constructor(redis: RedisClient) {
     this.redis = redis;
+    this.keys = keysFor(redis);
   }
 
   /** A new token: returned once, stored only as its digest. */
@@ -62,7 +64,7 @@ export class TokenStore {
         expiresAtMs: input.ttlMs ? nowMs + input.ttlMs : 0,
       };
       const digest = tokenDigest(token);
-      const created = await createScript.run(this.redis, [keys.apiToken(digest), keys.apiTokenIndex()], [
+      const created = await createScript.run(this.redis, [this.keys.apiToken(digest), this.keys.apiTokenIndex()], [
         record.id, digest, record.name, record.workspace, record.role, record.createdAtMs, record.expiresAtMs,
       ]);
       if (created === 1) return { token, record };
@@ -72,7 +74,7 @@ export class TokenStore {
   /** The record of a presented token, or null if it is unknown, revoked or expired. */
   async verify(token: string, nowMs = Date.now()): Promise<ApiTokenRecord | null> {
     if (!token.startsWith(API_TOKEN_PREFIX)) return null;
-    const record = recordFrom(await this.redis.hgetall(keys.apiToken(tokenDigest(token))));
+    const record = recordFrom(await this.redis.hgetall(this.keys.apiToken(tokenDigest(token))));
     if (!record) return null;
     if (record.expiresAtMs > 0 && record.expiresAtMs <= nowMs) return null;
     return record;
@@ -80,12 +82,12 @@ export class TokenStore {
 
   /** Every live token's record (never the tokens), oldest first. */
   async list(nowMs = Date.now()): Promise<ApiTokenRecord[]> {
-    const index = await this.redis.hgetall(keys.apiTokenIndex());
+    const index = await this.redis.hgetall(this.keys.apiTokenIndex());
     const out: ApiTokenRecord[] = [];
     for (const [id, digest] of Object.entries(index)) {
-      const record = recordFrom(await this.redis.hgetall(keys.apiToken(digest)));
+      const record = recordFrom(await this.redis.hgetall(this.keys.apiToken(digest)));
       // Expired tokens vanish from Redis on their own; their index entry is dropped here.
-      if (!record) await this.redis.hdel(keys.apiTokenIndex(), id);
+      if (!record) await this.redis.hdel(this.keys.apiTokenIndex(), id);
       else if (record.expiresAtMs === 0 || record.expiresAtMs > nowMs) out.push(record);
     }
     return out.sort((a, b) => a.createdAtMs - b.createdAtMs || a.id.localeCompare(b.id));
@@ -97,13 +99,13 @@ export class TokenStore {
     let digest: string | null;
     if (idOrToken.startsWith(API_TOKEN_PREFIX)) {
       digest = tokenDigest(idOrToken);
-      const record = recordFrom(await this.redis.hgetall(keys.apiToken(digest)));
+      const record = recordFrom(await this.redis.hgetall(this.keys.apiToken(digest)));
       if (!record) return false;
       id = record.id;
     } else {
-      digest = await this.redis.hget(keys.apiTokenIndex(), id);
+      digest = await this.redis.hget(this.keys.apiTokenIndex(), id);
       if (!digest) return false;
     }
-    return (await revokeScript.run(this.redis, [keys.apiToken(digest), keys.apiTokenIndex()], [id, digest])) === 1;
+    return (await revokeScript.run(this.redis, [this.keys.apiToken(digest), this.keys.apiTokenIndex()], [id, digest])) === 1;
   }
 }

@@ -1,10 +1,10 @@
 // Per-sandbox CPU and memory as the owner replica last read them from its compute driver. The
 // owner publishes (all its sandboxes at once per interval, each only while its record exists:
-// remove-sandbox-n deletes the key with the record); any replica
+// remove-sandbox-record-n deletes the key with the record); any replica
 // reads, so `sandgate sandbox get` answers through whichever replica it reached. Expiring: a
 // sandbox nobody owns any more stops having figures instead of keeping stale ones.
-import type { Redis } from 'ioredis';
-import { keys } from './keys.ts';
+import type { RedisClient } from './client.ts';
+import { keysFor, type KeySchema } from './keys.ts';
 import { luaScript } from './lua.ts';
 
 const PUBLISH = luaScript('publish-usage');
@@ -19,9 +19,11 @@ export interface SandboxUsageSample {
 }
 
 export class SandboxUsageStore {
-  private readonly redis: Redis;
-  constructor(redis: Redis) {
+  private readonly redis: RedisClient;
+  private readonly keys: KeySchema;
+  constructor(redis: RedisClient) {
     this.redis = redis;
+    this.keys = keysFor(redis);
   }
 
   async publish(samples: SandboxUsageSample[], ttlMs: number): Promise<void> {
@@ -29,13 +31,13 @@ export class SandboxUsageStore {
     // each writes only while the record exists, so a delete is never followed by a stale sample.
     await Promise.all(
       samples.map((s) =>
-        PUBLISH.run(this.redis, [keys.sandbox(s.sandboxId), keys.usage(s.sandboxId)], [String(s.cpuSeconds), String(s.memoryBytes), String(s.atMs), s.replica, ttlMs]),
+        PUBLISH.run(this.redis, [this.keys.sandbox(s.sandboxId), this.keys.usage(s.sandboxId)], [String(s.cpuSeconds), String(s.memoryBytes), String(s.atMs), s.replica, ttlMs]),
       ),
     );
   }
 
   async get(sandboxId: string): Promise<SandboxUsageSample | null> {
-    const h = await this.redis.hgetall(keys.usage(sandboxId));
+    const h = await this.redis.hgetall(this.keys.usage(sandboxId));
     if (!h.at) return null;
     return { sandboxId, cpuSeconds: Number(h.cpu), memoryBytes: Number(h.mem), atMs: Number(h.at), replica: h.replica ?? '' };
   }

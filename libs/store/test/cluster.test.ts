@@ -59,11 +59,14 @@ describe('the cluster layout of the key schema', () => {
       clusterKeys.workspaceSandboxes(ws),
       clusterKeys.workspaceExecs(ws),
       clusterKeys.workspaceServices(ws),
+      clusterKeys.pendingSandboxes(ws),
       clusterKeys.sandboxName(ws, 'web'),
       clusterKeys.sandboxName(ws, 'db'),
     ]);
     for (const ws of workspaceKeys) expect((await slotsOf(ws)).size).toBe(1);
     expect(await slotOf(workspaceKeys[0]![0]!)).not.toBe(await slotOf(workspaceKeys[1]![0]!));
+    // A warm pool's definition is with its members (the sandbox set of its workspace).
+    expect((await slotsOf([clusterKeys.pool('small'), clusterKeys.workspaceSandboxes('pool:small'), clusterKeys.sandboxName('pool:small', 'm1')])).size).toBe(1);
     expect((await slotsOf([clusterKeys.sshSession('ab12'), clusterKeys.forwardsByToken('ab12')])).size).toBe(1);
     const globalKeys = [
       clusterKeys.sandboxIndex(),

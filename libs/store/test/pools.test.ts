@@ -1,6 +1,6 @@
 // Pool definitions on a real Redis. The auto-match flag is stored and each SetPool states it
 // afresh. A pool whose members cannot start backs off (note-pool-failure-1, clear-pool-failures-1,
-// set-pool-2): the wait doubles per consecutive failure up to its cap, a failure
+// set-pool-1): the wait doubles per consecutive failure up to its cap, a failure
 // of a template that was replaced meanwhile does not count, a member that got Ready clears it all,
 // and a new template starts afresh while a new size alone does not.
 import { describe, expect, it } from 'vitest';

@@ -1,4 +1,4 @@
-// Against a real redis-server: a sandbox's delete (SandboxStore.remove, remove-sandbox-n) leaves
+// Against a real redis-server: a sandbox's delete (SandboxStore.remove) leaves
 // the key space as it was before the sandbox was created. Every kind of key the store lets a
 // sandbox have is written first: the record and its indexes, ownership and fence, usage, a log
 // line, an exposed service, SSH sessions (expiring, never-expiring, revoked) and a live forward.
@@ -159,24 +159,24 @@ describe('a sandbox delete removes every key of the sandbox', () => {
     expect(mentioning(await keySpace(), ['many-ssh']).filter((k) => k !== keys.events('many-ssh'))).toEqual([]);
   });
 
-  it('also removes a session created between the delete\'s read of the session index and its script (it reads again)', async () => {
+  it('refuses a session minted between the delete\'s read of the session index and its removal (the record is sealed first)', async () => {
     const sandboxes = new SandboxStore(client);
     const ssh = new SshSessionStore(client.duplicate());
     await sandboxes.create(sandbox('late-ssh', 'late-ssh'), 'h');
     const session = { sandboxId: 'late-ssh', runStartedAtMs: 0, expiresAtMs: 0, revoked: false, createdAtMs: 1 };
     expect(await ssh.create('tok-early', session)).toBe(true);
-    // The delete's first read of the index is answered, then a session is created before the script runs.
+    // The delete's read of the index is answered, then a session is asked for before the removal.
     const zrange = client.zrange.bind(client) as (...args: unknown[]) => Promise<string[]>;
     let reads = 0;
     vi.spyOn(client, 'zrange').mockImplementation((async (...args: unknown[]) => {
       const answer = await zrange(...args);
-      if (reads++ === 0) expect(await ssh.create('tok-between', session)).toBe(true);
+      if (reads++ === 0) expect(await ssh.create('tok-between', session)).toBe(false);
       return answer;
     }) as typeof client.zrange);
     expect(await sandboxes.remove('late-ssh', 'default', 'late-ssh')).toBe(true);
     vi.restoreAllMocks();
-    // The script found a session it was not given, changed nothing, and the delete read again.
-    expect(reads).toBe(2);
+    // Sealed before the read, so the read was final: one read, nothing left behind.
+    expect(reads).toBe(1);
     for (const t of ['tok-early', 'tok-between']) expect(await client.exists(keys.sshSession(tokenDigest(t))), t).toBe(0);
     expect(await ssh.create('tok-after', session)).toBe(false);
     expect(mentioning(await keySpace(), ['late-ssh', tokenDigest('tok-between')]).filter((k) => k !== keys.events('late-ssh'))).toEqual([]);

@@ -1,5 +1,5 @@
 // Against a real redis-server: the endpoint upsert (create, CAS update, lost races), listing order,
-// delete, and the endpoints going with their sandbox (remove-sandbox-n).
+// delete, and the endpoints going with their sandbox (remove-sandbox-record-n).
 import { describe, expect, it } from 'vitest';
 import type { Redis } from 'ioredis';
 import { SandboxStore, ServiceEndpointStore, WorkspaceStore, keys } from '@sandgate/store';

@@ -1,6 +1,6 @@
 // Warm pools at the gateway: the admin calls (SetPool, ListPools, DeletePool), the claim a create
 // makes (SandboxService), and the refill the pool-refill job runs. The rules are libs/core's
-// pools.ts; the atomic steps are libs/store's (create-pool-member-6, claim-pool-member-9).
+// pools.ts; the atomic steps are libs/store's (PoolStore.createMember, PoolStore.claim).
 //
 // A member is an ordinary sandbox record in the pool's workspace, launched with its main process
 // deferred (SANDGATE_DEFER_MAIN): it gets Ready like any sandbox, and serves nothing until a
@@ -232,7 +232,7 @@ export class PoolService {
   /**
    * Brings the pool to its size: members of an older generation, failed ones and any beyond the
    * size are deleted; missing ones are started. A pool that is gone loses every member, then its
-   * name. Idempotent, and safe to run on two workers at once (create-pool-member-6 never
+   * name. Idempotent, and safe to run on two workers at once (reserve-pool-member-4 never
    * overfills; deletes are idempotent).
    */
   async refill(name: string): Promise<unknown> {
@@ -297,7 +297,7 @@ export class PoolService {
   /**
    * Deletes a member, unless a claim took it since it was read: the move to Deleting is a
    * compare-and-swap that sees whether it is still a member, and a claim of a record that moved
-   * on fails (claim-pool-member-9 checks the version). So a claimant's sandbox is never retired.
+   * on fails (claim-record-2 checks the version). So a claimant's sandbox is never retired.
    */
   private async retire(member: StoredSandbox): Promise<boolean> {
     const id = member.sandbox.metadata!.id!;
