@@ -25,11 +25,13 @@ const E2E_WAITING = [
 
 /**
  * End-to-end files about the state replicas share (ownership and relays, access rules, tokens,
- * workspaces, forwards, the REST API). `npm test` runs them once, against a Sentinel-managed
- * Redis (`e2e-sentinel`: a primary, a replica, three Sentinels; SANDGATE_TEST_REDIS=sentinel in
+ * workspaces, forwards, the REST API). `npm test` runs them against a Sentinel-managed Redis
+ * (`e2e-sentinel`: a primary, a replica, three Sentinels; SANDGATE_TEST_REDIS=sentinel in
  * test/harness/redis.ts, and the replicas wait for the replica on every acknowledged write), in
- * the second lane after `e2e-side`: the harder mode of the two, and the single server's code paths
- * run in every other e2e file. `e2e-shared` is the same files in whatever mode SANDGATE_TEST_REDIS
+ * the second lane after `e2e-side`, and against a Redis Cluster (`e2e-cluster`: three primaries
+ * with a replica each, SANDGATE_TEST_REDIS=cluster, the replicas waiting for a replica too) after
+ * `e2e` in the first lane: the harder modes, and the single server's code paths run in every
+ * other e2e file. `e2e-shared` is the same files in whatever mode SANDGATE_TEST_REDIS
  * says (a single server by default): `scripts/test-e2e.sh`, the whole suite in one mode, runs it.
  * lifecycle.test.ts (200 s in Sentinel mode) does not fit in the lane and runs in Sentinel mode
  * only with the whole suite (`SANDGATE_TEST_REDIS=sentinel bash scripts/test-e2e.sh`;
@@ -84,6 +86,7 @@ export default defineConfig({
       e2eProject('e2e-side', E2E_WAITING),
       e2eProject('e2e-shared', E2E_SHARED_STATE),
       e2eProject('e2e-sentinel', E2E_SHARED_STATE, { SANDGATE_TEST_REDIS: 'sentinel' }),
+      e2eProject('e2e-cluster', E2E_SHARED_STATE, { SANDGATE_TEST_REDIS: 'cluster' }),
       e2eProject('fuzz', FUZZ_SHORT),
     ],
   },

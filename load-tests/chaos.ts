@@ -32,7 +32,7 @@ import { parseArgs } from 'node:util';
 import type { ServiceError } from '@grpc/grpc-js';
 import { DEBUG_BREAKS, isDebugBreak, type DebugBreak } from '@sandgate/core';
 import { SandboxPhase } from '@sandgate/protocols';
-import { createRedisConnection, keys, SandboxStore } from '@sandgate/store';
+import { createRedisConnection, keys, SandboxStore, type RedisClient } from '@sandgate/store';
 import { LocalDriver } from '@sandgate/compute';
 import { Cluster, repoRoot, runCli } from '../test/harness/cluster.ts';
 import { cliEnv, credentialsFor, registerGateway } from '../test/harness/credentials.ts';
@@ -1021,7 +1021,7 @@ async function moveUnderWarmHints(
   cluster: Cluster,
   client: AnyClient,
   store: SandboxStore,
-  r: import('ioredis').Redis,
+  r: RedisClient,
   scenario: (name: string, happened: boolean, note?: string) => void,
 ): Promise<{ sandbox: { id: string; name: string }; from: string; to: string }> {
   const res = await setupCreate(client, { name: 'moved-calm', spec: { command: ['sleep', 'infinity'] } });
@@ -1045,7 +1045,7 @@ async function moveUnderWarmHints(
   return { sandbox, from, to };
 }
 
-async function ownedBy(r: import('ioredis').Redis, pool: { id: string; name: string }[], replicaId: string) {
+async function ownedBy(r: RedisClient, pool: { id: string; name: string }[], replicaId: string) {
   const out: { id: string; name: string }[] = [];
   for (const sb of pool) if ((await r.hget(keys.owner(sb.id), 'replica')) === replicaId) out.push(sb);
   return out;
@@ -1124,12 +1124,12 @@ class OwnerSampler {
   private readonly reported = new Set<string>();
   /** Per replica id: current pid (null while dead), since when. */
   private readonly incarnation = new Map<string, { pid: number | null; since: number }>();
-  private readonly r: import('ioredis').Redis;
+  private readonly r: RedisClient;
   private readonly cluster: Cluster;
   private readonly pool: { id: string; name: string }[];
   private readonly ledger: Ledger;
 
-  constructor(r: import('ioredis').Redis, cluster: Cluster, pool: { id: string; name: string }[], ledger: Ledger) {
+  constructor(r: RedisClient, cluster: Cluster, pool: { id: string; name: string }[], ledger: Ledger) {
     this.r = r;
     this.cluster = cluster;
     this.pool = pool;

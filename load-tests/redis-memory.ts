@@ -20,7 +20,7 @@ import { SandboxPhase, type Sandbox } from '@sandgate/protocols';
 import { onSupervisorConnected, readyCondition, type LifecycleStatus } from '@sandgate/core';
 import { OwnershipStore, SandboxLogStore, SandboxStore, SandboxUsageStore, SshSessionStore, WorkspaceStore, keys } from '@sandgate/store';
 import { hashCredential } from '@sandgate/gateway';
-import type { Redis } from 'ioredis';
+import type { RedisClient } from '@sandgate/store';
 import { startRedis } from '../test/harness/redis.ts';
 import { sleep } from '../test/harness/wait.ts';
 import { COMMON_OPTIONS, emitReport, onCleanup, runMain, type BenchReport } from './bench.ts';
@@ -33,14 +33,14 @@ const USAGE_TTL_MS = 45_000;
 const SSH_TTL_MS = 86_400_000;
 const BATCH = 200;
 
-async function usedMemory(redis: Redis): Promise<number> {
+async function usedMemory(redis: RedisClient): Promise<number> {
   // Let serverCron shrink or grow hash tables it has pending, then read.
   await sleep(300);
   const info = await redis.info('memory');
   return Number(/^used_memory:(\d+)/m.exec(info)![1]);
 }
 
-async function keyNames(redis: Redis): Promise<string[]> {
+async function keyNames(redis: RedisClient): Promise<string[]> {
   const out: string[] = [];
   let cursor = '0';
   do {

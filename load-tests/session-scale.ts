@@ -21,7 +21,7 @@ import { parseArgs } from 'node:util';
 import type { ClientDuplexStream, ServiceError } from '@grpc/grpc-js';
 import { SandboxPhase, type GatewayMessage, type SupervisorMessage } from '@sandgate/protocols';
 import { SandboxStore, WorkspaceStore, keys } from '@sandgate/store';
-import type { Redis } from 'ioredis';
+import type { RedisClient } from '@sandgate/store';
 import { callMetadata, createGatewayClient, type GatewayClient } from '@sandgate/supervisor';
 import { hashCredential } from '@sandgate/gateway';
 import type { ReplicaProcess } from '../test/harness/cluster.ts';
@@ -185,7 +185,7 @@ interface RedisSnapshot {
   usedMemory: number;
 }
 
-async function redisSnapshot(redis: Redis): Promise<RedisSnapshot> {
+async function redisSnapshot(redis: RedisClient): Promise<RedisSnapshot> {
   const info = parseInfo(await redis.info('all'));
   const byCommand = new Map<string, number>();
   for (const [k, v] of info) {
@@ -244,7 +244,7 @@ interface LevelResult {
   clientLoopMax: number;
 }
 
-async function countKeys(redis: Redis, pattern: string): Promise<number> {
+async function countKeys(redis: RedisClient, pattern: string): Promise<number> {
   let cursor = '0';
   let n = 0;
   do {

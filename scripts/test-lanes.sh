@@ -4,13 +4,14 @@
 # to every vitest run. Each lane's output is printed whole, the first lane's live and the others'
 # after it, so none is interleaved. Fails if any run fails (a lane goes on after a failed run).
 #
-#   bash scripts/test-lanes.sh e2e 'unit e2e-side e2e-sentinel fuzz'   (npm test, after the typecheck)
+#   bash scripts/test-lanes.sh 'e2e e2e-cluster' 'unit e2e-side e2e-sentinel fuzz'   (npm test, after the typecheck)
 #   bash scripts/test-lanes.sh e2e 'e2e-side e2e-shared' -- test/e2e/ssh.test.ts
 #
 # Why lanes: the e2e project runs one file at a time and its time goes to waiting as much as to
 # the two cores, so the unit suite, the e2e-side files (E2E_WAITING in vitest.config.ts), the
 # shared-state files on a Sentinel-managed Redis (E2E_SHARED_STATE) and the short fuzz run run
-# beside it, the two lanes about equally long; that keeps CI inside its time.
+# beside it; the same files on a Redis Cluster (e2e-cluster) follow the e2e project in its lane.
+# The two lanes are about equally long; that keeps CI inside its time.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 lanes=()

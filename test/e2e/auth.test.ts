@@ -5,19 +5,18 @@
 // prints only the token, `token list` never one, and Redis holds no token in clear.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { randomBytes } from 'node:crypto';
-import type { Redis } from 'ioredis';
 import { Metadata, status as grpcStatus, type ServiceError } from '@grpc/grpc-js';
 import { serviceDefinition } from '@sandgate/protocols';
-import { keys, tokenDigest } from '@sandgate/store';
+import { keysFor, tokenDigest, type RedisClient } from '@sandgate/store';
 import { Cluster, runCli } from '../harness/cluster.ts';
-import { startRedis, type TestRedis } from '../harness/redis.ts';
+import { scanAllKeys, startRedis, type TestRedis } from '../harness/redis.ts';
 import { openShellClient, unaryCall, type AnyClient } from '../harness/grpc-client.ts';
 import { waitFor } from '../harness/wait.ts';
 import { logLines } from '../harness/log-lines.ts';
 import { freePorts } from '../harness/ports.ts';
 
 let redis: TestRedis;
-let r: Redis;
+let r: RedisClient;
 let cluster: Cluster;
 
 beforeAll(async () => {
@@ -189,8 +188,8 @@ describe('authentication', () => {
     // Every value of every key, whatever its type.
     const secret = token.slice(4);
     let scanned = 0;
-    for await (const batch of r.scanStream({ count: 500 })) {
-      for (const key of batch as string[]) {
+    for await (const batch of scanAllKeys(r)) {
+      for (const key of batch) {
         scanned++;
         expect(key).not.toContain(secret);
         const type = await r.type(key);
@@ -226,7 +225,7 @@ describe('authentication', () => {
       }
     });
     // The moment of revocation: the token's record leaving Redis, watched every few ms.
-    const record = keys.apiToken(tokenDigest(token));
+    const record = keysFor(r).apiToken(tokenDigest(token));
     let revokedAt = 0;
     const watcher = (async () => {
       while (polling && (await r.exists(record)) === 1) await new Promise((res) => setTimeout(res, 2));

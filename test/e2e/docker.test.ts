@@ -6,7 +6,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Redis } from 'ioredis';
+import type { RedisClient } from '@sandgate/store';
 import { status as grpcStatus } from '@grpc/grpc-js';
 import Docker from 'dockerode';
 import { DEFAULT_DOCKER_NETWORK, DockerDriver, ensureSandboxNetwork } from '@sandgate/compute';
@@ -19,7 +19,7 @@ import { sleep, waitFor } from '../harness/wait.ts';
 import { SERVICE_APP, serviceHost, serviceRequest } from '../harness/service-app.ts';
 
 let redis: TestRedis;
-let r: Redis;
+let r: RedisClient;
 let cluster: Cluster;
 
 const docker = (...args: string[]) => execFileSync('docker', args, { encoding: 'utf8' }).trim();

@@ -5,7 +5,7 @@
 // only through the entry replica's in-memory deadline, which aborts the path a second later), so
 // the first case's decisive assertion, the counted backstop kill, fails without the mechanism.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Redis } from 'ioredis';
+import type { RedisClient } from '@sandgate/store';
 import type { ClientReadableStream } from '@grpc/grpc-js';
 import { EXEC_DEADLINE_GRACE_MS } from '@sandgate/jobs';
 import { Cluster, runCli } from '../harness/cluster.ts';
@@ -21,7 +21,7 @@ const BACKSTOP_SLACK_MS = 10_000;
 
 interface Setup {
   redis: TestRedis;
-  r: Redis;
+  r: RedisClient;
   cluster: Cluster;
   sbx: CreatedSandbox;
 }

@@ -4,7 +4,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { readFile, readlink } from 'node:fs/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Redis } from 'ioredis';
+import type { RedisClient } from '@sandgate/store';
 import { Queue } from 'bullmq';
 import { status as grpcStatus, type ClientReadableStream, type ServiceError } from '@grpc/grpc-js';
 import { QUEUE_NAME, jobIds } from '@sandgate/jobs';
@@ -20,7 +20,7 @@ const BACKSTOP_KILLS_KEY = 'sg:metrics:exec_backstop_kills';
 const EXEC_LIMIT = 64;
 
 let redis: TestRedis;
-let r: Redis;
+let r: RedisClient;
 let cluster: Cluster;
 let sbx: CreatedSandbox;
 let queue: Queue;

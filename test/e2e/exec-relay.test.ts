@@ -2,9 +2,8 @@
 // (bytes, exit codes, back-pressure, TTY); the API's validation and errors; ownership failover.
 import { createHash, randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Redis } from 'ioredis';
 import { status as grpcStatus, type ClientDuplexStream, type ClientReadableStream } from '@grpc/grpc-js';
-import { keys } from '@sandgate/store';
+import { keysFor, type RedisClient } from '@sandgate/store';
 import { Cluster, runCli } from '../harness/cluster.ts';
 import { startRedis, type TestRedis } from '../harness/redis.ts';
 import { bearerInterceptor, openShellClient, unaryCall, type AnyClient } from '../harness/grpc-client.ts';
@@ -12,7 +11,7 @@ import { createSandbox, ownerOf, rssBytes, type CreatedSandbox } from '../harnes
 import { waitFor } from '../harness/wait.ts';
 
 let redis: TestRedis;
-let r: Redis;
+let r: RedisClient;
 let cluster: Cluster;
 let sbx: CreatedSandbox;
 
@@ -281,7 +280,7 @@ describe('failover', () => {
   it('moves ownership when the owner is killed with SIGKILL, and exec works again within 5 s', async () => {
     const ownerId = await ownerOf(r, sbx.id);
     const owner = replicaIndex(ownerId);
-    const fenceBefore = Number(await r.hget(keys.owner(sbx.id), 'fence'));
+    const fenceBefore = Number(await r.hget(keysFor(r).owner(sbx.id), 'fence'));
     await cluster.signal(owner, 'SIGKILL');
     const killedAt = Date.now();
     const survivor = (owner + 1) % 3;
@@ -290,7 +289,7 @@ describe('failover', () => {
       return res.code === 0 && res.stdout.toString() === 'back\n';
     }, 5_000, 100);
     expect(Date.now() - killedAt).toBeLessThan(5_000);
-    const after = await r.hgetall(keys.owner(sbx.id));
+    const after = await r.hgetall(keysFor(r).owner(sbx.id));
     expect(after.replica).not.toBe(ownerId);
     expect(Number(after.fence)).toBeGreaterThan(fenceBefore);
     // The other survivor too.
@@ -303,10 +302,10 @@ describe('failover', () => {
   it('releases ownership at once on SIGTERM', async () => {
     const ownerId = await ownerOf(r, sbx.id);
     const owner = replicaIndex(ownerId);
-    const fenceBefore = Number(await r.hget(keys.owner(sbx.id), 'fence'));
+    const fenceBefore = Number(await r.hget(keysFor(r).owner(sbx.id), 'fence'));
     await cluster.signal(owner, 'SIGTERM');
     // Released (gone or already re-claimed by another replica) right after the process exited.
-    const rec = await r.hgetall(keys.owner(sbx.id));
+    const rec = await r.hgetall(keysFor(r).owner(sbx.id));
     expect(rec.replica === undefined || (rec.replica !== ownerId && Number(rec.fence) > fenceBefore)).toBe(true);
     const survivor = (owner + 1) % 3;
     await waitFor('exec after SIGTERM', async () => {

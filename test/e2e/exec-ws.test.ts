@@ -5,7 +5,7 @@ import { randomBytes } from 'node:crypto';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Redis } from 'ioredis';
+import type { RedisClient } from '@sandgate/store';
 import WebSocket from 'ws';
 import { Cluster, runCli } from '../harness/cluster.ts';
 import { startRedis, type TestRedis } from '../harness/redis.ts';
@@ -17,7 +17,7 @@ import { expectOwnedOperationsServed } from '../harness/openapi-coverage.ts';
 import { LINK_SILENCE_LIMIT_MS } from '@sandgate/relay';
 
 let redis: TestRedis;
-let r: Redis;
+let r: RedisClient;
 let cluster: Cluster;
 let sbx: CreatedSandbox;
 /** The replica that does not hold the sandbox's session: every exec here is relayed. */

@@ -12,7 +12,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { Readable } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Redis } from 'ioredis';
+import type { RedisClient } from '@sandgate/store';
 import { credentials, makeGenericClientConstructor, Metadata, status as grpcStatus, type ServiceError } from '@grpc/grpc-js';
 import { serviceDefinition } from '@sandgate/protocols';
 import { Cluster, runCli } from '../harness/cluster.ts';
@@ -22,7 +22,7 @@ import { waitFor } from '../harness/wait.ts';
 import { expectOwnedOperationsServed } from '../harness/openapi-coverage.ts';
 
 let redis: TestRedis;
-let r: Redis;
+let r: RedisClient;
 let cluster: Cluster;
 let sbx: CreatedSandbox;
 let tmp: string;

@@ -7,10 +7,9 @@ import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Redis } from 'ioredis';
-import { keys } from '@sandgate/store';
+import { keysFor, type RedisClient } from '@sandgate/store';
 import { Cluster, cliBin, runCli } from '../harness/cluster.ts';
-import { startRedis, type TestRedis } from '../harness/redis.ts';
+import { scanAllKeys, startRedis, type TestRedis } from '../harness/redis.ts';
 import { createSandbox, ownerOf, type CreatedSandbox } from '../harness/sandbox.ts';
 import { cliEnv, credentialsFor } from '../harness/credentials.ts';
 import { BANNER_SERVER } from '../harness/attack.ts';
@@ -20,7 +19,7 @@ import { waitFor } from '../harness/wait.ts';
 const BANNER = 'fwd-banner';
 
 let redis: TestRedis;
-let r: Redis;
+let r: RedisClient;
 let cluster: Cluster;
 let sbx: CreatedSandbox;
 let remotePort: number;
@@ -84,9 +83,11 @@ async function connect(port: number): Promise<{ sock: net.Socket; received: () =
 
 const sessionsOfSandbox = async () => {
   const out: { key: string; rev: string }[] = [];
-  for (const key of await r.keys('sg:ssh:*')) {
-    const h = await r.hgetall(key);
-    if (h.sbx === sbx.id) out.push({ key, rev: h.rev ?? '' });
+  for await (const batch of scanAllKeys(r, 'sg:ssh:*')) {
+    for (const key of batch) {
+      const h = await r.hgetall(key);
+      if (h.sbx === sbx.id) out.push({ key, rev: h.rev ?? '' });
+    }
   }
   return out;
 };
@@ -121,7 +122,7 @@ describe('sandgate forward start', () => {
     expect(during.length).toBeGreaterThanOrEqual(3);
     expect(during.every((s) => s.rev === '0')).toBe(true);
     // The gateway relays all 8 at once.
-    await waitFor('8 live forwards in the sandbox', async () => (await r.zcard(keys.forwardsBySandbox(sbx.id))) >= 8, 5_000, 50);
+    await waitFor('8 live forwards in the sandbox', async () => (await r.zcard(keysFor(r).forwardsBySandbox(sbx.id))) >= 8, 5_000, 50);
 
     // Ctrl-C with every connection still open.
     fwd.proc.kill('SIGINT');
@@ -135,7 +136,7 @@ describe('sandgate forward start', () => {
     const after = await sessionsOfSandbox();
     expect(after.length).toBe(during.length);
     expect(after.every((s) => s.rev === '1')).toBe(true);
-    await waitFor('no forward slots left', async () => (await r.zcard(keys.forwardsBySandbox(sbx.id))) === 0, 5_000, 50);
+    await waitFor('no forward slots left', async () => (await r.zcard(keysFor(r).forwardsBySandbox(sbx.id))) === 0, 5_000, 50);
   });
 
   it('a connection whose supervisor session is lost ends with UNAVAILABLE and a reason, not as a clean close', async () => {
@@ -149,12 +150,12 @@ describe('sandgate forward start', () => {
       await waitFor('the SSH server greeting through the proxy', () => proxy.stdout().startsWith('SSH-2.0-'), 30_000, 20).catch((e: unknown) => {
         throw new Error(`${String(e)}; stderr: ${proxy.stderr()}`);
       });
-      await r.multi().incr(keys.fence(sbx.id)).del(keys.owner(sbx.id)).exec();
+      await r.multi().incr(keysFor(r).fence(sbx.id)).del(keysFor(r).owner(sbx.id)).exec();
       const ended = await Promise.race([proxy.exited, new Promise<'running'>((resolve) => setTimeout(() => resolve('running'), 20_000))]);
       expect(ended, `ssh-proxy stderr: ${proxy.stderr()}`).toEqual({ code: 1, signal: null });
       expect(proxy.stderr()).toMatch(/^sandgate ssh-proxy: UNAVAILABLE: .*lost its control session/m);
       // The supervisor claims its sandbox again (through either replica): the sandbox serves on.
-      await waitFor('the session back', async () => (await r.hget(keys.owner(sbx.id), 'replica')) !== null, 30_000, 100);
+      await waitFor('the session back', async () => (await r.hget(keysFor(r).owner(sbx.id), 'replica')) !== null, 30_000, 100);
     } finally {
       proxy.proc.kill('SIGKILL');
     }

@@ -10,7 +10,7 @@ import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Redis } from 'ioredis';
+import type { RedisClient } from '@sandgate/store';
 import type { ClientDuplexStream, ClientReadableStream } from '@grpc/grpc-js';
 import { encodePolicy } from '@sandgate/core';
 import { derivePeerSecret } from '@sandgate/store';
@@ -60,7 +60,7 @@ const identityAttacks = () => identityAttackScript({ stateDir: cluster.stateDir,
 
 let tmp: string;
 let redis: TestRedis;
-let r: Redis;
+let r: RedisClient;
 let cluster: Cluster;
 let lb: Haproxy;
 /** Host listeners (TCP greeting, UDP echo) on loopback and, once it exists, the veth's host end. */

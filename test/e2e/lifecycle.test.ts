@@ -1,6 +1,6 @@
 // Issue 4 acceptance: one lifecycle, one access rule, the same answer from every replica.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Redis } from 'ioredis';
+import type { RedisClient } from '@sandgate/store';
 import { status as grpcStatus } from '@grpc/grpc-js';
 import { Queue } from 'bullmq';
 import { QUEUE_NAME, jobIds } from '@sandgate/jobs';
@@ -13,7 +13,7 @@ import { createSandbox, deleteAllSandboxes, killSupervisor, ownerOf } from '../h
 import { waitFor } from '../harness/wait.ts';
 
 let redis: TestRedis;
-let r: Redis;
+let r: RedisClient;
 let cluster: Cluster;
 
 beforeAll(async () => {

@@ -5,7 +5,7 @@
 // labels the dashboards use.
 import { readFileSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Redis } from 'ioredis';
+import type { RedisClient } from '@sandgate/store';
 import { Cluster, runCli } from '../harness/cluster.ts';
 import { startRedis, type TestRedis } from '../harness/redis.ts';
 import { createSandbox, ownerOf, type CreatedSandbox } from '../harness/sandbox.ts';
@@ -40,7 +40,7 @@ const CATALOGUE = [
 ];
 
 let redis: TestRedis;
-let r: Redis;
+let r: RedisClient;
 let cluster: Cluster;
 let sbx: CreatedSandbox;
 

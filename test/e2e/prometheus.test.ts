@@ -7,7 +7,7 @@
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Redis } from 'ioredis';
+import type { RedisClient } from '@sandgate/store';
 import { keys, OwnershipStore } from '@sandgate/store';
 import { Cluster, repoRoot, runCli } from '../harness/cluster.ts';
 import { startRedis, type TestRedis } from '../harness/redis.ts';
@@ -17,7 +17,7 @@ import { exportedNames, metricNames, withGrafanaVariables } from '../harness/pro
 import { waitFor } from '../harness/wait.ts';
 
 let redis: TestRedis;
-let r: Redis;
+let r: RedisClient;
 let cluster: Cluster;
 let prom: TestPrometheus;
 let sbx: CreatedSandbox;

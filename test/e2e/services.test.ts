@@ -8,7 +8,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import http from 'node:http';
 import { existsSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Redis } from 'ioredis';
+import type { RedisClient } from '@sandgate/store';
 import WebSocket from 'ws';
 import { chromium } from 'playwright-core';
 import { credentials as grpcCredentials, makeGenericClientConstructor, status as grpcStatus, type ServiceError } from '@grpc/grpc-js';
@@ -26,7 +26,7 @@ const CHROMIUM = '/usr/bin/chromium';
 const PORT = 8000;
 
 let redis: TestRedis;
-let r: Redis;
+let r: RedisClient;
 let cluster: Cluster;
 let client: AnyClient;
 let sbx: CreatedSandbox;

@@ -9,7 +9,7 @@ import { readdir, readFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import type { Redis } from 'ioredis';
+import type { RedisClient } from '@sandgate/store';
 import { status as grpcStatus, type ClientDuplexStream, type ServiceError } from '@grpc/grpc-js';
 import { Cluster, cliBin, runCli } from '../harness/cluster.ts';
 import { startRedis, type TestRedis } from '../harness/redis.ts';
@@ -20,7 +20,7 @@ import { waitFor, waitForStalledWrites } from '../harness/wait.ts';
 import { cliEnv } from '../harness/credentials.ts';
 
 let redis: TestRedis;
-let r: Redis;
+let r: RedisClient;
 let cluster: Cluster;
 let tmp: string;
 /** The main test sandbox; its main process is `sleep 86399` so its pid can be found on the host. */

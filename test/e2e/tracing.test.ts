@@ -8,7 +8,7 @@
 // span linked to it, with the sandbox, exec, path, timeout and kill-reason attributes.
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Redis } from 'ioredis';
+import type { RedisClient } from '@sandgate/store';
 import { Metadata, type ClientReadableStream } from '@grpc/grpc-js';
 import { Cluster, runCli } from '../harness/cluster.ts';
 import { startRedis, type TestRedis } from '../harness/redis.ts';
@@ -56,7 +56,7 @@ function exec(address: string, request: object, traceId: string): { call: Client
 
 describe('tracing: one trace per call across entry replica, owner replica, supervisor and jobs', () => {
   let redis: TestRedis;
-  let r: Redis;
+  let r: RedisClient;
   let cluster: Cluster;
   let otlp: OtlpReceiver;
   let sbx: CreatedSandbox;

@@ -6,7 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
-import type { Redis } from 'ioredis';
+import type { RedisClient } from '@sandgate/store';
 import { JobScheduler, RECONCILE_SCHEDULER_ID, QUEUE_NAME } from '@sandgate/jobs';
 import { ClusterCounter, keys } from '@sandgate/store';
 import { Cluster, cliBin, runCli, startWorker, type WorkerProcess } from '../harness/cluster.ts';
@@ -16,7 +16,7 @@ import { sleep, waitFor } from '../harness/wait.ts';
 import { cliEnv } from '../harness/credentials.ts';
 
 let redis: TestRedis;
-let r: Redis;
+let r: RedisClient;
 let cluster: Cluster;
 const workers: WorkerProcess[] = [];
 

@@ -23,6 +23,8 @@ export interface TestRedisCluster {
   client(): Cluster;
   /** A plain client of one node. */
   node(port: number): Redis;
+  /** Sends a signal to the node on `port` (SIGKILL: gone for good; SIGSTOP/SIGCONT: frozen, thawed). */
+  signal(port: number, sig: NodeJS.Signals): void;
   stop(): Promise<void>;
 }
 
@@ -104,6 +106,23 @@ export async function startRedisCluster(opts: RedisClusterOptions = {}): Promise
     }
     return true;
   }, 30_000);
+  // Replicas attached, in sync and acknowledging (a replica just linked reports offset 0 for a
+  // while), so a WAIT (an acknowledged write) can be met from the start.
+  await waitFor('every primary to see its replicas acknowledge', async () => {
+    for (const port of ports.slice(0, primaries)) {
+      const c = node(port);
+      try {
+        const info = await c.info('replication');
+        const acked = [...info.matchAll(/slave\d+:[^\r\n]*state=online,offset=(\d+)/g)].filter((m) => Number(m[1]) > 0);
+        if (acked.length < replicasPerPrimary) return false;
+      } catch {
+        return false;
+      } finally {
+        c.disconnect();
+      }
+    }
+    return true;
+  }, 30_000);
   // redis-cli makes the first `primaries` nodes the primaries.
   const primaryPorts = ports.slice(0, primaries);
   const replicaPorts = ports.slice(primaries);
@@ -122,6 +141,9 @@ export async function startRedisCluster(opts: RedisClusterOptions = {}): Promise
       return c;
     },
     node,
+    signal(port, sig) {
+      procs.get(port)?.kill(sig);
+    },
     async stop() {
       for (const c of clients) c.disconnect();
       await Promise.all(
@@ -130,6 +152,7 @@ export async function startRedisCluster(opts: RedisClusterOptions = {}): Promise
             new Promise<void>((resolve) => {
               if (p.exitCode !== null || p.signalCode !== null) return resolve();
               p.once('exit', () => resolve());
+              p.kill('SIGCONT');
               p.kill('SIGKILL');
             }),
         ),

@@ -7,7 +7,8 @@ import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { Redis } from 'ioredis';
+import { Cluster, Redis } from 'ioredis';
+import type { RedisClient } from '@sandgate/store';
 import { freePort } from './ports.ts';
 import { waitFor } from './wait.ts';
 
@@ -18,7 +19,8 @@ export interface TestRedis {
   /** The ACL user and its password; '' for both with `auth: false`. */
   user: string;
   password: string;
-  client(): Redis;
+  /** A client of it: a Cluster client in cluster mode (use keysFor() for its keys' names). */
+  client(): RedisClient;
   /** Stops the server (SIGTERM: it writes its append-only file) and starts it again on the same port and data. */
   restart(): Promise<void>;
   /** `kill -9` of the server, keeping its data directory: restart() brings it back. */
@@ -58,31 +60,34 @@ async function waitForPing(url: string, tlsCa?: string): Promise<void> {
  * Which Redis startRedis() gives, for the whole test process: `single` (default) is one
  * redis-server; `sentinel` (SANDGATE_TEST_REDIS=sentinel, the `e2e-sentinel` project) is a
  * Sentinel-managed group (redis-sentinel.ts: a primary, a replica, three Sentinels) whose
- * `redis+sentinel://` URL the replicas get, so the same tests run against the deployment issue 17
+ * `redis+sentinel://` URL the replicas get; `cluster` (SANDGATE_TEST_REDIS=cluster, the
+ * `e2e-cluster` project) is a Redis Cluster of three primaries with a replica each
+ * (redis-cluster.ts), `redis+cluster://`. So the same tests run against the deployments issue 17
  * is about. Anything else fails the run: a typo must not silently test the default.
  */
-export type TestRedisMode = 'single' | 'sentinel';
+export type TestRedisMode = 'single' | 'sentinel' | 'cluster';
 export function testRedisMode(): TestRedisMode {
   const mode = process.env.SANDGATE_TEST_REDIS ?? 'single';
-  if (mode !== 'single' && mode !== 'sentinel') throw new Error(`SANDGATE_TEST_REDIS=${mode}: use single or sentinel`);
+  if (mode !== 'single' && mode !== 'sentinel' && mode !== 'cluster') throw new Error(`SANDGATE_TEST_REDIS=${mode}: use single, sentinel or cluster`);
   return mode;
 }
 
-/** URLs of the Sentinel groups startRedis() made in Sentinel mode. */
-const sentinelModeUrls = new Set<string>();
+/** URLs of the Sentinel groups and clusters startRedis() made in those modes. */
+const replicatedModeUrls = new Set<string>();
 
 /**
- * What a replica or worker on `redisUrl` gets because of the Redis mode: on a group startRedis()
- * made in Sentinel mode, the writes a client is told succeeded wait for its replica
- * (SANDGATE_REDIS_MIN_REPLICAS=1), as a production deployment on Sentinel runs them. Nothing for
- * any other Redis, a group a test made itself included: such a test sets what it means to test.
+ * What a replica or worker on `redisUrl` gets because of the Redis mode: on a Sentinel group or a
+ * cluster startRedis() made, the writes a client is told succeeded wait for a replica
+ * (SANDGATE_REDIS_MIN_REPLICAS=1), as a production deployment on them runs. Nothing for any other
+ * Redis, a group a test made itself included: such a test sets what it means to test.
  */
 export function testRedisReplicaEnv(redisUrl: string): Record<string, string> {
-  return sentinelModeUrls.has(redisUrl) ? { SANDGATE_REDIS_MIN_REPLICAS: '1' } : {};
+  return replicatedModeUrls.has(redisUrl) ? { SANDGATE_REDIS_MIN_REPLICAS: '1' } : {};
 }
 
 export async function startRedis(opts: RedisOptions = {}): Promise<TestRedis> {
   if (testRedisMode() === 'sentinel') return startSentinelRedis(opts);
+  if (testRedisMode() === 'cluster') return startClusterRedis(opts);
   const tlsCa = opts.tls?.ca;
   const port = await freePort();
   const dir = mkdtempSync(path.join(os.tmpdir(), 'sg-redis-'));
@@ -167,7 +172,7 @@ async function startSentinelRedis(opts: RedisOptions): Promise<TestRedis> {
   // Sentinels slower to call the primary down than the failover tests' (5 s, not 1 s): these
   // files test a deployment on Sentinel, not a failover, and a loaded CI machine must not start one.
   const group = await startSentinelGroup({ replicas: 1, downAfterMs: 5_000 });
-  sentinelModeUrls.add(group.url);
+  replicatedModeUrls.add(group.url);
   const refuse = (what: string) => () =>
     Promise.reject(new Error(`TestRedis.${what}() is one server's; in Sentinel mode (SANDGATE_TEST_REDIS=sentinel) use a SentinelGroup`));
   return {
@@ -186,8 +191,44 @@ async function startSentinelRedis(opts: RedisOptions): Promise<TestRedis> {
       throw new Error('TestRedis.thaw() is one server\'s; in Sentinel mode (SANDGATE_TEST_REDIS=sentinel) use a SentinelGroup');
     },
     stop: async () => {
-      sentinelModeUrls.delete(group.url);
+      replicatedModeUrls.delete(group.url);
       await group.stop();
     },
   };
+}
+
+/** startRedis() in cluster mode; as in Sentinel mode, what only one server has is refused loudly. */
+async function startClusterRedis(opts: RedisOptions): Promise<TestRedis> {
+  for (const option of ['persistent', 'tls'] as const) {
+    if (opts[option]) throw new Error(`startRedis({ ${option} }) has no cluster-mode equivalent (SANDGATE_TEST_REDIS=cluster): run this file in single mode`);
+  }
+  if (opts.auth === false) throw new Error('startRedis({ auth: false }) has no cluster-mode equivalent: the cluster always has a password');
+  const { startRedisCluster } = await import('./redis-cluster.ts');
+  const cluster = await startRedisCluster();
+  replicatedModeUrls.add(cluster.url);
+  const refuse = (what: string) => () => {
+    throw new Error(`TestRedis.${what}() is one server's; in cluster mode (SANDGATE_TEST_REDIS=cluster) use a TestRedisCluster`);
+  };
+  return {
+    url: cluster.url,
+    // The first primary: what a test that attacks Redis from a sandbox tries to reach.
+    port: cluster.primaryPorts[0]!,
+    user: TEST_REDIS_USER,
+    password: cluster.password,
+    client: () => cluster.client(),
+    restart: () => Promise.reject(new Error('TestRedis.restart() is one server\'s; in cluster mode use a TestRedisCluster')),
+    kill: () => Promise.reject(new Error('TestRedis.kill() is one server\'s; in cluster mode use a TestRedisCluster')),
+    freeze: refuse('freeze'),
+    thaw: refuse('thaw'),
+    stop: async () => {
+      replicatedModeUrls.delete(cluster.url);
+      await cluster.stop();
+    },
+  };
+}
+
+/** Every key of a test Redis (matching `match`), in batches: on a cluster, every primary's (SCAN is one node's). */
+export async function* scanAllKeys(r: RedisClient, match = '*'): AsyncGenerator<string[]> {
+  const nodes = r instanceof Cluster ? r.nodes('master') : [r];
+  for (const node of nodes) for await (const batch of node.scanStream({ count: 500, match })) yield batch as string[];
 }

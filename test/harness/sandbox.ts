@@ -1,6 +1,5 @@
 // Helpers for e2e tests that create sandboxes through the CLI and inspect them in Redis.
-import type { Redis } from 'ioredis';
-import { keys } from '@sandgate/store';
+import { keysFor, type RedisClient } from '@sandgate/store';
 import { runCli } from './cluster.ts';
 import { waitFor } from './wait.ts';
 
@@ -26,8 +25,8 @@ export async function deleteAllSandboxes(gateway: string): Promise<void> {
 }
 
 /** The replica id named by the sandbox's owner record, waiting until there is one. */
-export async function ownerOf(redis: Redis, sandboxId: string): Promise<string> {
-  return waitFor(`owner record of ${sandboxId}`, async () => (await redis.hget(keys.owner(sandboxId), 'replica')) ?? undefined);
+export async function ownerOf(redis: RedisClient, sandboxId: string): Promise<string> {
+  return waitFor(`owner record of ${sandboxId}`, async () => (await redis.hget(keysFor(redis).owner(sandboxId), 'replica')) ?? undefined);
 }
 
 /** Pids of processes whose command line contains `needle` (the whole machine, like `ps`). */

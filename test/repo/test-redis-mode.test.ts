@@ -2,8 +2,11 @@
 // sets SANDGATE_TEST_REDIS=sentinel, and under that setting the harness' startRedis() gives a
 // `redis+sentinel://` URL whose Sentinels name a primary with a replica attached, replicas get
 // the WAIT setting, and what has no Sentinel equivalent (restart, kill, persistence) refuses.
-// Without this a project that lost its setting would silently test the single server again.
+// The same for e2e-cluster (SANDGATE_TEST_REDIS=cluster): a `redis+cluster://` URL of a cluster
+// whose every primary has a replica. Without this a project that lost its setting would silently
+// test the single server again.
 import { afterEach, describe, expect, it } from 'vitest';
+import { Cluster } from 'ioredis';
 import config from '../../vitest.config.ts';
 import { startRedis, testRedisMode, testRedisReplicaEnv, type TestRedis } from '../harness/redis.ts';
 
@@ -43,10 +46,39 @@ describe('SANDGATE_TEST_REDIS', () => {
     await expect(startRedis({ persistent: true })).rejects.toThrow(/persistent/);
   });
 
+  it('is set to cluster by the e2e-cluster project, over the same files as e2e-sentinel', () => {
+    const projects = (config.test?.projects ?? []) as { test?: { name?: string; env?: Record<string, string>; include?: string[] } }[];
+    const cluster = projects.find((p) => p.test?.name === 'e2e-cluster');
+    expect(cluster?.test?.env).toEqual({ SANDGATE_TEST_REDIS: 'cluster' });
+    expect(cluster?.test?.include).toEqual(projects.find((p) => p.test?.name === 'e2e-sentinel')?.test?.include);
+  });
+
+  it('cluster: startRedis() is a cluster of three primaries with a replica each, and replicas wait for them', async () => {
+    process.env.SANDGATE_TEST_REDIS = 'cluster';
+    let redis: TestRedis | undefined;
+    try {
+      redis = await startRedis();
+      expect(testRedisReplicaEnv(redis.url)).toEqual({ SANDGATE_REDIS_MIN_REPLICAS: '1' });
+      expect(redis.url).toMatch(/^redis\+cluster:\/\/sandgate:[^@]+@(127\.0\.0\.1:\d+,){5}127\.0\.0\.1:\d+$/);
+      const client = redis.client();
+      expect(client).toBeInstanceOf(Cluster);
+      await client.set('sg:test:mode', 'cluster');
+      expect(await client.get('sg:test:mode')).toBe('cluster');
+      const nodes = (client as Cluster).nodes('master');
+      expect(nodes).toHaveLength(3);
+      for (const node of nodes) expect(await node.call('WAIT', '1', '2000')).toBe(1);
+      await expect(redis.restart()).rejects.toThrow(/cluster mode/);
+      expect(() => redis!.freeze()).toThrow(/cluster mode/);
+    } finally {
+      await redis?.stop();
+    }
+    await expect(startRedis({ persistent: true })).rejects.toThrow(/persistent/);
+  });
+
   it('single (the default) is one redis-server; anything else fails the run', async () => {
     delete process.env.SANDGATE_TEST_REDIS;
     expect(testRedisMode()).toBe('single');
     process.env.SANDGATE_TEST_REDIS = 'sentinal';
-    expect(() => testRedisMode()).toThrow(/SANDGATE_TEST_REDIS=sentinal: use single or sentinel/);
+    expect(() => testRedisMode()).toThrow(/SANDGATE_TEST_REDIS=sentinal: use single, sentinel or cluster/);
   });
 });

@@ -135,11 +135,12 @@ describe('resolveReplicaConfig', () => {
     expect(() => resolveReplicaConfig([], { SANDGATE_LOG_LEVEL: 'loud' }, facts)).toThrow(/SANDGATE_LOG_LEVEL must be one of debug, info, warn, error/);
   });
 
-  it('takes a Sentinel address and refuses what it cannot serve, naming the flag or variable', () => {
+  it('takes a Sentinel or a cluster address and refuses what it cannot serve, naming the flag or variable', () => {
     const sentinel = 'redis+sentinel://sandgate:pw@10.0.0.1:26379,10.0.0.2:26379/mymaster';
     expect(resolveReplicaConfig(['--redis', sentinel], {}, facts).redisUrl).toBe(sentinel);
     expect(() => resolveReplicaConfig(['--redis', 'redis+sentinel://10.0.0.1:26379'], {}, facts)).toThrow(/--redis: redis\+sentinel:\/\/ names no master/);
-    expect(() => resolveReplicaConfig([], { SANDGATE_REDIS_URL: 'redis+cluster://a:1,b:2' }, facts)).toThrow(/SANDGATE_REDIS_URL: Redis Cluster .* is not supported yet/);
+    expect(resolveReplicaConfig([], { SANDGATE_REDIS_URL: 'redis+cluster://a:1,b:2' }, facts).redisUrl).toBe('redis+cluster://a:1,b:2');
+    expect(() => resolveReplicaConfig([], { SANDGATE_REDIS_URL: 'redis+cluster://a:1/0' }, facts)).toThrow(/SANDGATE_REDIS_URL: redis\+cluster:\/\/ takes no path/);
     expect(() => resolveReplicaConfig([], { SANDGATE_REDIS_URL: 'localhost:6379' }, facts)).toThrow(/SANDGATE_REDIS_URL: .*unknown scheme/);
     expect(resolveReplicaConfig([], { SANDGATE_SUPERVISOR_COMPILE_CACHE: '0' }, facts).supervisorCompileCache).toBe(false);
     expect(resolveReplicaConfig([], { SANDGATE_DRAIN_TIMEOUT_MS: '2500' }, facts).drainTimeoutMs).toBe(2500);

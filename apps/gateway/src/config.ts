@@ -7,7 +7,7 @@
 // Only pure imports here: `sandgate gateway`/`up` parse their flags through this module before
 // the gateway's Redis, gRPC and driver modules are loaded, and client commands share its helpers.
 import path from 'node:path';
-import { CLUSTER_NOT_YET, DEBUG_BREAKS, DEBUG_ENV, DEFAULT_SERVICE_DOMAIN, normaliseServiceDomain, parseDebugBreaks, parseRedisAddress, type DebugBreak } from '@sandgate/core';
+import { DEBUG_BREAKS, DEBUG_ENV, DEFAULT_SERVICE_DOMAIN, normaliseServiceDomain, parseDebugBreaks, parseRedisAddress, type DebugBreak } from '@sandgate/core';
 import { LOG_LEVELS, otlpMetricsExportFromEnv, type LogLevel, type OtlpMetricsExport } from '@sandgate/telemetry';
 
 export interface ReplicaConfig {
@@ -223,16 +223,14 @@ export const REPLICA_OPTIONS: Specs = {
     worker: true,
     env: 'SANDGATE_REDIS_URL',
     default: 'redis://127.0.0.1:6379',
-    description: 'the Redis every replica shares: redis://, rediss:// or redis+sentinel://HOST:PORT[,HOST:PORT…]/MASTER (`up` without it runs a private redis-server)',
+    description: 'the Redis every replica shares: redis://, rediss://, redis+sentinel://HOST:PORT[,HOST:PORT…]/MASTER or redis+cluster://HOST:PORT[,HOST:PORT…] (`up` without it runs a private redis-server)',
     parse: (raw, what) => {
       const url = nonEmpty(raw, what);
-      let address;
       try {
-        address = parseRedisAddress(url);
+        parseRedisAddress(url);
       } catch (err) {
         throw new ConfigError(`${what}: ${(err as Error).message}`);
       }
-      if (address.mode === 'cluster') throw new ConfigError(`${what}: ${CLUSTER_NOT_YET}`);
       return url;
     },
   },

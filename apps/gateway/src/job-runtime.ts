@@ -1,7 +1,6 @@
 // The durable job workers wired to this package's services: the same code inside a replica
 // (unless --no-workers) and in a standalone `sandgate worker` (worker.ts).
-import type { Redis } from 'ioredis';
-import { ClusterCounters, OrphanQuarantine, type SandboxStore } from '@sandgate/store';
+import { ClusterCounters, OrphanQuarantine, type SandboxStore, type RedisClient } from '@sandgate/store';
 import type { ComputeDriver } from '@sandgate/compute';
 import type { Logger, Metrics } from '@sandgate/telemetry';
 import type { DebugBreak } from '@sandgate/core';
@@ -10,7 +9,7 @@ import type { LifecycleService } from './sandboxes/lifecycle-service.ts';
 
 export interface JobRuntimeDeps {
   /** The process's general connection (cluster-wide counters). */
-  redis: Redis;
+  redis: RedisClient;
   store: SandboxStore;
   driver: ComputeDriver;
   scheduler: JobScheduler;

@@ -6,7 +6,6 @@ import { Server, ServerCredentials } from '@grpc/grpc-js';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
-import type { Redis } from 'ioredis';
 import { loopbackHost, serviceDefinition } from '@sandgate/protocols';
 import {
   ClusterCounter,
@@ -28,6 +27,7 @@ import {
   WorkspaceExecSlots,
   WorkspaceStore,
   PoolStore,
+  type RedisClient,
 } from '@sandgate/store';
 import { DockerDriver, LocalDriver, type ComputeDriver } from '@sandgate/compute';
 import { createLogger, Metrics, type Logger } from '@sandgate/telemetry';

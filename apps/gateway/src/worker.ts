@@ -1,8 +1,7 @@
 // `sandgate worker`: the durable job workers alone, without listeners. It holds no supervisor
 // session, so everything it does to a session goes through Redis (ownership revoke) or the owner
 // replica's peer port (Peer.KillExec on an authenticated peer link).
-import type { Redis } from 'ioredis';
-import { createRedisConnection, deleteLeftoverPeerSecret, loadRedisCa, OwnershipStore, ReplicaRegistry, resolvePeerSecret, PoolStore, SandboxLogStore, SandboxStore } from '@sandgate/store';
+import { createRedisConnection, deleteLeftoverPeerSecret, loadRedisCa, OwnershipStore, ReplicaRegistry, resolvePeerSecret, PoolStore, SandboxLogStore, SandboxStore, type RedisClient } from '@sandgate/store';
 import { createLogger, Metrics } from '@sandgate/telemetry';
 import { JobScheduler, jobConnectionNames } from '@sandgate/jobs';
 import type { ReplicaConfig } from './config.ts';

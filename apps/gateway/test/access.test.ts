@@ -1,13 +1,13 @@
 // The access rule as every path into a sandbox applies it, against a real redis-server.
 import { describe, expect, it } from 'vitest';
-import type { Redis } from 'ioredis';
+import type { RedisClient } from '@sandgate/store';
 import { SandboxStore, WorkspaceStore } from '@sandgate/store';
 import { Code, LOCAL_DEV_PRINCIPAL, Phase, type Principal } from '@sandgate/core';
 import type { Sandbox } from '@sandgate/protocols';
 import { requireAccess, WorkspaceAccess } from '../src/api/access.ts';
 import { redisForFile } from '@sandgate/test-harness/redis-per-file';
 
-let client: Redis;
+let client: RedisClient;
 redisForFile((server) => (client = server.client()));
 
 function sandbox(id: string, phase: number, workspace = 'default'): Sandbox {

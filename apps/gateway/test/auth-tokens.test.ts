@@ -3,13 +3,13 @@
 // refusals are never remembered (a new token works at once), and expiry is honoured even from the
 // cache.
 import { describe, expect, it } from 'vitest';
-import type { Redis } from 'ioredis';
+import type { RedisClient } from '@sandgate/store';
 import { Code, GatewayError } from '@sandgate/core';
 import { TokenStore } from '@sandgate/store';
 import { redisForFile } from '@sandgate/test-harness/redis-per-file';
 import { ApiTokenAuthenticator, POSITIVE_CACHE_MS } from '../src/auth/api-tokens.ts';
 
-let redis: Redis;
+let redis: RedisClient;
 redisForFile((server) => (redis = server.client()));
 
 async function refused(p: Promise<unknown>): Promise<string> {

@@ -9,7 +9,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { randomUUID } from 'node:crypto';
 import { credentials, makeGenericClientConstructor, Metadata, type ClientDuplexStream, type ServiceError } from '@grpc/grpc-js';
-import type { Redis } from 'ioredis';
+import type { RedisClient } from '@sandgate/store';
 import { startReplica, type ReplicaConfig, type RunningReplica } from '@sandgate/gateway';
 import { encodeMessage, encodeStruct, messageType, serviceDefinition, type GatewayMessage, type Sandbox, type SupervisorMessage } from '@sandgate/protocols';
 import { Code, decodePolicy, encodePolicy, policyHash, type SandboxPolicy } from '@sandgate/core';
@@ -20,7 +20,7 @@ import { waitFor } from '@sandgate/test-harness/wait';
 import { inProcessReplicaConfig } from './in-process-replica.ts';
 import { hashCredential } from '../src/sessions/credentials.ts';
 
-let redis: Redis;
+let redis: RedisClient;
 let redisUrl = '';
 redisForFile((server) => {
   redis = server.client();

@@ -5,7 +5,7 @@
 // cannot be confirmed is undone, so the caller's retry finds its name free. Claims, refills and the
 // isolation of members run end to end in test/e2e/pools.test.ts and under the chaos suite.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Redis } from 'ioredis';
+import type { RedisClient } from '@sandgate/store';
 import { randomUUID } from 'node:crypto';
 import { Code, GatewayError, LOCAL_DEV_PRINCIPAL, Phase, poolWorkspace, type Principal } from '@sandgate/core';
 import { encodeStruct, type CreateSandboxRequest, type Sandbox } from '@sandgate/protocols';
@@ -16,7 +16,7 @@ import { PoolService } from '../src/pools/pool-service.ts';
 import type { LifecycleService } from '../src/sandboxes/lifecycle-service.ts';
 
 let server: TestRedis;
-let redis: Redis;
+let redis: RedisClient;
 let pools: PoolService;
 const refills: string[] = [];
 

@@ -5,7 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import type { Redis } from 'ioredis';
+import type { RedisClient } from '@sandgate/store';
 import { createCertificateAuthority } from '@sandgate/pki';
 import { startReplica, type ReplicaConfig } from '@sandgate/gateway';
 import { startRedis, type TestRedis } from '@sandgate/test-harness/redis';
@@ -13,7 +13,7 @@ import { waitFor } from '@sandgate/test-harness/wait';
 import { inProcessReplicaConfig } from './in-process-replica.ts';
 
 let redis: TestRedis;
-let client: Redis;
+let client: RedisClient;
 let stateDir: string;
 let caFile: string;
 

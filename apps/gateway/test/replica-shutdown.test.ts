@@ -4,14 +4,14 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import type { Redis } from 'ioredis';
+import type { RedisClient } from '@sandgate/store';
 import { startReplica, type ReplicaConfig } from '@sandgate/gateway';
 import { startRedis, type TestRedis } from '@sandgate/test-harness/redis';
 import { waitFor } from '@sandgate/test-harness/wait';
 import { inProcessReplicaConfig } from './in-process-replica.ts';
 
 let redis: TestRedis;
-let client: Redis;
+let client: RedisClient;
 let stateDir: string;
 
 beforeAll(async () => {

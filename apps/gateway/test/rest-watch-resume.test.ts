@@ -3,7 +3,7 @@
 // lines, and nothing it had already sent; then what is new.
 import { Writable } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Redis } from 'ioredis';
+import type { RedisClient } from '@sandgate/store';
 import type { SandboxStreamEvent, WatchSandboxRequest } from '@sandgate/protocols';
 import { SandboxFeed, SandboxLogStore, SandboxStore, WorkspaceStore } from '@sandgate/store';
 import { createLogger } from '@sandgate/telemetry';
@@ -16,7 +16,7 @@ import { waitFor } from '@sandgate/test-harness/wait';
 type Positioned = SandboxStreamEvent & { position: WatchPosition };
 
 let redis: TestRedis;
-let client: Redis;
+let client: RedisClient;
 let watch: WatchService;
 let store: SandboxStore;
 let logs: SandboxLogStore;

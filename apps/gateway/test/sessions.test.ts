@@ -3,7 +3,7 @@
 import { describe, expect, it } from 'vitest';
 import { EventEmitter } from 'node:events';
 import { Metadata } from '@grpc/grpc-js';
-import type { Redis } from 'ioredis';
+import type { RedisClient } from '@sandgate/store';
 import { OwnershipStore, SandboxStore } from '@sandgate/store';
 import type { GatewayMessage, Sandbox } from '@sandgate/protocols';
 import { Code } from '@sandgate/core';
@@ -13,7 +13,7 @@ import { hashCredential } from '../src/sessions/credentials.ts';
 import { redisForFile } from '@sandgate/test-harness/redis-per-file';
 import { waitFor } from '@sandgate/test-harness/wait';
 
-let client: Redis;
+let client: RedisClient;
 redisForFile((server) => (client = server.client()));
 
 const CREDENTIAL = 'the-credential';

@@ -6,7 +6,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Server, ServerCredentials, type ServerWritableStream } from '@grpc/grpc-js';
-import type { Redis } from 'ioredis';
+import type { RedisClient } from '@sandgate/store';
 import { serviceDefinition, type SandboxStreamEvent, type WatchSandboxRequest } from '@sandgate/protocols';
 import { SandboxFeed, SandboxLogStore, SandboxStore, WorkspaceStore } from '@sandgate/store';
 import { createLogger } from '@sandgate/telemetry';
@@ -17,7 +17,7 @@ import { startRedis, type TestRedis } from '@sandgate/test-harness/redis';
 import { sleep, waitFor } from '@sandgate/test-harness/wait';
 
 let redis: TestRedis;
-let client: Redis;
+let client: RedisClient;
 let server: Server;
 let address: string;
 const stalledWatcher = path.join(path.dirname(fileURLToPath(import.meta.url)), 'fixtures', 'stalled-watcher.ts');

@@ -16,7 +16,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { randomUUID } from 'node:crypto';
 import type { Metadata, ServiceError } from '@grpc/grpc-js';
-import type { Redis } from 'ioredis';
+import type { RedisClient } from '@sandgate/store';
 import { startReplica, type ReplicaConfig, type RunningReplica } from '@sandgate/gateway';
 import type { Sandbox } from '@sandgate/protocols';
 import { Code, GatewayError, Phase, type Principal } from '@sandgate/core';
@@ -27,7 +27,7 @@ import { waitFor } from '@sandgate/test-harness/wait';
 import { inProcessReplicaConfig } from './in-process-replica.ts';
 import type { Authenticator } from '../src/auth/authenticator.ts';
 
-let redis: Redis;
+let redis: RedisClient;
 let redisUrl = '';
 redisForFile((server) => {
   redis = server.client();

@@ -10,9 +10,7 @@
 //       the query. A failover moves every connection to the new primary.
 //   redis+cluster://[user:password@]h1:p1[,h2:p2…]
 //       a Redis Cluster, found from any of the listed nodes (seeds); every node takes the same
-//       credentials. Parsed here so that a bad value is refused as well as a good one, but
-//       refused by the replicas' configuration until every script is cluster-safe
-//       (CLUSTER_NOT_YET below; ARCHITECTURE.md, "Redis Cluster").
+//       credentials (ARCHITECTURE.md, "Redis Cluster").
 
 /** The Sentinel URL scheme (as redis-py, Sidekiq and others spell it). */
 export const SENTINEL_SCHEME = 'redis+sentinel:';
@@ -50,15 +48,7 @@ export class RedisAddressError extends Error {
 const SENTINEL_QUERY = new Set(['sentinelUsername', 'sentinelPassword']);
 const DEFAULT_SENTINEL_PORT = 26379;
 const DEFAULT_REDIS_PORT = 6379;
-const FORMS = 'redis://[user:password@]host:port, rediss://… or redis+sentinel://[user:password@]host:port[,host:port…]/master';
-
-/**
- * Why the replicas refuse a `redis+cluster://` address for now: sandbox creates and deletes,
- * warm-pool claims and exposed services are Lua scripts over keys of more than one hash slot
- * (ARCHITECTURE.md, "Redis Cluster", says which and how they will be split).
- */
-export const CLUSTER_NOT_YET =
-  'Redis Cluster (redis+cluster://) is not supported yet: sandbox creates and deletes still write keys of several hash slots in one script; use redis://, rediss:// or redis+sentinel://';
+const FORMS = 'redis://[user:password@]host:port, rediss://…, redis+sentinel://[user:password@]host:port[,host:port…]/master or redis+cluster://[user:password@]host:port[,host:port…]';
 
 /** Parses `--redis`; throws RedisAddressError saying what to fix. */
 export function parseRedisAddress(raw: string): RedisAddress {

@@ -1,8 +1,7 @@
 // Enqueues durable jobs. Used by replicas on the request path, and by the jobs themselves (the
 // reconcile sweep re-enqueues); cheap and idempotent (job ids).
 import { Queue, type JobsOptions } from 'bullmq';
-import type { Redis } from 'ioredis';
-import { createRedisConnection } from '@sandgate/store';
+import { createRedisConnection, jobQueueFor, type RedisClient } from '@sandgate/store';
 import type { Metrics } from '@sandgate/telemetry';
 import { inSpan, injectContext, SpanKind, TraceAttr, tracingEnabled } from '@sandgate/telemetry';
 import {
@@ -37,7 +36,7 @@ export const QUEUE_DEPTH_EVERY_MS = 5_000;
 export class JobScheduler {
   private readonly queue: Queue;
   /** Ours, not BullMQ's: BullMQ never closes a connection it was handed, so close() does. */
-  private readonly connection: Redis;
+  private readonly connection: RedisClient;
   private readonly enabled: boolean;
 
   constructor(redisUrl: string, opts: JobSchedulerOptions) {
@@ -45,6 +44,7 @@ export class JobScheduler {
     this.connection = createRedisConnection(redisUrl, 'commands', { connectionName: opts.connectionName, tlsCa: opts.redisTlsCa });
     this.queue = new Queue(QUEUE_NAME, {
       connection: this.connection,
+      prefix: jobQueueFor(this.connection).prefix,
       defaultJobOptions: {
         removeOnComplete: { count: 1000 },
         removeOnFail: { count: 1000 },
@@ -163,7 +163,7 @@ export class JobScheduler {
 }
 
 /** QUIT (pending replies first); a connection that cannot say goodbye (Redis down) is dropped. */
-export async function closeConnection(connection: Redis): Promise<void> {
+export async function closeConnection(connection: RedisClient): Promise<void> {
   try {
     await connection.quit();
   } catch {

@@ -2,8 +2,7 @@
 // and `sandgate worker` runs one alone; any number may run at once (BullMQ hands each job to one
 // worker; a crashed worker's jobs are picked up again once their lock expires).
 import { Worker, type Job } from 'bullmq';
-import type { Redis } from 'ioredis';
-import { createRedisConnection } from '@sandgate/store';
+import { createRedisConnection, jobQueueFor, type RedisClient } from '@sandgate/store';
 import type { Metrics } from '@sandgate/telemetry';
 import { JobName, QUEUE_NAME, type DeleteSandboxData, type ExecDeadlineData, type PoolRefillData, type ProvisionDeadlineData, type RestartData } from './jobs.ts';
 import { closeConnection } from './scheduler.ts';
@@ -78,7 +77,7 @@ export function startJobWorker(redisUrl: string, processors: JobProcessors, opts
     QUEUE_NAME,
     async (job: Job) => (tracingEnabled() ? traced(job, () => measured(job)) : measured(job)),
     // A short lock: a worker killed mid-job has its job taken over within seconds.
-    { connection, concurrency: 16, lockDuration: 10_000, stalledInterval: 5_000, maxStalledCount: 100 },
+    { connection, prefix: jobQueueFor(connection).prefix, concurrency: 16, lockDuration: 10_000, stalledInterval: 5_000, maxStalledCount: 100 },
   );
   worker.on('error', opts.onError);
   let closing: Promise<void> | undefined;

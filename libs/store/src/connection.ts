@@ -2,6 +2,7 @@
 import { readFileSync } from 'node:fs';
 import { parseRedisAddress } from '@sandgate/core';
 import { Cluster, Redis, type Command } from 'ioredis';
+import type { RedisClient } from './client.ts';
 
 /**
  * - `commands`: request/response traffic; a command fails after two reconnect attempts, so
@@ -49,7 +50,7 @@ export function redisTlsOptions(url: string, tlsCa: string | undefined): { tls?:
  * as a replica) reconnects and resends the command to the new primary. Lua scripts need nothing
  * more: LuaScript.run falls back to EVAL when the new primary has not seen a script.
  */
-export function createRedisConnection(url: string, purpose: RedisPurpose, opts: RedisConnectionOptions = {}): Redis {
+export function createRedisConnection(url: string, purpose: RedisPurpose, opts: RedisConnectionOptions = {}): RedisClient {
   const common = {
     maxRetriesPerRequest: purpose === 'jobs-worker' ? null : 2,
     lazyConnect: opts.lazyConnect ?? false,
@@ -57,7 +58,7 @@ export function createRedisConnection(url: string, purpose: RedisPurpose, opts: 
   };
   const address = parseRedisAddress(url);
   if (address.mode === 'single') return new Redis(url, { ...common, ...redisTlsOptions(url, opts.tlsCa) });
-  if (address.mode === 'cluster') throw new Error('a redis+cluster:// address needs createRedisClusterConnection (a Cluster client, not a Redis one)');
+  if (address.mode === 'cluster') return createRedisClusterConnection(url, purpose, opts);
   if (opts.tlsCa) throw new Error('a Redis CA (--redis-ca / SANDGATE_REDIS_CA) needs a rediss:// Redis URL (TLS to Sentinels is not supported)');
   const sentinelConnection = new Redis({
     ...common,
@@ -154,7 +155,7 @@ export function loadRedisCa(file: string): string {
  * command. Pipelined and MULTI commands pass through it one by one. Not for a blocking
  * connection (a BullMQ worker's waits would read as slow commands).
  */
-export function timeRedisCommands(redis: Redis, record: (operation: string, seconds: number) => void): void {
+export function timeRedisCommands(redis: RedisClient, record: (operation: string, seconds: number) => void): void {
   // Pipelines call it with a third argument (the node), hence the rest parameter.
   type Send = (command: Command, ...rest: unknown[]) => unknown;
   const send = redis.sendCommand.bind(redis) as Send;

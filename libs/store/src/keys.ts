@@ -20,6 +20,11 @@ export type ClusterCounterName = (typeof ClusterCounter)[keyof typeof ClusterCou
 
 /** The durable job queue: BullMQ keeps its own keys under `{prefix}:{name}:*`. */
 export const jobQueue = { prefix: 'bull', name: 'sandgate' } as const;
+/**
+ * The queue on a Redis Cluster: BullMQ's scripts touch a whole queue at once, so its prefix is a
+ * hash tag and the queue lives in one slot (as BullMQ's documentation asks).
+ */
+export const clusterJobQueue = { prefix: `{${jobQueue.prefix}}`, name: jobQueue.name } as const;
 
 /** SSH tokens are bearer secrets: keys carry their SHA-256, so a key listing never shows one. */
 export function tokenDigest(token: string): string {
@@ -152,6 +157,11 @@ export function hashTagOf(key: string): string {
   const open = key.indexOf('{');
   const close = open < 0 ? -1 : key.indexOf('}', open + 1);
   return close > open + 1 ? key.slice(open + 1, close) : '';
+}
+
+/** The job queue's prefix and name on a connection: `clusterJobQueue` on a Redis Cluster. */
+export function jobQueueFor(redis: unknown): { prefix: string; name: string } {
+  return redis instanceof Cluster ? clusterJobQueue : jobQueue;
 }
 
 /** The layout a connection's keys use: `clusterKeys` on a Redis Cluster, `keys` otherwise. */

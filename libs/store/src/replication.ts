@@ -9,6 +9,7 @@
 // WAIT blocks the connection it runs on until enough replicas answer or the timeout passes; with
 // healthy replicas that is one round trip to them, and only when fewer than `minReplicas` are
 // reachable does it hold the connection for `timeoutMs`.
+import { Cluster } from 'ioredis';
 import type { RedisClient } from './client.ts';
 import { Code, GatewayError } from '@sandgate/core';
 
@@ -32,7 +33,13 @@ export class ReplicationGuard {
   async confirm(what: string): Promise<void> {
     const { minReplicas, timeoutMs } = this.policy;
     if (minReplicas <= 0) return;
-    const acknowledged = Number(await this.redis.call('WAIT', minReplicas, timeoutMs));
+    // On a cluster each primary took its share of the writes over a connection of its own: WAIT
+    // on every one, and the least counts. WAIT counts per connection, so a primary whose replicas
+    // hold all this client wrote to it answers at once.
+    const connections = this.redis instanceof Cluster ? this.redis.nodes('master') : [this.redis];
+    // No primary known (the cluster client between two views of the layout): nothing confirmed.
+    const answers = connections.length > 0 ? await Promise.all(connections.map((c) => c.call('WAIT', minReplicas, timeoutMs))) : [0];
+    const acknowledged = Math.min(...answers.map(Number));
     if (acknowledged < minReplicas) {
       throw new GatewayError(
         Code.UNAVAILABLE,

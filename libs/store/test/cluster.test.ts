@@ -3,7 +3,8 @@
 // the ownership scripts (the per-session load: claim, renew, release) run on it.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Cluster, Redis } from 'ioredis';
-import { ClusterCounter, OwnershipStore, clusterKeys, keys, keysFor } from '@sandgate/store';
+import { ClusterCounter, OwnershipStore, ReplicationGuard, clusterKeys, keys, keysFor } from '@sandgate/store';
+import { Code } from '@sandgate/core';
 import { startRedis, type TestRedis } from '@sandgate/test-harness/redis';
 import { startRedisCluster, type TestRedisCluster } from '@sandgate/test-harness/redis-cluster';
 
@@ -127,5 +128,36 @@ describe('ownership on a cluster', () => {
     expect(renewed.filter((ok) => !ok)).toHaveLength(1);
     expect(renewed[7]).toBe(false);
     expect(await client.pttl(clusterKeys.owner('many-299'))).toBeGreaterThan(5000);
+  });
+});
+
+describe('acknowledged writes on a cluster', () => {
+  it('wait for the replica of the primary that took the write: frozen, UNAVAILABLE; the other shards do not hold it up', async () => {
+    const guard = new ReplicationGuard(client, { minReplicas: 1, timeoutMs: 500 });
+    const frozen = cluster.replicaPorts[0]!;
+    const info = await cluster.node(frozen).info('replication');
+    const primaryPort = Number(/master_port:(\d+)/.exec(info)![1]);
+    const primary = await primaryOf();
+    let onFrozenShard = '';
+    let elsewhere = '';
+    for (let i = 0; !onFrozenShard || !elsewhere; i++) {
+      const key = clusterKeys.sandbox(`acked-${i}`);
+      if (primary(await slotOf(key)) === primaryPort) onFrozenShard ||= key;
+      else elsewhere ||= key;
+    }
+    await client.set(onFrozenShard, '1');
+    await guard.confirm('the first write');
+    cluster.signal(frozen, 'SIGSTOP');
+    try {
+      // Another shard's write is confirmed: its replica has it, and this client's writes to the
+      // frozen one's primary were all acknowledged before the freeze.
+      await client.set(elsewhere, '2');
+      await guard.confirm('the write elsewhere');
+      await client.set(onFrozenShard, '3');
+      await expect(guard.confirm('the write')).rejects.toMatchObject({ code: Code.UNAVAILABLE, message: expect.stringMatching(/reached 0 of the 1 Redis replica/) });
+    } finally {
+      cluster.signal(frozen, 'SIGCONT');
+    }
+    await guard.confirm('the write after the thaw');
   });
 });

@@ -1,11 +1,11 @@
 // OrphanQuarantine on a real redis-server: first sightings are kept across sweeps, and released
 // when an id is no longer sighted (its compute went, or its record came back).
 import { describe, expect, it } from 'vitest';
-import type { Redis } from 'ioredis';
+import type { RedisClient } from '@sandgate/store';
 import { keys, OrphanQuarantine } from '@sandgate/store';
 import { redisForFile } from '@sandgate/test-harness/redis-per-file';
 
-let client: Redis;
+let client: RedisClient;
 redisForFile((server) => (client = server.client()));
 
 describe('OrphanQuarantine', () => {

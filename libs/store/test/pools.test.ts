@@ -4,11 +4,11 @@
 // of a template that was replaced meanwhile does not count, a member that got Ready clears it all,
 // and a new template starts afresh while a new size alone does not.
 import { describe, expect, it } from 'vitest';
-import type { Redis } from 'ioredis';
+import type { RedisClient } from '@sandgate/store';
 import { PoolStore, SandboxStore } from '@sandgate/store';
 import { redisForFile } from '@sandgate/test-harness/redis-per-file';
 
-let client: Redis;
+let client: RedisClient;
 redisForFile((server) => (client = server.client()));
 const store = () => new PoolStore(client, new SandboxStore(client));
 const template = { image: 'nope:1', resources: '', policy: '' };

@@ -7,14 +7,14 @@ import { connect } from 'node:net';
 import { Redis } from 'ioredis';
 import { createCertificateAuthority } from '@sandgate/pki';
 import { startRedis, type TestRedis } from '@sandgate/test-harness/redis';
-import { createRedisConnection, TokenStore } from '@sandgate/store';
+import { createRedisConnection, TokenStore, type RedisClient } from '@sandgate/store';
 
 let ca: string;
 let tlsRedis: TestRedis;
 let plainRedis: TestRedis;
-const opened: Redis[] = [];
+const opened: RedisClient[] = [];
 
-function track(r: Redis): Redis {
+function track<R extends RedisClient>(r: R): R {
   r.on('error', () => undefined);
   opened.push(r);
   return r;

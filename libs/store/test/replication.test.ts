@@ -1,12 +1,12 @@
 // ReplicationGuard against a real redis-server with no replicas: the shortfall case. (A Sentinel
 // group with replicas, cut off and in step, is test/e2e/redis-wait.test.ts.)
 import { describe, expect, it } from 'vitest';
-import type { Redis } from 'ioredis';
+import type { RedisClient } from '@sandgate/store';
 import { Code, GatewayError } from '@sandgate/core';
 import { ReplicationGuard } from '@sandgate/store';
 import { redisForFile } from '@sandgate/test-harness/redis-per-file';
 
-let client: Redis;
+let client: RedisClient;
 redisForFile((server) => (client = server.client()));
 
 describe('ReplicationGuard', () => {

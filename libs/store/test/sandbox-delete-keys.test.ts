@@ -5,7 +5,7 @@
 // The one exception is the event stream, which keeps its final `deleted` entry for
 // EVENTS_TTL_AFTER_DELETE_MS (60 s) so watchers see the end, then expires.
 import { describe, expect, it, vi } from 'vitest';
-import type { Redis } from 'ioredis';
+import type { RedisClient } from '@sandgate/store';
 import {
   OwnershipStore,
   SandboxLogStore,
@@ -16,12 +16,13 @@ import {
   WorkspaceStore,
   keys,
   tokenDigest,
+  duplicateClient,
 } from '@sandgate/store';
 import type { Sandbox, ServiceEndpoint } from '@sandgate/protocols';
 import { redisForFile } from '@sandgate/test-harness/redis-per-file';
 import { sleep } from '@sandgate/test-harness/wait';
 
-let client: Redis;
+let client: RedisClient;
 redisForFile((server) => (client = server.client()));
 
 const sandbox = (id: string, name: string): Sandbox => ({
@@ -125,7 +126,7 @@ describe('a sandbox delete removes every key of the sandbox', () => {
 
   it('removes the sessions created while the delete runs, from another connection (a session is refused once the record is gone)', async () => {
     const sandboxes = new SandboxStore(client);
-    const other = client.duplicate();
+    const other = duplicateClient(client, 'delete-keys-other');
     await other.ping();
     const ssh = new SshSessionStore(other);
     await sandboxes.create(sandbox('many-ssh', 'many-ssh'), 'h');
@@ -161,7 +162,7 @@ describe('a sandbox delete removes every key of the sandbox', () => {
 
   it('refuses a session minted between the delete\'s read of the session index and its removal (the record is sealed first)', async () => {
     const sandboxes = new SandboxStore(client);
-    const ssh = new SshSessionStore(client.duplicate());
+    const ssh = new SshSessionStore(duplicateClient(client, 'delete-keys-ssh'));
     await sandboxes.create(sandbox('late-ssh', 'late-ssh'), 'h');
     const session = { sandboxId: 'late-ssh', runStartedAtMs: 0, expiresAtMs: 0, revoked: false, createdAtMs: 1 };
     expect(await ssh.create('tok-early', session)).toBe(true);

@@ -1,13 +1,13 @@
 // Against a real redis-server: the endpoint upsert (create, CAS update, lost races), listing order,
 // delete, and the endpoints going with their sandbox (remove-sandbox-record-n).
 import { describe, expect, it } from 'vitest';
-import type { Redis } from 'ioredis';
+import type { RedisClient } from '@sandgate/store';
 import { SandboxStore, ServiceEndpointStore, WorkspaceStore, keys } from '@sandgate/store';
 import { Code } from '@sandgate/core';
 import type { Sandbox, ServiceEndpoint } from '@sandgate/protocols';
 import { redisForFile } from '@sandgate/test-harness/redis-per-file';
 
-let client: Redis;
+let client: RedisClient;
 redisForFile((server) => (client = server.client()));
 
 const sandbox = (id: string, name: string, workspace = 'default'): Sandbox => ({

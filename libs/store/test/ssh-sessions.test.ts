@@ -1,11 +1,11 @@
 // Against a real redis-server: SSH session tokens and the cross-replica connection caps.
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import type { Redis } from 'ioredis';
+import type { RedisClient } from '@sandgate/store';
 import { SshSessionStore, keys, tokenDigest } from '@sandgate/store';
 import { redisForFile } from '@sandgate/test-harness/redis-per-file';
 import { sleep } from '@sandgate/test-harness/wait';
 
-let client: Redis;
+let client: RedisClient;
 redisForFile((server) => (client = server.client()));
 afterEach(() => vi.restoreAllMocks());
 

@@ -1,7 +1,7 @@
 // Against a real redis-server: the CAS record store, the fenced ownership scripts, watching a
 // sandbox (start + follow), and the cluster-wide facts.
 import { describe, expect, it } from 'vitest';
-import type { Redis } from 'ioredis';
+import type { RedisClient } from '@sandgate/store';
 import {
   ClusterCounter,
   ClusterCounters,
@@ -23,7 +23,7 @@ import type { Sandbox } from '@sandgate/protocols';
 import { redisForFile } from '@sandgate/test-harness/redis-per-file';
 import { sleep } from '@sandgate/test-harness/wait';
 
-let client: Redis;
+let client: RedisClient;
 redisForFile((server) => (client = server.client()));
 
 const sandbox = (id: string, name: string): Sandbox => ({

@@ -1,11 +1,11 @@
 // Against a real redis-server: a sandbox's usage key lives and dies with its record.
 import { describe, expect, it } from 'vitest';
-import type { Redis } from 'ioredis';
+import type { RedisClient } from '@sandgate/store';
 import { SandboxStore, SandboxUsageStore, keys } from '@sandgate/store';
 import type { Sandbox } from '@sandgate/protocols';
 import { redisForFile } from '@sandgate/test-harness/redis-per-file';
 
-let client: Redis;
+let client: RedisClient;
 redisForFile((server) => (client = server.client()));
 
 const sandbox = (id: string, name: string): Sandbox => ({

@@ -2,7 +2,7 @@
 // sandbox scripts (and the quota it enforces under concurrent creates), and the cross-replica exec
 // cap with a crashed replica's slots pruned.
 import { describe, expect, it } from 'vitest';
-import type { Redis } from 'ioredis';
+import type { RedisClient } from '@sandgate/store';
 import { randomUUID } from 'node:crypto';
 import { Code } from '@sandgate/core';
 import type { Sandbox } from '@sandgate/protocols';
@@ -10,7 +10,7 @@ import { SandboxStore, WorkspaceExecSlots, WorkspaceStore, keys } from '@sandgat
 import { redisForFile } from '@sandgate/test-harness/redis-per-file';
 import { sleep } from '@sandgate/test-harness/wait';
 
-let client: Redis;
+let client: RedisClient;
 redisForFile((server) => (client = server.client()));
 
 const sandbox = (workspace: string, name: string): Sandbox => ({

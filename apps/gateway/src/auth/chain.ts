@@ -2,9 +2,8 @@
 // (an `sgt_` API token, else an OIDC JWT); a bad bearer is refused and never falls through to the
 // client certificate. Without a bearer, a client certificate verified against --client-ca is the
 // caller; without either, the call is refused saying what to send.
-import type { Redis } from 'ioredis';
 import { Code, GatewayError, type Principal } from '@sandgate/core';
-import { API_TOKEN_PREFIX, TokenStore } from '@sandgate/store';
+import { API_TOKEN_PREFIX, TokenStore, type RedisClient } from '@sandgate/store';
 import type { Logger } from '@sandgate/telemetry';
 import type { ReplicaConfig } from '../config.ts';
 import { noAuthentication, type Authenticator, type CallCredentials } from './authenticator.ts';
@@ -68,7 +67,7 @@ export class ChainAuthenticator implements Authenticator {
 }
 
 /** The chain for an auth-on replica. Throws (the replica does not start) on unusable OIDC or mTLS settings. */
-export function createAuthenticator(config: AuthConfig, deps: { redis: Redis; log: Logger }): Authenticator {
+export function createAuthenticator(config: AuthConfig, deps: { redis: RedisClient; log: Logger }): Authenticator {
   const oidc = config.oidcIssuer
     ? new OidcVerifier({
         issuer: config.oidcIssuer,
@@ -91,7 +90,7 @@ export function createAuthenticator(config: AuthConfig, deps: { redis: Redis; lo
 }
 
 /** What replica.ts serves: the chain, or, with an explicit --no-auth, everyone as an admin (loudly). */
-export function authenticatorFor(config: AuthConfig, deps: { redis: Redis; log: Logger }): Authenticator {
+export function authenticatorFor(config: AuthConfig, deps: { redis: RedisClient; log: Logger }): Authenticator {
   if (config.auth) return createAuthenticator(config, deps);
   deps.log.warn('authentication is OFF (--no-auth): every caller that reaches the gRPC port is an admin of every workspace');
   return noAuthentication;
