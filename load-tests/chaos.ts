@@ -6,7 +6,7 @@
 // records sampled per replica incarnation, live processes), printed with counts; exit 1 if any
 // invariant fails. Bounded in time, loopback only, seeded for reproducibility.
 //
-//   npm run chaos -- [--duration 300] [--seed 42] [--workers 6] [--redis single|sentinel] [--break NAME ...]
+//   npm run chaos -- [--duration 300] [--seed 42] [--workers 6] [--redis single|sentinel|cluster] [--break NAME ...]
 //
 // `--redis sentinel` runs the replicas on a Sentinel group (one primary, two replicas, three
 // Sentinels) with SANDGATE_REDIS_MIN_REPLICAS=1, and replaces the Redis restart with a failover:
@@ -16,6 +16,13 @@
 // timeout, creating while it is frozen and again the moment it thaws, still believing it is the
 // primary, until the Sentinels demote it. Invariant `acknowledged-creates`: every create
 // acknowledged to a client is still there with its compute.
+//
+// `--redis cluster` runs them on a Redis Cluster (three primaries with a replica each,
+// SANDGATE_REDIS_MIN_REPLICAS=1) and fails a shard over instead: every replica is frozen
+// (SIGSTOP) so no write reaches one, creates are attempted meanwhile, then the primary holding the
+// most of their records is killed (-9), the replicas thawed, its replica promoted, and the old node
+// brought back as its replica. Runs of 60 s and more first freeze a primary past the failover (its
+// replica takes over) and thaw it stale, as in Sentinel mode.
 //
 // `--break NAME` (repeatable; `--no-fencing`/`--no-jobs` are aliases) starts the replicas with a
 // debug fault that removes one safety mechanism (SANDGATE_DEBUG_BREAK=NAME SANDGATE_DEBUG_UNSAFE=1):
@@ -32,7 +39,7 @@ import { parseArgs } from 'node:util';
 import type { ServiceError } from '@grpc/grpc-js';
 import { DEBUG_BREAKS, isDebugBreak, type DebugBreak } from '@sandgate/core';
 import { SandboxPhase } from '@sandgate/protocols';
-import { createRedisConnection, keys, SandboxStore, type RedisClient } from '@sandgate/store';
+import { createRedisConnection, keysFor, SandboxStore, type RedisClient } from '@sandgate/store';
 import { LocalDriver } from '@sandgate/compute';
 import { Cluster, repoRoot, runCli } from '../test/harness/cluster.ts';
 import { cliEnv, credentialsFor, registerGateway } from '../test/harness/credentials.ts';
@@ -40,6 +47,7 @@ import { startHaproxy } from '../test/harness/haproxy.ts';
 import { freePort } from '../test/harness/ports.ts';
 import { startRedis } from '../test/harness/redis.ts';
 import { startSentinelGroup, type SentinelGroup } from '../test/harness/redis-sentinel.ts';
+import { startRedisCluster, type TestRedisCluster } from '../test/harness/redis-cluster.ts';
 import { openShellClient, unaryCall, type AnyClient } from '../test/harness/grpc-client.ts';
 import { pidsMatching } from '../test/harness/sandbox.ts';
 import { sleep, waitFor } from '../test/harness/wait.ts';
@@ -58,7 +66,7 @@ const INVARIANTS = {
   calls: 'every call succeeded or failed with UNAVAILABLE; no wrong result, no hang',
   failover: 'sandboxes of a dead replica are reachable again',
   scenarios: 'every chaos scenario really happened (preconditions held)',
-  'acknowledged-creates': 'every create acknowledged to a client is still there, with its compute (--redis sentinel)',
+  'acknowledged-creates': 'every create acknowledged to a client is still there, with its compute (--redis sentinel, --redis cluster)',
   'pool-claims': 'no warm-pool member is handed to two creates; the pool ends within its size with no member leaked, and every claim (answered or not) runs its main process',
 } as const;
 type InvariantId = keyof typeof INVARIANTS;
@@ -121,12 +129,12 @@ for (const b of breakNames) {
 }
 const breaks = [...new Set(breakNames)] as DebugBreak[];
 const redisMode = values.redis;
-if (redisMode !== 'single' && redisMode !== 'sentinel') {
-  console.error(`chaos: --redis must be single or sentinel, got '${redisMode}'`);
+if (redisMode !== 'single' && redisMode !== 'sentinel' && redisMode !== 'cluster') {
+  console.error(`chaos: --redis must be single, sentinel or cluster, got '${redisMode}'`);
   process.exit(2);
 }
-if (breaks.includes('redis-wait') && redisMode !== 'sentinel') {
-  console.error('chaos: --break redis-wait needs --redis sentinel (one Redis has no failover to lose a write in)');
+if (breaks.includes('redis-wait') && redisMode === 'single') {
+  console.error('chaos: --break redis-wait needs --redis sentinel or cluster (one Redis has no failover to lose a write in)');
   process.exit(2);
 }
 const rng = seeded(seed);
@@ -141,6 +149,8 @@ const KILL_SLACK_MS = 6_000;
 const POOL_SIZE = 4;
 /** Longer than a supervisor waits for a silent gateway (3 missed 2 s heartbeats) plus a reconnect. */
 const LONG_FREEZE_MS = 9_000;
+/** How long creates are tried while no Redis Cluster replica gets any write (--redis cluster). */
+const CLUSTER_CUT_MS = 6_000;
 /** A frozen Redis primary stays frozen this long at least: beyond the Sentinels' failover timeout (4 s, test/harness/redis-sentinel.ts). */
 const REDIS_FREEZE_MIN_MS = 6_000;
 /**
@@ -268,14 +278,19 @@ async function main(): Promise<void> {
   console.log(`chaos: seed=${seed} duration=${durationMs / 1000}s workers=${workers}${breaks.length ? ` NEGATIVE RUN --break ${breaks.join(',')} (${breaks.map((b) => DEBUG_BREAKS[b].removes).join('; ')})` : ''}`);
   // The [seconds] of every line below count from here: this maps them onto the kept logs' timestamps.
   console.log(`chaos: t=0 at ${new Date(t0).toISOString()}`);
-  // One Redis (restarted once), or a Sentinel group (failed over once).
+  // One Redis (restarted once), a Sentinel group or a cluster (failed over once).
   const single = redisMode === 'single' ? await startRedis({ persistent: true }) : null;
   const group: SentinelGroup | null = redisMode === 'sentinel' ? await startSentinelGroup({ replicas: 2 }) : null;
-  const redisUrl = single?.url ?? group!.url;
-  console.log(`chaos: Redis ${single ? 'single (AOF, restarted once)' : 'Sentinel group: primary, 2 replicas, 3 Sentinels; SANDGATE_REDIS_MIN_REPLICAS=1'}`);
-  // As the replicas connect: through the Sentinels, following a failover.
+  const shards: TestRedisCluster | null = redisMode === 'cluster' ? await startRedisCluster() : null;
+  const replicated = group !== null || shards !== null;
+  const redisUrl = single?.url ?? group?.url ?? shards!.url;
+  console.log(
+    `chaos: Redis ${single ? 'single (AOF, restarted once)' : group ? 'Sentinel group: primary, 2 replicas, 3 Sentinels; SANDGATE_REDIS_MIN_REPLICAS=1' : 'cluster: 3 primaries with a replica each; SANDGATE_REDIS_MIN_REPLICAS=1'}`,
+  );
+  // As the replicas connect: through the Sentinels, following a failover; or to the cluster.
   const r = single ? single.client() : createRedisConnection(redisUrl, 'commands');
   r.on('error', () => undefined);
+  const k = keysFor(r);
   const lbPort = await freePort();
   const cluster = await Cluster.start({
     redisUrl,
@@ -287,7 +302,9 @@ async function main(): Promise<void> {
       // The lost record's compute must be gone before the run ends: quarantined at the first
       // sweep, deleted once seen orphaned this long (the default, 60 s, outlasts a short run).
       SANDGATE_ORPHAN_GRACE_MS: '15000',
-      ...(group ? { SANDGATE_REDIS_MIN_REPLICAS: '1' } : {}),
+      // Creates and deletes cut short by the Redis failover are settled within the run too.
+      SANDGATE_PENDING_GRACE_MS: '20000',
+      ...(replicated ? { SANDGATE_REDIS_MIN_REPLICAS: '1' } : {}),
       ...(breaks.length ? { SANDGATE_DEBUG_BREAK: breaks.join(','), SANDGATE_DEBUG_UNSAFE: '1' } : {}),
     },
   });
@@ -419,7 +436,7 @@ async function main(): Promise<void> {
     // ---- an acknowledged create in calm weather: it must outlive the failover to come
     // Set-up, not what the invariant checks: a machine loaded by three chaos runs at once can
     // refuse it UNAVAILABLE (CI did, once), so it is retried as the pool's creates are.
-    if (group) {
+    if (replicated) {
       const calm = await setupCreate(clients[0]!, { name: 'kept-calm', spec: { command: ['sleep', 'infinity'] } });
       acknowledged.push({ id: calm.sandbox.metadata.id, name: 'kept-calm' });
       ledger.record('create-kept', 'ok');
@@ -629,6 +646,77 @@ async function main(): Promise<void> {
         await sleep(between(rng, 4_000, 7_000));
         if (Date.now() >= stopAt - 15_000) break;
         const elapsed = 1 - (stopAt - Date.now()) / durationMs;
+        // A shard's failover on a cluster, with the write-loss window made wide on purpose: no
+        // replica gets any write while creates are attempted (guarded, those touching a shard are
+        // refused UNAVAILABLE; with `--break redis-wait` the primaries alone acknowledge them), then
+        // the primary holding the most of their records dies, and its replica, which never saw
+        // them, is promoted. The old node comes back, empty, as its replica.
+        if (!redisRestarted && elapsed >= (durationMs < 60_000 ? 0 : 0.4) && shards) {
+          redisRestarted = true;
+          owners.ignoreDeletionsUntil = Number.POSITIVE_INFINITY;
+          const { primaries: livePrimaries, replicas: frozenReplicas } = await shards.roles();
+          // Who takes over which primary, asked now: frozen, a replica answers nothing.
+          const heirs = new Map<number, number>();
+          for (const p of frozenReplicas) {
+            const of = await shards.primaryOfReplica(p);
+            if (of !== null && !heirs.has(of)) heirs.set(of, p);
+          }
+          console.log(`[${secs(t0)}] every Redis replica frozen (${frozenReplicas.map((p) => `:${p}`).join(' ')}) and cut off; creating meanwhile`);
+          for (const p of frozenReplicas) shards.signal(p, 'SIGSTOP');
+          // Frozen alone, a replica would still find the primary's writes in its socket buffer
+          // when thawed: the primaries drop their replication links too (a frozen replica cannot
+          // reconnect), so nothing written from now on reaches a replica before the kill.
+          for (const p of livePrimaries) await shards.node(p).call('CLIENT', 'KILL', 'TYPE', 'replica').catch(() => undefined);
+          const before = acknowledged.length;
+          // Guarded creates wait for replicas that cannot answer, and their WAITs hold the
+          // primaries' connections meanwhile: give them a few seconds, not all they would take.
+          // One acknowledged later (after the failover) is an acknowledged create like any other.
+          const tries = [1, 2, 3].map((i) => createKept(`kept-cut-${i}`));
+          const attempts = await Promise.race([Promise.all(tries), sleep(CLUSTER_CUT_MS).then(() => tries.map(() => false))]);
+          const tally = new Map<number, number>();
+          for (const kept of acknowledged.slice(before)) {
+            const port = await shards.primaryOfKey(k.sandbox(kept.id)).catch(() => null);
+            if (port !== null) tally.set(port, (tally.get(port) ?? 0) + 1);
+          }
+          const old = [...tally].sort((a, b) => b[1] - a[1])[0]?.[0] ?? (await shards.primaryOfKey(k.sandboxIndex()));
+          const heir = heirs.get(old);
+          console.log(`[${secs(t0)}] kill -9 of the Redis primary :${old} (${attempts.filter(Boolean).length}/${attempts.length} creates acknowledged while no replica had anything, ${tally.get(old) ?? 0} of them recorded there); replicas thawed`);
+          shards.signal(old, 'SIGKILL');
+          for (const p of frozenReplicas) shards.signal(p, 'SIGCONT');
+          const promoted = heir !== undefined && (await shards.waitPromoted(heir, 60_000).then(() => true, () => false));
+          if (promoted) {
+            await shards.restartNode(old);
+            await shards.waitReplicating(old, heir!, 60_000).catch(() => undefined);
+          }
+          console.log(`[${secs(t0)}] shard of :${old} now served by :${promoted ? heir : 'none'}; :${old} back as its replica`);
+          owners.ignoreDeletionsUntil = Date.now() + OWNER_TTL_MS + 5_000;
+          scenario('redis primary failover', promoted, `${attempts.filter(Boolean).length}/${attempts.length} creates acknowledged while no replica had anything`);
+          continue;
+        }
+        // A primary frozen past the failover: its replica takes over; thawed, it comes back still
+        // believing it is the primary, with connections that were open to it, until the cluster
+        // demotes it. No create acknowledged to a client may be among what it took meanwhile.
+        if (!redisFrozen && elapsed >= 0.2 && shards && durationMs >= 60_000) {
+          redisFrozen = true;
+          owners.ignoreDeletionsUntil = Number.POSITIVE_INFINITY;
+          const old = await shards.primaryOfKey(k.sandboxIndex());
+          const heir = (await shards.replicasOf(old))[0];
+          const frozenAt = Date.now();
+          console.log(`[${secs(t0)}] SIGSTOP of the Redis primary :${old}; creating meanwhile`);
+          shards.signal(old, 'SIGSTOP');
+          const whileFrozen = Promise.all([1, 2].map((i) => createKept(`kept-frozen-${i}`)));
+          const promoted = heir !== undefined && (await shards.waitPromoted(heir, 60_000).then(() => true, () => false));
+          await sleep(Math.max(0, frozenAt + REDIS_FREEZE_MIN_MS - Date.now()));
+          shards.signal(old, 'SIGCONT');
+          console.log(`[${secs(t0)}] SIGCONT of :${old} after ${((Date.now() - frozenAt) / 1000).toFixed(1)} s (its slots now on :${promoted ? heir : 'none'}); creating at once`);
+          const afterThaw = Promise.all([1, 2].map((i) => createKept(`kept-stale-${i}`)));
+          const demoted = promoted && (await shards.waitReplicating(old, heir!, 60_000).then(() => true, () => false));
+          const acked = [...(await whileFrozen), ...(await afterThaw)].filter(Boolean).length;
+          console.log(`[${secs(t0)}] :${old} ${demoted ? 'demoted, replicating from' : 'NOT replicating from'} :${promoted ? heir : 'none'} (${acked}/4 creates acknowledged)`);
+          owners.ignoreDeletionsUntil = Date.now() + OWNER_TTL_MS + 5_000;
+          scenario('redis primary frozen, back stale', demoted, `${acked}/4 creates acknowledged`);
+          continue;
+        }
         // Before the long freeze in a short run, so both fit before the quiet end.
         if (!redisRestarted && elapsed >= (durationMs < 60_000 ? 0 : 0.4) && group) {
           redisRestarted = true;
@@ -699,7 +787,7 @@ async function main(): Promise<void> {
           // It stays frozen until its sessions were claimed elsewhere (at most 30 s): waking up
           // after they moved is the case fencing exists for, so the run makes sure it happens.
           const movedCount = async () =>
-            (await Promise.all(owned.map((sb) => r.hget(keys.owner(sb.id), 'replica').catch(() => null)))).filter((o) => o && o !== victim.id).length;
+            (await Promise.all(owned.map((sb) => r.hget(keysFor(r).owner(sb.id), 'replica').catch(() => null)))).filter((o) => o && o !== victim.id).length;
           let moved = await movedCount();
           while (moved < owned.length && Date.now() - frozenAt < 30_000) {
             await sleep(250);
@@ -807,7 +895,7 @@ async function main(): Promise<void> {
       const leftovers = await countMatching(new RegExp(`sleep 60[0-4]\\.${RUN_TAG}\\d{7}`));
       // The pool: its member set and the records in its workspace are the same ids, within its
       // size; a claim whose answer was lost (its replica killed) is ephemeral too, so it goes.
-      const members = new Set(await r.smembers(keys.workspaceSandboxes(`pool:${POOL}`)));
+      const members = new Set(await r.smembers(k.workspaceSandboxes(`pool:${POOL}`)));
       const inPoolWorkspace = records.filter((x) => x.sandbox.metadata!.workspace === `pool:${POOL}`).map((x) => x.sandbox.metadata!.id!);
       const leakedMembers = inPoolWorkspace.filter((id) => !members.has(id)).length + [...members].filter((id) => !recordIds.has(id)).length;
       const strayClaims = records.filter((x) => x.sandbox.metadata!.name!.startsWith('pc-') && !claimedIds.has(x.sandbox.metadata!.id!)).length;
@@ -902,9 +990,9 @@ async function main(): Promise<void> {
       'record lost under live compute',
       'create interrupted before launch',
       'owner moved under warm hints',
-      ...(group ? ['redis primary failover', ...(durationMs >= 60_000 ? ['redis primary frozen, back stale'] : [])] : durationMs >= 60_000 ? ['redis restart'] : []),
+      ...(replicated ? ['redis primary failover', ...(durationMs >= 60_000 ? ['redis primary frozen, back stale'] : [])] : durationMs >= 60_000 ? ['redis restart'] : []),
     ];
-    if (group) {
+    if (replicated) {
       // Judged on the end state: the record, and a supervisor process of it running.
       const lost = [];
       for (const k of acknowledged) if (!(await store.get(k.id)) || !end.live.has(k.id)) lost.push(k.name);
@@ -980,8 +1068,9 @@ async function main(): Promise<void> {
     await cluster.stop();
     cluster.cleanup();
     await single?.stop();
-    if (group) r.disconnect(); // (single.stop() closes its own clients)
+    if (!single) r.disconnect(); // (single.stop() closes its own clients)
     await group?.stop();
+    await shards?.stop();
   }
 }
 
@@ -1027,7 +1116,7 @@ async function moveUnderWarmHints(
   const res = await setupCreate(client, { name: 'moved-calm', spec: { command: ['sleep', 'infinity'] } });
   const sandbox = { id: res.sandbox.metadata.id, name: res.sandbox.metadata.name };
   await waitFor('moved-calm ready', async () => (await store.get(sandbox.id))?.sandbox.status?.phase === SandboxPhase.READY, 30_000);
-  const from = await waitFor('moved-calm owner record', async () => (await r.hget(keys.owner(sandbox.id), 'replica')) ?? undefined, 20_000);
+  const from = await waitFor('moved-calm owner record', async () => (await r.hget(keysFor(r).owner(sandbox.id), 'replica')) ?? undefined, 20_000);
   for (const rep of cluster.replicas) {
     const c = openShellClient(rep.grpcAddress);
     const got = await exec(c, { sandbox_id: sandbox.id, command: ['true'] });
@@ -1038,7 +1127,7 @@ async function moveUnderWarmHints(
   if (index < 0) throw new Error(`moved-calm: owner ${from} is not a replica of this run`);
   await cluster.signal(index, 'SIGTERM');
   const to = await waitFor('moved-calm claimed by another replica', async () => {
-    const owner = await r.hget(keys.owner(sandbox.id), 'replica');
+    const owner = await r.hget(keysFor(r).owner(sandbox.id), 'replica');
     return owner && owner !== from ? owner : undefined;
   }, 30_000);
   await restartReplica(cluster, index, scenario);
@@ -1047,7 +1136,7 @@ async function moveUnderWarmHints(
 
 async function ownedBy(r: RedisClient, pool: { id: string; name: string }[], replicaId: string) {
   const out: { id: string; name: string }[] = [];
-  for (const sb of pool) if ((await r.hget(keys.owner(sb.id), 'replica')) === replicaId) out.push(sb);
+  for (const sb of pool) if ((await r.hget(keysFor(r).owner(sb.id), 'replica')) === replicaId) out.push(sb);
   return out;
 }
 
@@ -1163,12 +1252,12 @@ class OwnerSampler {
     this.pending.push(
       (async () => {
         await sleep(5_000);
-        if (Object.keys(await this.r.hgetall(keys.owner(sb.id))).length > 0) return; // claimed anew or renewed
+        if (Object.keys(await this.r.hgetall(keysFor(this.r).owner(sb.id))).length > 0) return; // claimed anew or renewed
         const c = openShellClient(rep.grpcAddress);
         const res = await exec(c, { sandbox_id: sb.id, command: ['true'] });
         c.close();
         if (res.error || res.exit !== 0) return;
-        if (Object.keys(await this.r.hgetall(keys.owner(sb.id))).length > 0) return;
+        if (Object.keys(await this.r.hgetall(keysFor(this.r).owner(sb.id))).length > 0) return;
         this.violate(`deleted:${sb.id}|${holder}|${fence}`, `${sb.id}: owner record (${holder}, fence ${fence}) deleted while ${holder} still serves the session`);
       })().catch(() => undefined),
     );
@@ -1207,8 +1296,8 @@ class OwnerSampler {
       if (!cur || cur.pid !== pid) this.incarnation.set(rep.id, { pid, since: now });
     }
     const [records, ttls] = await Promise.all([
-      Promise.all(this.pool.map((sb) => this.r.hgetall(keys.owner(sb.id)))),
-      Promise.all(this.pool.map((sb) => this.r.pttl(keys.owner(sb.id)))),
+      Promise.all(this.pool.map((sb) => this.r.hgetall(keysFor(this.r).owner(sb.id)))),
+      Promise.all(this.pool.map((sb) => this.r.pttl(keysFor(this.r).owner(sb.id)))),
     ]);
     this.samples++;
     const late = OWNER_TTL_MS + 3_000;

@@ -24,7 +24,9 @@ export interface BenchEnv {
 
 const supervisorEntry = path.join(repoRoot, 'apps/supervisor/src/main.ts');
 
-export async function startEnv(opts: { replicas: number; env?: Record<string, string> }): Promise<BenchEnv> {
+export async function startEnv(opts: { replicas: number; env?: Record<string, string>; redis?: 'single' | 'cluster' }): Promise<BenchEnv> {
+  // The harness' Redis mode (test/harness/redis.ts) picks what startRedis() makes.
+  if (opts.redis === 'cluster') process.env.SANDGATE_TEST_REDIS = 'cluster';
   const redis = await startRedis();
   onCleanup('redis-server', () => redis.stop());
   let cluster: Cluster;

@@ -2,6 +2,7 @@
 //   node load-tests/session-scale.ts [--levels 1000,2500,5000,10000] [--replicas 3] [--per-channel 200]
 //                                    [--window 10] [--settle 5] [--rate 500] [--inflight 100]
 //                                    [--max-ramp 60] [--max-loss 0.2] [--replica-env K=V]...
+//                                    [--redis single|cluster]
 //
 // A simulated supervisor speaks the real protocol (sandgate.v1.SupervisorGateway/Control, the
 // supervisor's own client code and channel options): metadata x-sandgate-sandbox-id and
@@ -16,11 +17,16 @@
 // baseline → memory per session, and CPU; for Redis: total_commands_processed (counts commands
 // inside Lua scripts too), INFO commandstats by command, and Redis's own CPU. Then it checks that
 // every session is still up, every sg:own:* key exists and names the replica that acked.
+//
+// `--redis cluster` runs it on a Redis Cluster of three primaries with a replica each (the
+// replicas wait for it: SANDGATE_REDIS_MIN_REPLICAS=1): the Redis figures are summed over the
+// primaries, and a table gives each primary's share of the commands (the spread of the load).
 import { randomBytes, randomUUID } from 'node:crypto';
 import { parseArgs } from 'node:util';
 import type { ClientDuplexStream, ServiceError } from '@grpc/grpc-js';
 import { SandboxPhase, type GatewayMessage, type SupervisorMessage } from '@sandgate/protocols';
-import { SandboxStore, WorkspaceStore, keys } from '@sandgate/store';
+import { Cluster } from 'ioredis';
+import { SandboxStore, WorkspaceStore, keysFor } from '@sandgate/store';
 import type { RedisClient } from '@sandgate/store';
 import { callMetadata, createGatewayClient, type GatewayClient } from '@sandgate/supervisor';
 import { hashCredential } from '@sandgate/gateway';
@@ -47,6 +53,8 @@ export interface SessionScaleOptions {
   maxLoss: number;
   /** Extra environment for the replicas (exploration only: NODE_OPTIONS=--cpu-prof, SANDGATE_OWNER_TTL_MS…). */
   replicaEnv?: Record<string, string>;
+  /** One redis-server (default) or a Redis Cluster of three primaries with a replica each. */
+  redis?: 'single' | 'cluster';
 }
 
 const WORKSPACE = 'bench-sessions';
@@ -183,9 +191,33 @@ interface RedisSnapshot {
   byCommand: Map<string, number>;
   instantaneous: number;
   usedMemory: number;
+  /** Per primary (one entry on a single Redis): commands processed. */
+  perNode: number[];
 }
 
+/** The primaries: the one server, or every primary of a cluster (in a stable order). */
+function primaries(redis: RedisClient) {
+  return redis instanceof Cluster ? redis.nodes('master').sort((a, b) => (a.options.port ?? 0) - (b.options.port ?? 0)) : [redis];
+}
+
+/** INFO of every primary, summed (a cluster's load is the sum of its shards'). */
 async function redisSnapshot(redis: RedisClient): Promise<RedisSnapshot> {
+  const snapshots = await Promise.all(primaries(redis).map((node) => nodeSnapshot(node)));
+  const byCommand = new Map<string, number>();
+  for (const sn of snapshots) for (const [k, v] of sn.byCommand) byCommand.set(k, (byCommand.get(k) ?? 0) + v);
+  const sum = (f: (x: RedisSnapshot) => number) => snapshots.reduce((a, x) => a + f(x), 0);
+  return {
+    t: now(),
+    commands: sum((x) => x.commands),
+    cpuS: sum((x) => x.cpuS),
+    byCommand,
+    instantaneous: sum((x) => x.instantaneous),
+    usedMemory: sum((x) => x.usedMemory),
+    perNode: snapshots.map((x) => x.commands),
+  };
+}
+
+async function nodeSnapshot(redis: { info(section: string): Promise<string> }): Promise<RedisSnapshot> {
   const info = parseInfo(await redis.info('all'));
   const byCommand = new Map<string, number>();
   for (const [k, v] of info) {
@@ -200,6 +232,7 @@ async function redisSnapshot(redis: RedisClient): Promise<RedisSnapshot> {
     byCommand,
     instantaneous: Number(info.get('instantaneous_ops_per_sec') ?? 0),
     usedMemory: Number(info.get('used_memory') ?? 0),
+    perNode: [],
   };
 }
 
@@ -220,6 +253,8 @@ interface LevelResult {
   redisInstantaneous: number;
   redisCpuPct: number;
   redisUsedMemory: number;
+  /** Commands per second on each primary (one entry on a single Redis). */
+  perNodeOpsPerS: number[];
   byCommandPerS: Map<string, number>;
   /** Replica CPU (all replicas) during the ramp, per hello accepted: what one accept costs. */
   cpuPerHelloMs: number;
@@ -245,13 +280,15 @@ interface LevelResult {
 }
 
 async function countKeys(redis: RedisClient, pattern: string): Promise<number> {
-  let cursor = '0';
   let n = 0;
-  do {
-    const [next, batch] = await redis.scan(cursor, 'MATCH', pattern, 'COUNT', 2000);
-    cursor = next;
-    n += batch.length;
-  } while (cursor !== '0');
+  for (const node of primaries(redis)) {
+    let cursor = '0';
+    do {
+      const [next, batch] = await node.scan(cursor, 'MATCH', pattern, 'COUNT', 2000);
+      cursor = next;
+      n += batch.length;
+    } while (cursor !== '0');
+  }
   return n;
 }
 
@@ -271,8 +308,11 @@ async function timedHealthz(httpUrl: string): Promise<number> {
 export async function run(opts: SessionScaleOptions): Promise<BenchReport> {
   const t0 = now();
   const levels = [...opts.levels].sort((a, b) => a - b);
-  const { redis, cluster } = await startEnv({ replicas: opts.replicas, env: opts.replicaEnv });
+  const { redis, cluster } = await startEnv({ replicas: opts.replicas, env: opts.replicaEnv, redis: opts.redis });
   const admin = redis.client();
+  const k = keysFor(admin);
+  // A cluster client knows its primaries once connected.
+  await admin.ping();
   const store = new SandboxStore(admin);
   // Records are written straight into Redis: their workspace must exist (reserve-sandbox-4 checks it).
   await new WorkspaceStore(admin).create(WORKSPACE, {});
@@ -322,11 +362,9 @@ export async function run(opts: SessionScaleOptions): Promise<BenchReport> {
     let ownerMismatches = 0;
     for (let i = 0; i < live.length; i += 1000) {
       const batch = live.slice(i, i + 1000);
-      const p = admin.pipeline();
-      for (const s of batch) p.hget(keys.owner(s.sandboxId), 'replica');
-      const res = (await p.exec()) ?? [];
-      res.forEach(([err, v], k) => {
-        if (err || v !== batch[k]!.ackedReplica) ownerMismatches++;
+      const res = await Promise.all(batch.map((s) => admin.hget(k.owner(s.sandboxId), 'replica').catch(() => null)));
+      res.forEach((v, j) => {
+        if (v !== batch[j]!.ackedReplica) ownerMismatches++;
       });
     }
     // The reconcile job's scan, timed here with the same code (it runs on one replica every 10 s).
@@ -356,6 +394,7 @@ export async function run(opts: SessionScaleOptions): Promise<BenchReport> {
       redisInstantaneous: r1.instantaneous,
       redisCpuPct: ((r1.cpuS - r0.cpuS) / windowS) * 100,
       redisUsedMemory: r1.usedMemory,
+      perNodeOpsPerS: r1.perNode.map((c, j) => (c - (r0.perNode[j] ?? 0)) / windowS),
       byCommandPerS,
       ownerKeys,
       ownerMismatches,
@@ -496,6 +535,17 @@ export async function run(opts: SessionScaleOptions): Promise<BenchReport> {
       ];
     }),
   };
+  // On a cluster: each primary's share of the commands, minus its idle rate (the load the sessions
+  // add), and the spread: the busiest and the idlest primary against the mean.
+  const shardTable: BenchTable = {
+    caption: `Redis Cluster: commands per second on each primary over the window, minus its idle rate; spread = (busiest − idlest) / mean`,
+    headers: ['sessions', ...baseline.perNodeOpsPerS.map((_, j) => `primary ${j + 1}`), 'spread'],
+    rows: results.map((r) => {
+      const added = r.perNodeOpsPerS.map((x, j) => x - (baseline.perNodeOpsPerS[j] ?? 0));
+      const mean = added.reduce((a, b) => a + b, 0) / Math.max(1, added.length);
+      return [label(r), ...added.map((x) => fixed(x, 0)), `${fixed(((Math.max(...added) - Math.min(...added)) / Math.max(1, mean)) * 100, 1)}%`];
+    }),
+  };
   const healthTable: BenchTable = {
     caption:
       'health at each level: hello→hello_ack latency of the sessions opened for this level, longest gateway silence seen by any session (heartbeats due every 2000 ms), /healthz latency, the reconcile scan (SandboxStore.pages() over every record, 500 a page, timed in the bench process, with the longest event-loop block it caused), sessions lost, owner keys',
@@ -562,8 +612,8 @@ export async function run(opts: SessionScaleOptions): Promise<BenchReport> {
   return {
     id: 'session-scale',
     title: `Session scale: ${levels.join(', ')} simulated supervisors over ${opts.replicas} replicas`,
-    command: `node load-tests/session-scale.ts --levels ${levels.join(',')} --replicas ${opts.replicas} --per-channel ${opts.perChannel} --window ${opts.windowS} --settle ${opts.settleS} --rate ${opts.rate} --inflight ${opts.inflight}`,
-    tables: [memTable, redisTable, cmdTable, cpuTable, healthTable],
+    command: `node load-tests/session-scale.ts --levels ${levels.join(',')} --replicas ${opts.replicas} --per-channel ${opts.perChannel} --window ${opts.windowS} --settle ${opts.settleS} --rate ${opts.rate} --inflight ${opts.inflight}${opts.redis === 'cluster' ? ' --redis cluster' : ''}`,
+    tables: [memTable, redisTable, ...(opts.redis === 'cluster' ? [shardTable] : []), cmdTable, cpuTable, healthTable],
     notes,
     durationMs: now() - t0,
   };
@@ -582,6 +632,7 @@ if (import.meta.main) {
       'max-ramp': { type: 'string', default: '60' },
       'max-loss': { type: 'string', default: '0.2' },
       'replica-env': { type: 'string', multiple: true },
+      redis: { type: 'string', default: 'single' },
       ...COMMON_OPTIONS,
     },
   });
@@ -596,6 +647,9 @@ if (import.meta.main) {
       inflight: Number(values.inflight),
       maxRampS: Number(values['max-ramp']),
       maxLoss: Number(values['max-loss']),
+      redis: values.redis === 'cluster' ? 'cluster' : values.redis === 'single' ? 'single' : (() => {
+        throw new Error(`--redis must be single or cluster, got '${values.redis}'`);
+      })(),
       replicaEnv: Object.fromEntries((values['replica-env'] ?? []).map((kv) => [kv.slice(0, kv.indexOf('=')), kv.slice(kv.indexOf('=') + 1)])),
     });
     emitReport(report, values['report-json']);

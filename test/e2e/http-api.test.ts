@@ -204,7 +204,8 @@ describe('logs and events over SSE', () => {
     const id = (await curl('GET', `${base}/sandboxes/${NAME}`, { token })).json.metadata.id as string;
     const first = new CurlSse(`${base}/sandboxes/${NAME}/logs?follow=true`, { token });
     await first.waitFor('the log tail (sandbox created)', (e) => e.event === 'log' && line(e).message.includes('sandbox created'));
-    expect(await followConnections(id)).toBe(1);
+    // The follow's own Redis connection (named when it connects, a moment after the tail).
+    await waitFor('the follow connection open', async () => (await followConnections(id)) === 1, 10_000);
     // New lines while following: the lifecycle notes of a stop.
     expect((await curl('POST', `${base}/sandboxes/${NAME}/stop`, { token })).status).toBe(200);
     const stopped = await first.waitFor('"sandbox stopped" followed live', (e) => e.event === 'log' && line(e).message === 'sandbox stopped');

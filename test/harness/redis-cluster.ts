@@ -23,8 +23,22 @@ export interface TestRedisCluster {
   client(): Cluster;
   /** A plain client of one node. */
   node(port: number): Redis;
-  /** Sends a signal to the node on `port` (SIGKILL: gone for good; SIGSTOP/SIGCONT: frozen, thawed). */
+  /** Sends a signal to the node on `port` (SIGKILL: gone until restartNode; SIGSTOP/SIGCONT: frozen, thawed). */
   signal(port: number, sig: NodeJS.Signals): void;
+  /** Starts the (dead) node on `port` again, empty but with its cluster identity: it rejoins as a replica of whoever took its slots. */
+  restartNode(port: number): Promise<void>;
+  /** The port of the primary the node on `port` replicates from (null: it is a primary, or unreachable). */
+  primaryOfReplica(port: number): Promise<number | null>;
+  /** Which nodes are primaries and which replicas now (a failover swaps them), by asking each live one. */
+  roles(): Promise<{ primaries: number[]; replicas: number[] }>;
+  /** The ports of the nodes that replicate from the primary on `port`. */
+  replicasOf(port: number): Promise<number[]>;
+  /** The primary serving `key`'s slot, by port, as the cluster says now. */
+  primaryOfKey(key: string): Promise<number>;
+  /** Waits until the node on `replicaPort` is a primary serving slots and the cluster is whole again (a failover away from a dead or frozen primary). */
+  waitPromoted(replicaPort: number, timeoutMs?: number): Promise<void>;
+  /** Waits until the node on `port` replicates from `primary` with its link up (an old primary demoted). */
+  waitReplicating(port: number, primary: number, timeoutMs?: number): Promise<void>;
   stop(): Promise<void>;
 }
 
@@ -38,12 +52,18 @@ export interface RedisClusterOptions {
 export async function startRedisCluster(opts: RedisClusterOptions = {}): Promise<TestRedisCluster> {
   const primaries = opts.primaries ?? 3;
   const replicasPerPrimary = opts.replicasPerPrimary ?? 1;
-  const ports = await freePorts(primaries * (1 + replicasPerPrimary));
+  const nodes = primaries * (1 + replicasPerPrimary);
+  // Each node's cluster bus gets a free port of its own: by default it is the port + 10 000,
+  // which may be taken, or past 65 535 (CI saw a node that never answered).
+  const allPorts = await freePorts(nodes * 2);
+  const ports = allPorts.slice(0, nodes);
+  const busPorts = new Map(ports.map((p, i) => [p, allPorts[nodes + i]!]));
   const dir = mkdtempSync(path.join(os.tmpdir(), 'sg-cluster-'));
   const password = randomBytes(18).toString('base64url');
   const procs = new Map<number, ChildProcess>();
   const clients: (Redis | Cluster)[] = [];
 
+  const argsOf = new Map<number, string[]>();
   for (const port of ports) {
     const nodeDir = mkdtempSync(path.join(dir, `node-${port}-`));
     const args = [
@@ -51,8 +71,12 @@ export async function startRedisCluster(opts: RedisClusterOptions = {}): Promise
       '--bind', '127.0.0.1',
       '--dir', nodeDir,
       '--cluster-enabled', 'yes',
+      '--cluster-port', String(busPorts.get(port)),
       '--cluster-config-file', path.join(nodeDir, 'nodes.conf'),
       '--cluster-node-timeout', '2000',
+      // A replica takes over however long its link was down (the chaos suite freezes one on
+      // purpose): the default (10 node timeouts) would leave a shard without a primary.
+      '--cluster-replica-validity-factor', '0',
       '--save', '',
       '--appendonly', 'no',
       '--daemonize', 'no',
@@ -63,6 +87,7 @@ export async function startRedisCluster(opts: RedisClusterOptions = {}): Promise
       '--masteruser', TEST_REDIS_USER,
       '--masterauth', password,
     ];
+    argsOf.set(port, args);
     procs.set(port, spawn('redis-server', args, { stdio: 'ignore' }));
   }
   const node = (port: number): Redis => {
@@ -126,6 +151,22 @@ export async function startRedisCluster(opts: RedisClusterOptions = {}): Promise
   // redis-cli makes the first `primaries` nodes the primaries.
   const primaryPorts = ports.slice(0, primaries);
   const replicaPorts = ports.slice(primaries);
+  /** INFO replication of one node, '' when it does not answer. */
+  const replicationInfo = async (port: number): Promise<string> => {
+    const c = node(port);
+    try {
+      return await c.info('replication');
+    } catch {
+      return '';
+    } finally {
+      c.disconnect();
+    }
+  };
+  const primaryOfReplica = async (port: number): Promise<number | null> => {
+    const info = await replicationInfo(port);
+    const m = /role:slave[\s\S]*master_port:(\d+)/.exec(info);
+    return m ? Number(m[1]) : null;
+  };
   return {
     url: `redis+cluster://${TEST_REDIS_USER}:${password}@${ports.map((p) => `127.0.0.1:${p}`).join(',')}`,
     password,
@@ -134,7 +175,7 @@ export async function startRedisCluster(opts: RedisClusterOptions = {}): Promise
     client() {
       const c = new Cluster(
         primaryPorts.map((port) => ({ host: '127.0.0.1', port })),
-        { enableAutoPipelining: true, redisOptions: { username: TEST_REDIS_USER, password } },
+        { redisOptions: { username: TEST_REDIS_USER, password } },
       );
       c.on('error', () => undefined);
       clients.push(c);
@@ -143,6 +184,62 @@ export async function startRedisCluster(opts: RedisClusterOptions = {}): Promise
     node,
     signal(port, sig) {
       procs.get(port)?.kill(sig);
+    },
+    async restartNode(port) {
+      const old = procs.get(port);
+      if (old && old.exitCode === null && old.signalCode === null) throw new Error(`cluster node :${port} is still running`);
+      procs.set(port, spawn('redis-server', argsOf.get(port)!, { stdio: 'ignore' }));
+      await waitFor(`cluster node :${port} to answer again`, async () => /role:/.test(await replicationInfo(port)), 30_000);
+    },
+    primaryOfReplica,
+    async roles() {
+      const out = { primaries: [] as number[], replicas: [] as number[] };
+      for (const port of ports) {
+        const info = await replicationInfo(port);
+        if (/role:master/.test(info)) out.primaries.push(port);
+        else if (/role:slave/.test(info)) out.replicas.push(port);
+      }
+      return out;
+    },
+    async replicasOf(port) {
+      const info = await replicationInfo(port);
+      return [...info.matchAll(/slave\d+:ip=[^,]+,port=(\d+)/g)].map((m) => Number(m[1]));
+    },
+    async primaryOfKey(key) {
+      // Any node that answers (a frozen or dead one does not: each is given 2 s).
+      for (const seed of ports) {
+        const c = new Redis({ host: '127.0.0.1', port: seed, username: TEST_REDIS_USER, password, maxRetriesPerRequest: 0, retryStrategy: () => null, commandTimeout: 2000 });
+        c.on('error', () => undefined);
+        try {
+          const slot = (await c.cluster('KEYSLOT', key)) as number;
+          const range = (await c.cluster('SLOTS')).find(([from, to]) => slot >= from && slot <= to);
+          if (range?.[2]) return range[2][1];
+        } catch {
+          // the next seed
+        } finally {
+          c.disconnect();
+        }
+      }
+      throw new Error(`no cluster node could say which primary serves ${key}`);
+    },
+    async waitPromoted(replicaPort, timeoutMs = 60_000) {
+      await waitFor(`cluster node :${replicaPort} promoted, the cluster whole`, async () => {
+        if (!/role:master/.test(await replicationInfo(replicaPort))) return false;
+        const c = node(replicaPort);
+        try {
+          return /cluster_state:ok/.test(await c.cluster('INFO'));
+        } catch {
+          return false;
+        } finally {
+          c.disconnect();
+        }
+      }, timeoutMs, 200);
+    },
+    async waitReplicating(port, primary, timeoutMs = 60_000) {
+      await waitFor(`cluster node :${port} replicating from :${primary}`, async () => {
+        const info = await replicationInfo(port);
+        return (await primaryOfReplica(port)) === primary && /master_link_status:up/.test(info);
+      }, timeoutMs, 200);
     },
     async stop() {
       for (const c of clients) c.disconnect();

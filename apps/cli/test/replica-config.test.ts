@@ -80,6 +80,7 @@ describe('resolveReplicaConfig', () => {
       redisMinReplicas: 0,
       redisWaitTimeoutMs: 1000,
       orphanGraceMs: 60_000,
+      pendingGraceMs: 60_000,
       logLevel: 'info',
       debugBreaks: new Set(),
       // No OTEL_* variables: /metrics only, no OTLP push.

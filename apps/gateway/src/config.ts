@@ -78,6 +78,7 @@ export interface ReplicaConfig {
   redisWaitTimeoutMs: number;
   /** How long the reconcile sweep keeps compute without a record in quarantine before deleting it. */
   orphanGraceMs: number;
+  pendingGraceMs: number;
   logLevel: LogLevel;
   /** Debug faults switched on (only ever non-empty with SANDGATE_DEBUG_UNSAFE=1). */
   debugBreaks: ReadonlySet<DebugBreak>;
@@ -492,6 +493,16 @@ export const REPLICA_OPTIONS: Specs = {
     default: '1000',
     description: 'how long such a write waits for SANDGATE_REDIS_MIN_REPLICAS replicas',
     parse: positiveInt,
+  },
+  pendingGraceMs: {
+    env: 'SANDGATE_PENDING_GRACE_MS',
+    default: '60000',
+    description: 'how old a create, claim or delete left half-done by a dead replica must be before the reconcile sweep finishes or undoes it; at least 20000 (a create\'s later steps may write for 10000 after its first)',
+    parse: (raw, what) => {
+      const n = nonNegativeInt(raw, what);
+      if (n < 20_000) throw new ConfigError(`${what} must be at least 20000 (a create's steps may write for 10000 ms after its reservation)`);
+      return n;
+    },
   },
   orphanGraceMs: {
     env: 'SANDGATE_ORPHAN_GRACE_MS',

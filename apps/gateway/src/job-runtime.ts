@@ -36,6 +36,8 @@ export async function runJobWorker(
     redisTlsCa?: string;
     /** How long compute must be seen without a record before the reconcile sweep deletes it. */
     orphanGraceMs: number;
+    /** How old a half-done create or delete must be before the sweep settles it. */
+    pendingGraceMs: number;
   },
   deps: JobRuntimeDeps,
 ): Promise<RunningWorker> {
@@ -52,6 +54,7 @@ export async function runJobWorker(
     debugBreaks: config.debugBreaks,
     orphans: new OrphanQuarantine(deps.redis),
     orphanGraceMs: config.orphanGraceMs,
+    pendingGraceMs: config.pendingGraceMs,
     log: deps.log,
     metrics: deps.metrics,
   });

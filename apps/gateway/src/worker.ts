@@ -19,7 +19,7 @@ import type { AddressInfo } from 'node:net';
 export interface WorkerConfig
   extends Pick<
     ReplicaConfig,
-    'host' | 'redisUrl' | 'driver' | 'stateDir' | 'dockerImage' | 'ownerTtlMs' | 'provisionTimeoutMs' | 'peerSecret' | 'redisCa' | 'logLevel' | 'debugBreaks' | 'tlsCert' | 'tlsCa' | 'orphanGraceMs' | 'supervisorCompileCache'
+    'host' | 'redisUrl' | 'driver' | 'stateDir' | 'dockerImage' | 'ownerTtlMs' | 'provisionTimeoutMs' | 'peerSecret' | 'redisCa' | 'logLevel' | 'debugBreaks' | 'tlsCert' | 'tlsCa' | 'orphanGraceMs' | 'pendingGraceMs' | 'supervisorCompileCache'
   > {
   /** OTLP metrics export (OTEL_*): a worker has no /metrics, so its job metrics go out only this way. */
   otlpMetrics?: ReplicaConfig['otlpMetrics'];

@@ -23,6 +23,16 @@ describe('toStatus', () => {
     expect(toStatus(err)).toEqual({ code: Code.UNAVAILABLE, details: 'the gateway cannot reach its Redis right now; retry' });
   });
 
+  it('a Redis Cluster failing over (a slot moving, the cluster down for it) is UNAVAILABLE too', () => {
+    for (const message of ['MOVED 3968 127.0.0.1:16986', 'ASK 3968 127.0.0.1:16986', 'CLUSTERDOWN The cluster is down', 'TRYAGAIN Multiple keys request during rehashing of slot', 'READONLY You can\'t write against a read only replica.']) {
+      expect(toStatus(Object.assign(new Error(message), { name: 'ReplyError' }))).toEqual({ code: Code.UNAVAILABLE, details: 'the gateway cannot reach its Redis right now; retry' });
+    }
+    expect(toStatus(Object.assign(new Error('Failed to refresh slots cache.'), { name: 'ClusterAllFailedError' })).code).toBe(Code.UNAVAILABLE);
+    expect(toStatus(new Error('Too many Cluster redirections. Last error: ReplyError: MOVED 474 127.0.0.1:27456')).code).toBe(Code.UNAVAILABLE);
+    // Not every reply error: a script's own error is a bug, and says so.
+    expect(toStatus(Object.assign(new Error('ERR Error running script'), { name: 'ReplyError' })).code).toBe(Code.INTERNAL);
+  });
+
   it('anything unexpected is INTERNAL with the message', () => {
     expect(toStatus(new Error('boom'))).toEqual({ code: Code.INTERNAL, details: 'internal error: boom' });
   });

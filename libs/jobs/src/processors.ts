@@ -70,6 +70,8 @@ export interface JobDeps {
   orphans: Pick<OrphanQuarantine, 'sight'>;
   /** How long compute must be seen without a record before the sweep deletes it (0: at once). */
   orphanGraceMs: number;
+  /** How old a create or delete left half-done must be before the sweep settles it (SandboxStore.settlePending). */
+  pendingGraceMs: number;
   log: Logger;
   metrics: Metrics;
 }
@@ -141,7 +143,7 @@ async function reconcile(deps: JobDeps): Promise<unknown> {
   if (deps.debugBreaks.has('reconcile')) return { skipped: 'debug fault: reconcile' };
   // Creates and deletes whose replica died between two of their steps (SandboxStore.remove and
   // create): finished or undone first, so the scan below sees the records as they will stay.
-  const pending = await deps.store.settlePending();
+  const pending = await deps.store.settlePending(deps.pendingGraceMs);
   if (pending.finished || pending.released || pending.deleted) deps.log.warn('reconcile settled creates and deletes left half-done by a replica', pending);
   // Compute first, then records: a record is written before its compute, so every compute
   // listed here has a record the scan below sees (unless it is being deleted anyway).

@@ -14,8 +14,9 @@ export function duplicateClient(redis: RedisClient, connectionName: string): Red
 /**
  * Replies of independent reads, in order, a failed one as null, in about one round trip. On one
  * Redis `pipelined` runs them as one pipeline; on a cluster an ioredis pipeline must stay on one
- * node, so `each` sends them one by one and the Cluster client's auto-pipelining batches those
- * bound for the same node (createRedisClusterConnection turns it on).
+ * node, so `each` sends them one by one, all at once (each is then redirected on its own when its
+ * slot moves; ioredis' auto-pipelining, which batches per node, is left off: a batch whose
+ * commands a failover sends different ways fails whole, with the MOVED error).
  */
 export async function readAll<T>(
   redis: RedisClient,

@@ -90,10 +90,12 @@ export function createRedisClusterConnection(url: string, purpose: RedisPurpose,
   if (opts.tlsCa) throw new Error('a Redis CA (--redis-ca / SANDGATE_REDIS_CA) needs a rediss:// Redis URL (TLS to a cluster is not supported)');
   return new Cluster(address.nodes, {
     lazyConnect: opts.lazyConnect ?? false,
-    // Reads of many keys (readAll in client.ts) go out one by one: batched per node here.
-    enableAutoPipelining: true,
     // A one-shot tool gives up when no seed answers; a replica keeps trying.
     clusterRetryStrategy: (attempt: number) => (opts.oneShot && attempt > SENTINEL_ROUNDS_BEFORE_GIVING_UP ? null : Math.min(100 * attempt, 2000)),
+    // A slot whose primary just died is answered MOVED to that dead node until its replica takes
+    // over (the node timeout, then an election): 16 redirections 100 ms apart ride out most of
+    // it instead of failing within milliseconds (the caller then gets UNAVAILABLE).
+    retryDelayOnMoved: 100,
     redisOptions: {
       maxRetriesPerRequest: purpose === 'jobs-worker' ? null : 2,
       ...(opts.connectionName ? { connectionName: opts.connectionName } : {}),

@@ -9,15 +9,25 @@ export interface StatusLike {
 }
 
 /**
+ * Redis answers of a cluster (or a primary) in the middle of a failover or a resharding: the
+ * slot's owner is moving (MOVED, ASK: ioredis follows them, but not when the target is the node
+ * that just died, nor inside a pipeline whose commands moved apart), the cluster cannot serve
+ * the slot yet (CLUSTERDOWN, TRYAGAIN), a node is loading or was demoted (LOADING, READONLY,
+ * MASTERDOWN).
+ */
+const REDIS_MOVING = /^(MOVED|ASK|CLUSTERDOWN|TRYAGAIN|LOADING|READONLY|MASTERDOWN) /;
+
+/**
  * ioredis gave up on a command because Redis is unreachable (restarting, failing over): the
  * request did not fail on its merits, and the same request will work once Redis is back.
  */
 export function isRedisUnavailable(err: unknown): boolean {
   const e = err as { name?: string; message?: string; code?: string } | undefined;
   if (!e || typeof e !== 'object') return false;
-  if (e.name === 'MaxRetriesPerRequestError') return true;
+  if (e.name === 'MaxRetriesPerRequestError' || e.name === 'ClusterAllFailedError') return true;
   if (e.code === 'ECONNREFUSED' || e.code === 'ECONNRESET' || e.code === 'EPIPE') return true;
-  return typeof e.message === 'string' && /^(Connection is closed|Stream isn't writeable)/.test(e.message);
+  if (typeof e.message !== 'string') return false;
+  return /^(Connection is closed|Stream isn't writeable|Failed to refresh slots cache|None of startup nodes is available|Too many Cluster redirections)/.test(e.message) || REDIS_MOVING.test(e.message);
 }
 
 /** What the client should see for an error: our own errors as they are; anything else INTERNAL. */
