@@ -4,12 +4,12 @@
 // cluster bus and the replicas log in as it too).
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { Cluster, Redis } from 'ioredis';
 import { freePorts } from './ports.ts';
-import { TEST_REDIS_USER } from './redis.ts';
+import { killRedisNodes, TEST_REDIS_USER } from './redis.ts';
 import { waitFor } from './wait.ts';
 
 export interface TestRedisCluster {
@@ -118,11 +118,12 @@ export async function startRedisCluster(opts: RedisClusterOptions = {}): Promise
     for (const p of procs.values()) p.kill('SIGKILL');
     throw new Error(`redis-cli --cluster create failed (${created.status}): ${created.stdout}\n${created.stderr}`);
   }
-  await waitFor('every cluster node to say cluster_state:ok', async () => {
-    for (const port of ports) {
+  /** Does `check` hold on every node of `among` (a node that does not answer: no)? */
+  const onEvery = async (among: number[], check: (c: Redis) => Promise<boolean>) => {
+    for (const port of among) {
       const c = node(port);
       try {
-        if (!/cluster_state:ok/.test(await c.cluster('INFO'))) return false;
+        if (!(await check(c))) return false;
       } catch {
         return false;
       } finally {
@@ -130,24 +131,19 @@ export async function startRedisCluster(opts: RedisClusterOptions = {}): Promise
       }
     }
     return true;
-  }, 30_000);
+  };
+  await waitFor('every cluster node to say cluster_state:ok', () => onEvery(ports, async (c) => /cluster_state:ok/.test(await c.cluster('INFO'))), 30_000);
   // Replicas attached, in sync and acknowledging (a replica just linked reports offset 0 for a
   // while), so a WAIT (an acknowledged write) can be met from the start.
-  await waitFor('every primary to see its replicas acknowledge', async () => {
-    for (const port of ports.slice(0, primaries)) {
-      const c = node(port);
-      try {
+  await waitFor(
+    'every primary to see its replicas acknowledge',
+    () =>
+      onEvery(ports.slice(0, primaries), async (c) => {
         const info = await c.info('replication');
-        const acked = [...info.matchAll(/slave\d+:[^\r\n]*state=online,offset=(\d+)/g)].filter((m) => Number(m[1]) > 0);
-        if (acked.length < replicasPerPrimary) return false;
-      } catch {
-        return false;
-      } finally {
-        c.disconnect();
-      }
-    }
-    return true;
-  }, 30_000);
+        return [...info.matchAll(/slave\d+:[^\r\n]*state=online,offset=(\d+)/g)].filter((m) => Number(m[1]) > 0).length >= replicasPerPrimary;
+      }),
+    30_000,
+  );
   // redis-cli makes the first `primaries` nodes the primaries.
   const primaryPorts = ports.slice(0, primaries);
   const replicaPorts = ports.slice(primaries);
@@ -241,20 +237,6 @@ export async function startRedisCluster(opts: RedisClusterOptions = {}): Promise
         return (await primaryOfReplica(port)) === primary && /master_link_status:up/.test(info);
       }, timeoutMs, 200);
     },
-    async stop() {
-      for (const c of clients) c.disconnect();
-      await Promise.all(
-        [...procs.values()].map(
-          (p) =>
-            new Promise<void>((resolve) => {
-              if (p.exitCode !== null || p.signalCode !== null) return resolve();
-              p.once('exit', () => resolve());
-              p.kill('SIGCONT');
-              p.kill('SIGKILL');
-            }),
-        ),
-      );
-      rmSync(dir, { recursive: true, force: true });
-    },
+    stop: () => killRedisNodes(procs.values(), clients, dir),
   };
 }

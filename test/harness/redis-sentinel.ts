@@ -5,12 +5,12 @@
 // as it too), and the Sentinels have a password of their own.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { Redis } from 'ioredis';
 import { freePorts } from './ports.ts';
-import { TEST_REDIS_USER } from './redis.ts';
+import { killRedisNodes, TEST_REDIS_USER } from './redis.ts';
 import { waitFor } from './wait.ts';
 
 export const SENTINEL_MASTER = 'sgmaster';
@@ -155,21 +155,7 @@ export async function startSentinelGroup(opts: SentinelGroupOptions = {}): Promi
     }
     throw new Error('no Sentinel names a primary');
   };
-  const killAll = async () => {
-    for (const c of clients) c.disconnect();
-    await Promise.all(
-      [...procs.values()].map(
-        (p) =>
-          new Promise<void>((resolve) => {
-            if (p.exitCode !== null || p.signalCode !== null) return resolve();
-            p.once('exit', () => resolve());
-            p.kill('SIGCONT');
-            p.kill('SIGKILL');
-          }),
-      ),
-    );
-    rmSync(dir, { recursive: true, force: true });
-  };
+  const killAll = () => killRedisNodes(procs.values(), clients, dir);
   // Up when every replica is in sync (online: a WAIT counts it) and every Sentinel knows the
   // others and the replicas (so a failover can be agreed on).
   await waitFor(

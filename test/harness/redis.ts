@@ -232,3 +232,23 @@ export async function* scanAllKeys(r: RedisClient, match = '*'): AsyncGenerator<
   const nodes = r instanceof Cluster ? r.nodes('master') : [r];
   for (const node of nodes) for await (const batch of node.scanStream({ count: 500, match })) yield batch as string[];
 }
+
+/**
+ * Ends a group of redis-server processes for good (thawed first, so a frozen one dies too), after
+ * closing the clients made of them, and removes their data directory.
+ */
+export async function killRedisNodes(procs: Iterable<ChildProcess>, clients: Iterable<{ disconnect(): void }>, dir: string): Promise<void> {
+  for (const c of clients) c.disconnect();
+  await Promise.all(
+    [...procs].map(
+      (p) =>
+        new Promise<void>((resolve) => {
+          if (p.exitCode !== null || p.signalCode !== null) return resolve();
+          p.once('exit', () => resolve());
+          p.kill('SIGCONT');
+          p.kill('SIGKILL');
+        }),
+    ),
+  );
+  rmSync(dir, { recursive: true, force: true });
+}
