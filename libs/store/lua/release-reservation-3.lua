@@ -1,5 +1,5 @@
 --[[
-  Undoes a create's reservation (reserve-sandbox-4, reserve-pool-member-4, claim-reserve-5): its
+  Undoes a create's reservation (reserve-sandbox-4, reserve-pool-member-4): its
   creator failed after it, or the reconcile sweep found it unconfirmed past its grace and without
   a record. Only the very reservation read (its pending entry unchanged): a later delete's or
   claim's entry is left alone.

@@ -33,7 +33,7 @@ const UNINDEX = luaScript('unindex-sandbox');
 const SEAL_SSH_SESSIONS = luaScript('seal-ssh-sessions');
 const TAKE_POOL_MEMBER = luaScript('take-pool-member');
 
-/** What reserve-sandbox-4 answers first (claim-reserve-5 answers the same). */
+/** What reserve-sandbox-4 answers first (for creates and claims alike). */
 const CreateResult = { nameTaken: 0, created: 1, workspaceMissing: -1, workspaceTerminating: -2, atQuota: -3 } as const;
 /** What create-sandbox-record-2 and index-sandbox-1 answer. */
 const StepResult = { done: 1, exists: 0, tooLate: -1 } as const;
@@ -77,8 +77,7 @@ const RemoveResult = { absent: 0, removed: 1, sessionsChanged: -1 } as const;
 const REMOVE_ATTEMPTS = 5;
 
 /**
- * Why reserve-sandbox-4 (or claim-reserve-5, which answers the same) did not reserve: the error
- * the caller gets.
+ * Why reserve-sandbox-4 did not reserve (a create's or a claim's name): the error the caller gets.
  */
 export function createRefusal(answer: unknown, workspace: string, name: string, maxPerWorkspace: number): GatewayError {
   switch (answer) {
@@ -231,7 +230,7 @@ export class SandboxStore {
         await this.redis.del(this.keys.sandbox(id), this.keys.events(id));
         throw new GatewayError(Code.UNAVAILABLE, `creating sandbox '${name}' took too long (over ${CREATE_WINDOW_MS} ms between its steps); retry`);
       }
-      await SETTLE.run(this.redis, [this.keys.pendingSandboxes(workspace)], [id, entry]);
+      await this.settle(id, workspace, entry);
     } catch (err) {
       // Best effort: what is left is the sweep's (settlePending).
       await this.releaseReservation(id, workspace, name, entry).catch(() => undefined);
@@ -245,9 +244,9 @@ export class SandboxStore {
     await TAKE_POOL_MEMBER.run(this.redis, [this.keys.workspaceSandboxes(workspace), this.keys.sandboxName(workspace, memberName)], [id]);
   }
 
-  /** Ends a pending create or claim whose steps are done (settle-entry-1). */
-  async settle(id: string, workspace: string, entry: string): Promise<void> {
-    await SETTLE.run(this.redis, [this.keys.pendingSandboxes(workspace)], [id, entry]);
+  /** Ends a pending create or claim whose steps are done (settle-entry-1); false if its entry changed or went. */
+  async settle(id: string, workspace: string, entry: string): Promise<boolean> {
+    return (await SETTLE.run(this.redis, [this.keys.pendingSandboxes(workspace)], [id, entry])) === 1;
   }
 
   /** Undoes a reservation (only the entry given: a later delete's stays). */
@@ -400,13 +399,13 @@ export class SandboxStore {
           const rec = await this.get(id);
           if (rec && !rec.pool && rec.sandbox.metadata?.workspace === workspace && rec.sandbox.metadata?.name === entry.name) {
             await this.takePoolMember(id, entry.member!.pool, entry.member!.name);
-            if ((await SETTLE.run(this.redis, [this.keys.pendingSandboxes(workspace)], [id, raw])) === 1) out.finished++;
+            if (await this.settle(id, workspace, raw)) out.finished++;
           } else if (await this.releaseReservation(id, workspace, entry.name, raw)) {
             out.released++;
           }
         } else if (await this.redis.exists(this.keys.sandbox(id))) {
           await this.redis.sadd(this.keys.sandboxIndex(), id);
-          if ((await SETTLE.run(this.redis, [this.keys.pendingSandboxes(workspace)], [id, raw])) === 1) out.finished++;
+          if (await this.settle(id, workspace, raw)) out.finished++;
         } else if (await this.releaseReservation(id, workspace, entry.name, raw)) {
           out.released++;
         }

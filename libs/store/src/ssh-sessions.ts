@@ -27,18 +27,18 @@ const STAGE = luaScript('stage-ssh-session');
 const LIST = luaScript('list-ssh-session');
 const ACTIVATE = luaScript('activate-ssh-session');
 const REVOKE = luaScript('revoke-ssh-session');
-const ACQUIRE = luaScript('acquire-forward');
+const ACQUIRE = luaScript('acquire-slot');
 /** How long a session whose later steps never ran stays (stage-ssh-session-1). */
 const PENDING_SESSION_MS = 30_000;
-const HEARTBEAT = luaScript('heartbeat-forwards');
+const HEARTBEAT = luaScript('heartbeat-slots');
 const LIVE = luaScript('live-forwards');
 
 /** What list-ssh-session-2 and activate-ssh-session-1 answer. */
 const CreateResult = { sandboxGone: 0, created: 1 } as const;
 /** What revoke-ssh-session-1 answers. */
 const RevokeResult = { absent: 0, revoked: 1 } as const;
-/** What acquire-forward-1 answers. */
-const AcquireCode = { admitted: 0, atCap: 1 } as const;
+/** What acquire-slot-1 answers. */
+const AcquireCode = { admitted: 1, atCap: 0 } as const;
 
 export interface ForwardLimits {
   perToken: number;

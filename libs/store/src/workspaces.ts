@@ -35,8 +35,8 @@ export const MAX_WORKSPACE_MEMBERS = 1000;
 const CREATE = luaScript('create-workspace');
 const DELETE = luaScript('delete-workspace');
 const ADD_MEMBER = luaScript('add-workspace-member');
-const ACQUIRE_EXEC = luaScript('acquire-workspace-exec');
-const HEARTBEAT_EXECS = luaScript('heartbeat-workspace-execs');
+const ACQUIRE_EXEC = luaScript('acquire-slot');
+const HEARTBEAT_EXECS = luaScript('heartbeat-slots');
 
 /** What delete-workspace-4 answers. */
 const DeleteCode = { deleted: 1, absent: 0, holdsSandboxes: -1 } as const;
