@@ -6,8 +6,8 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import path from 'node:path';
 import { readFile } from 'node:fs/promises';
 import { LocalDriver } from '@sandgate/compute';
-import { Redis } from 'ioredis';
-import { TokenStore } from '@sandgate/store';
+import { Redis, Cluster as RedisCluster } from 'ioredis';
+import { TokenStore, type RedisClient } from '@sandgate/store';
 import { registerGateway } from '../test/harness/credentials.ts';
 import { Cluster, cliBin, replicaBaseEnv, repoRoot, runCli, type ReplicaProcess } from '../test/harness/cluster.ts';
 import { openShellClient, type AnyClient } from '../test/harness/grpc-client.ts';
@@ -20,6 +20,15 @@ import { onCleanup } from './bench.ts';
 export interface BenchEnv {
   redis: TestRedis;
   cluster: Cluster;
+}
+
+/**
+ * The primaries: the one server, or every primary of a Redis Cluster, in a stable order (a
+ * cluster's load and memory are its shards' summed). A cluster client knows them once it has
+ * connected (one command).
+ */
+export function redisPrimaries(redis: RedisClient): Redis[] {
+  return redis instanceof RedisCluster ? redis.nodes('master').sort((a, b) => (a.options.port ?? 0) - (b.options.port ?? 0)) : [redis];
 }
 
 const supervisorEntry = path.join(repoRoot, 'apps/supervisor/src/main.ts');

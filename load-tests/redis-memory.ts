@@ -1,8 +1,10 @@
 // Redis memory per sandbox record and per live supervisor session (issue 17).
-//   node load-tests/redis-memory.ts [--sandboxes 1000]
+//   node load-tests/redis-memory.ts [--sandboxes 1000] [--redis single|cluster]
 //
-// A fresh redis-server (the harness', locked like `sandgate up`'s); INFO memory `used_memory` is
-// read after each step, through the real store classes and in the order the replicas write:
+// A fresh redis-server (the harness', locked like `sandgate up`'s), or with `--redis cluster` a
+// fresh Redis Cluster of three primaries with a replica each (the key layout with hash tags;
+// used_memory and the key counts summed over the primaries: each replica holds a copy on top);
+// INFO memory `used_memory` is read after each step, through the real store classes and in the order the replicas write:
 //   1. N sandbox records as CreateSandbox leaves them: SandboxStore.create (Provisioning, a Ready
 //      condition), the mutate adding the compute handle and `runstart`, the "sandbox created" log line.
 //   2. N live supervisor sessions as SessionRegistry.accept makes them: OwnershipStore.lease + claim
@@ -18,37 +20,51 @@ import { randomBytes, randomUUID } from 'node:crypto';
 import { parseArgs } from 'node:util';
 import { SandboxPhase, type Sandbox } from '@sandgate/protocols';
 import { onSupervisorConnected, readyCondition, type LifecycleStatus } from '@sandgate/core';
-import { OwnershipStore, SandboxLogStore, SandboxStore, SandboxUsageStore, SshSessionStore, WorkspaceStore, keys } from '@sandgate/store';
+import { OwnershipStore, SandboxLogStore, SandboxStore, SandboxUsageStore, SshSessionStore, WorkspaceStore, keysFor } from '@sandgate/store';
 import { hashCredential } from '@sandgate/gateway';
 import type { RedisClient } from '@sandgate/store';
 import { startRedis } from '../test/harness/redis.ts';
 import { sleep } from '../test/harness/wait.ts';
 import { COMMON_OPTIONS, emitReport, onCleanup, runMain, type BenchReport } from './bench.ts';
+import { redisPrimaries } from './env.ts';
 
-const { values } = parseArgs({ options: { ...COMMON_OPTIONS, sandboxes: { type: 'string', default: '1000' } } });
+const { values } = parseArgs({ options: { ...COMMON_OPTIONS, sandboxes: { type: 'string', default: '1000' }, redis: { type: 'string', default: 'single' } } });
 const N = Number(values.sandboxes);
+if (values.redis !== 'single' && values.redis !== 'cluster') throw new Error(`--redis must be single or cluster, got '${values.redis}'`);
+const ON_CLUSTER = values.redis === 'cluster';
 const WORKSPACE = 'default';
 const OWNER_TTL_MS = 6000;
 const USAGE_TTL_MS = 45_000;
 const SSH_TTL_MS = 86_400_000;
 const BATCH = 200;
 
+/** used_memory of the server, or of a cluster's primaries summed. */
 async function usedMemory(redis: RedisClient): Promise<number> {
   // Let serverCron shrink or grow hash tables it has pending, then read.
   await sleep(300);
-  const info = await redis.info('memory');
-  return Number(/^used_memory:(\d+)/m.exec(info)![1]);
+  let total = 0;
+  for (const node of redisPrimaries(redis)) total += Number(/^used_memory:(\d+)/m.exec(await node.info('memory'))![1]);
+  return total;
 }
 
+/** Every key of the server, or of a cluster's primaries. */
 async function keyNames(redis: RedisClient): Promise<string[]> {
   const out: string[] = [];
-  let cursor = '0';
-  do {
-    const [next, batch] = await redis.scan(cursor, 'COUNT', 1000);
-    cursor = next;
-    out.push(...batch);
-  } while (cursor !== '0');
+  for (const node of redisPrimaries(redis)) {
+    let cursor = '0';
+    do {
+      const [next, batch] = await node.scan(cursor, 'COUNT', 1000);
+      cursor = next;
+      out.push(...batch);
+    } while (cursor !== '0');
+  }
   return out.sort();
+}
+
+async function keyCount(redis: RedisClient): Promise<number> {
+  let total = 0;
+  for (const node of redisPrimaries(redis)) total += await node.dbsize();
+  return total;
 }
 
 interface Sbx {
@@ -62,10 +78,14 @@ async function inBatches<T>(items: T[], fn: (item: T) => Promise<unknown>): Prom
 
 async function main(): Promise<void> {
   const t0 = Date.now();
+  // The harness' Redis mode (test/harness/redis.ts) picks what startRedis() makes.
+  if (ON_CLUSTER) process.env.SANDGATE_TEST_REDIS = 'cluster';
   const server = await startRedis();
   onCleanup('redis-server', () => server.stop());
   const redis = server.client();
   onCleanup('redis client', () => redis.disconnect());
+  const keys = keysFor(redis);
+  await redis.ping(); // a cluster client knows its primaries once connected
   const store = new SandboxStore(redis);
   const ownership = new OwnershipStore(redis, OWNER_TTL_MS);
   const logs = new SandboxLogStore(redis);
@@ -120,13 +140,13 @@ async function main(): Promise<void> {
   const sandboxes: Sbx[] = Array.from({ length: N }, (_, i) => ({ id: randomUUID(), name: `mem-${i}` }));
   await inBatches(sandboxes, createRecord);
   const m1 = await usedMemory(redis);
-  const keysPerRecord = ((await redis.dbsize()) - baselineKeys.length) / N;
+  const keysPerRecord = ((await keyCount(redis)) - baselineKeys.length) / N;
   await inBatches(sandboxes, openSession);
   const m2 = await usedMemory(redis);
-  const keysPerSession = ((await redis.dbsize()) - baselineKeys.length) / N - keysPerRecord;
+  const keysPerSession = ((await keyCount(redis)) - baselineKeys.length) / N - keysPerRecord;
   await inBatches(sandboxes, sshSession);
   const m3 = await usedMemory(redis);
-  const keysPerSsh = ((await redis.dbsize()) - baselineKeys.length) / N - keysPerRecord - keysPerSession;
+  const keysPerSsh = ((await keyCount(redis)) - baselineKeys.length) / N - keysPerRecord - keysPerSession;
 
   // MEMORY USAGE of each key of one sandbox (SAMPLES 0: exact), for the breakdown.
   const s0 = sandboxes[0]!;
@@ -149,11 +169,13 @@ async function main(): Promise<void> {
   await inBatches(sandboxes, remove);
   const m4 = await usedMemory(redis);
   const left = (await keyNames(redis)).filter((k) => !baselineKeys.includes(k));
-  const notEvents = left.filter((k) => !k.startsWith(keys.events('')));
+  const eventStreams = new Set(sandboxes.map((s) => keys.events(s.id)));
+  const notEvents = left.filter((k) => !eventStreams.has(k));
   const ttls = await Promise.all(left.map((k) => redis.pttl(k)));
   const lingering = left.length === N && notEvents.length === 0 && ttls.every((t) => t > 0 && t <= 60_000);
   // What the event streams' expiry does 60 s later.
-  for (let i = 0; i < left.length; i += 500) await redis.del(...left.slice(i, i + 500));
+  // (One DEL per key: on a cluster the streams lie in different slots.)
+  for (let i = 0; i < left.length; i += 500) await Promise.all(left.slice(i, i + 500).map((k) => redis.del(k)));
   await sleep(3000); // and give Redis time to shrink its emptied tables
   const m5 = await usedMemory(redis);
   const finalKeys = await keyNames(redis);
@@ -164,10 +186,10 @@ async function main(): Promise<void> {
   const report: BenchReport = {
     id: 'redis-memory',
     title: 'Redis memory per sandbox and per live session',
-    command: `node load-tests/redis-memory.ts --sandboxes ${N}`,
+    command: `node load-tests/redis-memory.ts --sandboxes ${N}${ON_CLUSTER ? ' --redis cluster' : ''}`,
     tables: [
       {
-        caption: `INFO memory used_memory on a fresh redis-server (${(await redis.info('server')).match(/redis_version:(\S+)/)?.[1] ?? '?'}), ${N} sandboxes, through the store classes`,
+        caption: `INFO memory used_memory on a fresh ${ON_CLUSTER ? 'Redis Cluster (three primaries with a replica each; summed over the primaries)' : 'redis-server'} (${(await redis.info('server')).match(/redis_version:(\S+)/)?.[1] ?? '?'}), ${N} sandboxes, through the store classes`,
         headers: ['step', 'used_memory', 'delta', 'per sandbox', 'keys per sandbox'],
         rows: [
           ['baseline (default workspace, scripts loaded)', m0, '', '', ''],

@@ -25,7 +25,6 @@ import { randomBytes, randomUUID } from 'node:crypto';
 import { parseArgs } from 'node:util';
 import type { ClientDuplexStream, ServiceError } from '@grpc/grpc-js';
 import { SandboxPhase, type GatewayMessage, type SupervisorMessage } from '@sandgate/protocols';
-import { Cluster } from 'ioredis';
 import { SandboxStore, WorkspaceStore, keysFor } from '@sandgate/store';
 import type { RedisClient } from '@sandgate/store';
 import { callMetadata, createGatewayClient, type GatewayClient } from '@sandgate/supervisor';
@@ -34,8 +33,10 @@ import type { ReplicaProcess } from '../test/harness/cluster.ts';
 import { sleep } from '../test/harness/wait.ts';
 import { summarise, ms } from './stats.ts';
 import { COMMON_OPTIONS, emitReport, fixed, kib, mib, now, onCleanup, runMain, type BenchReport, type BenchTable } from './bench.ts';
-import { cpuMs, machineCpu, rss, startEnv } from './env.ts';
+import { cpuMs, machineCpu, redisPrimaries, rss, startEnv } from './env.ts';
 import os from 'node:os';
+import path from 'node:path';
+import { mkdtemp, writeFile } from 'node:fs/promises';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 
 export interface SessionScaleOptions {
@@ -195,14 +196,9 @@ interface RedisSnapshot {
   perNode: number[];
 }
 
-/** The primaries: the one server, or every primary of a cluster (in a stable order). */
-function primaries(redis: RedisClient) {
-  return redis instanceof Cluster ? redis.nodes('master').sort((a, b) => (a.options.port ?? 0) - (b.options.port ?? 0)) : [redis];
-}
-
 /** INFO of every primary, summed (a cluster's load is the sum of its shards'). */
 async function redisSnapshot(redis: RedisClient): Promise<RedisSnapshot> {
-  const snapshots = await Promise.all(primaries(redis).map((node) => nodeSnapshot(node)));
+  const snapshots = await Promise.all(redisPrimaries(redis).map((node) => nodeSnapshot(node)));
   const byCommand = new Map<string, number>();
   for (const sn of snapshots) for (const [k, v] of sn.byCommand) byCommand.set(k, (byCommand.get(k) ?? 0) + v);
   const sum = (f: (x: RedisSnapshot) => number) => snapshots.reduce((a, x) => a + f(x), 0);
@@ -281,7 +277,7 @@ interface LevelResult {
 
 async function countKeys(redis: RedisClient, pattern: string): Promise<number> {
   let n = 0;
-  for (const node of primaries(redis)) {
+  for (const node of redisPrimaries(redis)) {
     let cursor = '0';
     do {
       const [next, batch] = await node.scan(cursor, 'MATCH', pattern, 'COUNT', 2000);
@@ -322,6 +318,7 @@ export async function run(opts: SessionScaleOptions): Promise<BenchReport> {
   onCleanup('simulated supervisors', () => fleet.close());
   const notes: string[] = [];
   const heartbeatIntervalMs = Number(opts.replicaEnv?.SANDGATE_HEARTBEAT_INTERVAL_MS ?? 2000);
+  const ownerTtlMs = Number(opts.replicaEnv?.SANDGATE_OWNER_TTL_MS ?? 6000);
   if (opts.replicaEnv && Object.keys(opts.replicaEnv).length) notes.push(`replica environment overridden: ${JSON.stringify(opts.replicaEnv)} (not the production defaults)`);
 
   // Idle baseline: replicas up, workers running, no sandbox at all.
@@ -434,9 +431,12 @@ export async function run(opts: SessionScaleOptions): Promise<BenchReport> {
         maxGapMs: 0,
       });
     }
-    for (let i = 0; i < fresh.length; i += 500) {
-      await Promise.all(
-        fresh.slice(i, i + 500).map((s) =>
+    // Each record is written just ahead of its hello, 500 at a time: a record left in
+    // Provisioning with no compute for 30 s is an interrupted create, which the reconcile sweep
+    // deletes (a long ramp written up front would lose its tail that way).
+    const writeRecords = (batch: SimSession[]) =>
+      Promise.all(
+        batch.map((s) =>
           store.create(
             {
               metadata: { id: s.sandboxId, name: `ss-${s.index}`, created_at_ms: Date.now(), labels: {}, annotations: {}, resource_version: 0, workspace: WORKSPACE },
@@ -447,7 +447,6 @@ export async function run(opts: SessionScaleOptions): Promise<BenchReport> {
           ),
         ),
       );
-    }
     // Ramp: `rate` hellos per second, at most `inflight` awaiting their ack (a starved replica
     // slows the ramp down instead of collecting a backlog), every one must be acked.
     const rampStart = now();
@@ -461,6 +460,7 @@ export async function run(opts: SessionScaleOptions): Promise<BenchReport> {
         notes.push(`level ${level}: ramp stopped after ${opts.maxRampS} s with ${fresh.length - k} session(s) not opened (hellos not acked fast enough)`);
         break;
       }
+      if (k % 500 === 0) await writeRecords(fresh.slice(k, k + 500));
       const s = fresh[k]!;
       fleet.sessions.push(s);
       opened++;
@@ -518,7 +518,7 @@ export async function run(opts: SessionScaleOptions): Promise<BenchReport> {
     }),
   };
   const redisTable: BenchTable = {
-    caption: `Redis load over a ${opts.windowS} s window (total_commands_processed delta, which counts commands run inside Lua scripts; EVALSHA calls listed separately); heartbeat interval ${heartbeatIntervalMs} ms (gateway default), owner TTL 6000 ms renewed every 2000 ms`,
+    caption: `Redis load over a ${opts.windowS} s window (total_commands_processed delta, which counts commands run inside Lua scripts; EVALSHA calls listed separately); heartbeat interval ${heartbeatIntervalMs} ms${opts.replicaEnv?.SANDGATE_HEARTBEAT_INTERVAL_MS ? '' : ' (gateway default)'}, owner TTL ${ownerTtlMs} ms renewed every ${Math.round(ownerTtlMs / 3)} ms`,
     headers: ['sessions', 'Redis ops/s', 'Δ vs idle', 'ops/session/s', 'EVALSHA/session/s', 'Redis CPU', 'Redis CPU/1k sessions', 'Redis used_memory'],
     rows: [baseline, ...results].map((r) => {
       const delta = r.redisOpsPerS - baseline.redisOpsPerS;
@@ -548,8 +548,8 @@ export async function run(opts: SessionScaleOptions): Promise<BenchReport> {
   };
   const healthTable: BenchTable = {
     caption:
-      'health at each level: hello→hello_ack latency of the sessions opened for this level, longest gateway silence seen by any session (heartbeats due every 2000 ms), /healthz latency, the reconcile scan (SandboxStore.pages() over every record, 500 a page, timed in the bench process, with the longest event-loop block it caused), sessions lost, owner keys',
-    headers: ['sessions', 'ramp', 'hello→ack p50 / p99', 'replica CPU per hello', 'lost in ramp', 'bench client RSS', 'max gateway silence', 'sessions > 3 s silent', '/healthz', 'reconcile scan / longest block', 'gauge', 'sg:own:* keys', 'owner ≠ acking replica', 'lost'],
+      `health at each level: hello→hello_ack latency of the sessions opened for this level, longest gateway silence seen by any session (heartbeats due every ${heartbeatIntervalMs} ms), /healthz latency, the reconcile scan (SandboxStore.pages() over every record, 500 a page, timed in the bench process, with the longest event-loop block it caused), sessions lost, owner keys`,
+    headers: ['sessions', 'ramp', 'hello→ack p50 / p99', 'replica CPU per hello', 'lost in ramp', 'bench client RSS', 'max gateway silence', `sessions > ${(heartbeatIntervalMs * 1.5) / 1000} s silent`, '/healthz', 'reconcile scan / longest block', 'gauge', 'sg:own:* keys', 'owner ≠ acking replica', 'lost'],
     rows: results.map((r) => [
       label(r),
       `${fixed(r.rampS, 1)} s`,
@@ -609,6 +609,12 @@ export async function run(opts: SessionScaleOptions): Promise<BenchReport> {
     `growth ${label(first)} → ${label(top)} sessions: memory per session ${kib(memPer(first))} → ${kib(memPer(top))} (×${fixed(memPer(top) / memPer(first), 2)}), Redis ops per session per second ${fixed(opsPer(first), 3)} → ${fixed(opsPer(top), 3)} (×${fixed(opsPer(top) / opsPer(first), 2)})`,
     `${fleet.channelCount} gRPC connections for ${fleet.sessions.length} sessions; all ${fleet.sessions.filter((s) => s.ackMs !== undefined).length} hellos acked, ${fleet.lost} session(s) lost during the run`,
   );
+  if (fleet.lost > 0) {
+    // What the replicas said is the only account of why sessions went: keep it.
+    const dir = await mkdtemp(path.join(os.tmpdir(), 'session-scale-logs-'));
+    await Promise.all(replicas.map((r, i) => writeFile(path.join(dir, `replica-${i}.log`), r.logs.join(''))));
+    notes.push(`sessions were lost: the replicas' logs (their last ~10 000 writes each) are in ${dir}`);
+  }
   return {
     id: 'session-scale',
     title: `Session scale: ${levels.join(', ')} simulated supervisors over ${opts.replicas} replicas`,

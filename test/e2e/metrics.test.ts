@@ -5,7 +5,8 @@
 // labels the dashboards use.
 import { readFileSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { RedisClient } from '@sandgate/store';
+import { Phase } from '@sandgate/core';
+import { PhaseCounts, keysFor, type RedisClient } from '@sandgate/store';
 import { Cluster, runCli } from '../harness/cluster.ts';
 import { startRedis, type TestRedis } from '../harness/redis.ts';
 import { createSandbox, ownerOf, type CreatedSandbox } from '../harness/sandbox.ts';
@@ -121,6 +122,13 @@ describe('/metrics on live replicas', () => {
     // Counted at start (nothing yet), every phase present; the queue read once.
     expect(o).toMatch(/^sandgate_sandboxes\{phase="Ready"\} \d+$/m);
     expect(o).toMatch(/^sandgate_queue_jobs\{queue="sandgate",state="waiting"\} \d+$/m);
+  });
+
+  it('has the reconcile sweep count the fleet by phase once for the cluster (sg:metrics:phases, read by every replica)', async () => {
+    // The sweep runs every 10 s on one worker; the sandbox is Ready.
+    const counts = await waitFor('the sweep to publish phase counts', async () => (await new PhaseCounts(r).read())?.get(Phase.READY) === 1, 30_000);
+    expect(counts).toBe(true);
+    expect(await r.pttl(keysFor(r).phaseCounts())).toBeGreaterThan(0);
   });
 
   it("reports the owned sandbox's CPU and memory from the driver, also through sandgate sandbox get", async () => {

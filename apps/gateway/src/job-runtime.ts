@@ -1,6 +1,6 @@
 // The durable job workers wired to this package's services: the same code inside a replica
 // (unless --no-workers) and in a standalone `sandgate worker` (worker.ts).
-import { ClusterCounters, OrphanQuarantine, type SandboxStore, type RedisClient } from '@sandgate/store';
+import { ClusterCounters, OrphanQuarantine, PhaseCounts, type SandboxStore, type RedisClient } from '@sandgate/store';
 import type { ComputeDriver } from '@sandgate/compute';
 import type { Logger, Metrics } from '@sandgate/telemetry';
 import type { DebugBreak } from '@sandgate/core';
@@ -51,6 +51,7 @@ export async function runJobWorker(
     pools: deps.pools,
     sessionLive: (id) => deps.router.sessionLive(id),
     incrementCounter: (name, by) => new ClusterCounters(deps.redis).incr(name, by),
+    phaseCounts: new PhaseCounts(deps.redis),
     debugBreaks: config.debugBreaks,
     orphans: new OrphanQuarantine(deps.redis),
     orphanGraceMs: config.orphanGraceMs,

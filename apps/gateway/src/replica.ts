@@ -10,6 +10,7 @@ import { loopbackHost, serviceDefinition } from '@sandgate/protocols';
 import {
   ClusterCounter,
   ClusterCounters,
+  PhaseCounts,
   createRedisConnection,
   deleteLeftoverPeerSecret,
   loadRedisCa,
@@ -286,6 +287,7 @@ export async function startReplica(config: ReplicaConfig, opts: { authenticator?
   const sandboxMetrics = new SandboxMetrics({
     replicaId: config.replicaId,
     store,
+    phaseCounts: new PhaseCounts(redis),
     usage: new SandboxUsageStore(redis),
     driver,
     owned: () => sessions.ownedSandboxIds(),

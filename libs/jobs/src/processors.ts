@@ -5,8 +5,9 @@
 // instance that has moved on.
 import { Phase, mainProcessFinished, onComputeVanished, onProvisioningTimeout, restartOverdue, type LifecycleStatus, type DebugBreak } from '@sandgate/core';
 import type { ComputeDriver } from '@sandgate/compute';
-import { ClusterCounter, sameRun, type ClusterCounterName, type OrphanQuarantine, type SandboxStore, type StoredSandbox } from '@sandgate/store';
+import { ClusterCounter, sameRun, type ClusterCounterName, type OrphanQuarantine, type PhaseCounts, type SandboxStore, type StoredSandbox } from '@sandgate/store';
 import type { Logger, Metrics } from '@sandgate/telemetry';
+import { RECONCILE_EVERY_MS } from './jobs.ts';
 import type { JobScheduler } from './scheduler.ts';
 import type { JobProcessors } from './worker.ts';
 
@@ -64,6 +65,8 @@ export interface JobDeps {
   sessionLive(sandboxId: string): Promise<boolean>;
   /** Adds to a cluster-wide counter (libs/store's ClusterCounters). */
   incrementCounter(name: ClusterCounterName, by: number): Promise<void>;
+  /** Where the sweep publishes the fleet's records by phase, for every replica's gauge (libs/store's PhaseCounts). */
+  phaseCounts: Pick<PhaseCounts, 'publish'>;
   /** Debug faults (negative chaos runs only; empty otherwise): `reconcile` skips the sweep. */
   debugBreaks: ReadonlySet<DebugBreak>;
   /** Where the sweep keeps orphaned compute's first sightings (libs/store's OrphanQuarantine). */
@@ -150,6 +153,7 @@ async function reconcile(deps: JobDeps): Promise<unknown> {
   const compute = await deps.driver.list();
   const computeById = new Map(compute.map((c) => [c.sandboxId, c]));
   const recordIds = new Set<string>();
+  const phases = new Map<number, number>();
   let orphans = 0;
   let quarantined = 0;
   let vanished = 0;
@@ -164,6 +168,7 @@ async function reconcile(deps: JobDeps): Promise<unknown> {
       if (recordIds.has(id)) continue; // SSCAN may repeat an id
       recordIds.add(id);
       const phase = rec.sandbox.status?.phase;
+      phases.set(phase ?? Phase.UNSPECIFIED, (phases.get(phase ?? Phase.UNSPECIFIED) ?? 0) + 1);
       if (phase === Phase.DELETING) {
         await deps.scheduler.deleteSandbox(id);
         resumed++;
@@ -209,6 +214,9 @@ async function reconcile(deps: JobDeps): Promise<unknown> {
       }
     }
   }
+  // Counted as the records were read (before this sweep's repairs land): good for a gauge. It
+  // outlives two missed sweeps, then replicas count for themselves.
+  await deps.phaseCounts.publish(phases, Date.now(), 3 * RECONCILE_EVERY_MS);
   // Compute without a record. The record may only look missing (a Redis failover in progress,
   // a primary back with stale data): deleting at first sight would destroy a live sandbox, so it
   // is quarantined first and deleted once seen orphaned for the whole grace period.

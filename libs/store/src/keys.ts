@@ -56,6 +56,8 @@ export const keys = {
   legacyPeerSecret: () => 'sg:peer-secret',
   /** Counter: one cluster-wide counter. */
   counter: (name: ClusterCounterName) => `sg:metrics:${name}`,
+  /** Hash, expiring: the fleet's records by phase as the reconcile sweep last counted them (field = phase number, `at` = when), read by every replica's sandgate_sandboxes gauge. */
+  phaseCounts: () => 'sg:metrics:phases',
   /** Hash, expiring: one SSH session (`sbx`, `run`, `exp`, `rev`, `created`), by the token's digest. */
   sshSession: (digest: string) => `sg:ssh:${digest}`,
   /** Sorted set, expiring with its last session: a sandbox's SSH sessions (member = token digest, score = the session key's expiry ms, +inf = none), removed with the record. */
@@ -131,6 +133,7 @@ export const clusterKeys: KeySchema = {
   replica: (replicaId) => keys.replica(tag.replica(replicaId)),
   legacyPeerSecret: () => `${keys.legacyPeerSecret()}:${tag.global}`,
   counter: (name) => `${keys.counter(name)}:${tag.global}`,
+  phaseCounts: () => `${keys.phaseCounts()}:${tag.global}`,
   sshSession: (digest) => keys.sshSession(tag.token(digest)),
   sandboxSshSessions: (sandboxId) => keys.sandboxSshSessions(tag.sandbox(sandboxId)),
   forwardsByToken: (digest) => keys.forwardsByToken(tag.token(digest)),

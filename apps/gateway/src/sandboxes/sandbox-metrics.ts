@@ -1,13 +1,15 @@
 // Figures about sandboxes, read periodically and never per scrape:
-// - sandgate_sandboxes{phase}: the fleet's records by phase, counted by a paged scan every
-//   PHASE_COUNT_EVERY_MS (every replica counts; the dashboards take the max across replicas).
+// - sandgate_sandboxes{phase}: the fleet's records by phase, read every PHASE_COUNT_EVERY_MS from
+//   what the reconcile sweep last counted (PhaseCounts: one count for the cluster, not one paged
+//   scan of every record per replica); when no sweep has published lately, the replica counts by
+//   a scan of its own. Every replica reports the fleet's figure: dashboards take the max.
 // - per-sandbox CPU and memory of the sandboxes this replica owns, from the compute driver
 //   (cgroup files, container stats) every USAGE_EVERY_MS: exported as
 //   sandgate_sandbox_cpu_seconds_total / sandgate_sandbox_memory_bytes, and published to Redis
 //   (SandboxUsageStore) so that GetSandboxUsage (`sandgate sandbox get`) answers on any replica.
 import { GatewayError, Code, phaseName, Phase, type Principal } from '@sandgate/core';
 import type { ComputeDriver, ComputeHandle } from '@sandgate/compute';
-import type { SandboxStore, SandboxUsageStore, SandboxUsageSample } from '@sandgate/store';
+import type { PhaseCounts, SandboxStore, SandboxUsageStore, SandboxUsageSample } from '@sandgate/store';
 import type { GetSandboxUsageRequest, SandboxUsage } from '@sandgate/protocols';
 import type { Logger, Metrics } from '@sandgate/telemetry';
 import type { WorkspaceAccess } from '../api/access.ts';
@@ -22,6 +24,8 @@ const FACTS_TTL_MS = 60_000;
 export interface SandboxMetricsDeps {
   replicaId: string;
   store: SandboxStore;
+  /** The reconcile sweep's published counts. */
+  phaseCounts: Pick<PhaseCounts, 'read'>;
   usage: SandboxUsageStore;
   driver: Pick<ComputeDriver, 'usage'>;
   /** Sandboxes whose session this replica holds. */
@@ -75,6 +79,11 @@ export class SandboxMetrics {
     if (this.counting) return;
     this.counting = true;
     try {
+      const published = await this.deps.phaseCounts.read();
+      if (published) {
+        this.phases = published;
+        return;
+      }
       const counts = new Map<number, number>();
       const seen = new Set<string>();
       for await (const page of this.deps.store.pages()) {
