@@ -48,6 +48,13 @@ async function usedMemory(redis: RedisClient): Promise<number> {
 }
 
 /** Every key of the server, or of a cluster's primaries. */
+/** mem_total_replication_buffers summed over the primaries: the replication backlog, which fills up to repl-backlog-size as writes flow (0 without replicas). */
+async function replicationBuffers(redis: RedisClient): Promise<number> {
+  let total = 0;
+  for (const node of redisPrimaries(redis)) total += Number(/^mem_total_replication_buffers:(\d+)/m.exec(await node.info('memory'))?.[1] ?? 0);
+  return total;
+}
+
 async function keyNames(redis: RedisClient): Promise<string[]> {
   const out: string[] = [];
   for (const node of redisPrimaries(redis)) {
@@ -137,6 +144,7 @@ async function main(): Promise<void> {
 
   const baselineKeys = await keyNames(redis);
   const m0 = await usedMemory(redis);
+  const b0 = await replicationBuffers(redis);
   const sandboxes: Sbx[] = Array.from({ length: N }, (_, i) => ({ id: randomUUID(), name: `mem-${i}` }));
   await inBatches(sandboxes, createRecord);
   const m1 = await usedMemory(redis);
@@ -178,6 +186,7 @@ async function main(): Promise<void> {
   for (let i = 0; i < left.length; i += 500) await Promise.all(left.slice(i, i + 500).map((k) => redis.del(k)));
   await sleep(3000); // and give Redis time to shrink its emptied tables
   const m5 = await usedMemory(redis);
+  const b5 = await replicationBuffers(redis);
   const finalKeys = await keyNames(redis);
   const backToBaseline = JSON.stringify(finalKeys) === JSON.stringify(baselineKeys);
 
@@ -208,7 +217,7 @@ async function main(): Promise<void> {
     ],
     notes: [
       `after the deletes, the only keys left were the ${N} event streams with a TTL of at most 60 s: ${lingering ? 'yes' : `NO (${left.length} keys left, ${notEvents.length} not event streams: ${notEvents.slice(0, 5).join(', ')})`}`,
-      `key space back to the baseline once they expired: ${backToBaseline ? 'yes' : 'NO'}; used_memory ${m5 - m0 >= 0 ? '+' : ''}${m5 - m0} bytes from the baseline (no key: the Lua heap, client buffers)`,
+      `key space back to the baseline once they expired: ${backToBaseline ? 'yes' : 'NO'}; used_memory ${m5 - m0 >= 0 ? '+' : ''}${m5 - m0} bytes from the baseline (no key: the Lua heap, client buffers), of which ${b5 - b0} bytes the replication backlog filling up (mem_total_replication_buffers ${b0} → ${b5})`,
       'keys per sandbox: 4 for a record (sg:sbx, sg:sbxname, sg:events, sg:logs; its id is a member of sg:sbxs and sg:wssbx:{ws}), 3 for a live session (sg:own, sg:fence, sg:usage), 2 for the first SSH session (sg:ssh, sg:sshsbx), 1 for each further one',
       'not counted: the durable jobs in BullMQ (bull:sandgate:*, a provision deadline per create, kept per BullMQ\'s retention), log lines beyond the first (up to ~2000 per sandbox, trimmed) and events beyond three (up to ~256)',
     ],

@@ -465,7 +465,8 @@ export async function run(opts: SessionScaleOptions): Promise<BenchReport> {
       fleet.sessions.push(s);
       opened++;
       const due = rampStart + (k / opts.rate) * 1000;
-      if (due > now()) await sleep(due - now());
+      const wait = due - now();
+      if (wait > 0) await sleep(wait);
       while (inflight.size >= opts.inflight) await Promise.race(inflight);
       const p: Promise<void> = fleet
         .connect(s)
