@@ -78,6 +78,8 @@ const BENCHES: Bench[] = [
   },
   // Issue 17: Redis bytes per sandbox record, live session and SSH session; a delete leaves nothing.
   { id: 'redis-memory', args: ['--sandboxes', '1000'], quickArgs: ['--sandboxes', '200'], timeoutMs: 120_000 },
+  // Issue 17: creates and deletes in single-slot steps on one Redis and on a cluster, side by side.
+  { id: 'store-steps', args: ['--sandboxes', '2000'], quickArgs: ['--sandboxes', '200', '--batch', '50'], timeoutMs: 180_000 },
 ];
 
 interface Outcome {
