@@ -161,11 +161,17 @@ export class ProcessTree {
       this.armLeftoverGrace = () => {
         clearTimeout(this.leftoverTimer);
         this.leftoverTimer = setTimeout(() => {
-          if (!stillRunning() || this.proc?.readingPaused()) return;
-          // Said in the log: an exec whose output stops short (a chaos run once saw `echo` exit 0
-          // with no output, 200 ms late) is then told apart from one that wrote nothing.
-          this.log.warn('output pipes still open after the exit and its tree were gone: no longer read', { graceMs: LEFTOVER_OUTPUT_GRACE_MS });
-          this.proc?.abandonOutput();
+          // Decided after one more poll of the pipes (setImmediate runs after the event loop's
+          // I/O phase): a supervisor that got no CPU for longer than the grace (a starved host)
+          // wakes up with the timer due and the command's output and EOF still unread, and
+          // timers run before I/O. Deciding in the timer dropped that output: a chaos run saw
+          // `echo` exit 0 with no output, its log saying stdout_bytes 0 right after this warning.
+          setImmediate(() => {
+            if (!stillRunning() || this.proc?.readingPaused()) return;
+            // Said in the log: an exec whose output stops short is told apart from one that wrote nothing.
+            this.log.warn('output pipes still open after the exit and its tree were gone: no longer read', { graceMs: LEFTOVER_OUTPUT_GRACE_MS });
+            this.proc?.abandonOutput();
+          });
         }, LEFTOVER_OUTPUT_GRACE_MS);
       };
       this.armLeftoverGrace();
