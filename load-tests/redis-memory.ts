@@ -23,7 +23,7 @@ import { onSupervisorConnected, readyCondition, type LifecycleStatus } from '@sa
 import { OwnershipStore, SandboxLogStore, SandboxStore, SandboxUsageStore, SshSessionStore, WorkspaceStore, keysFor } from '@sandgate/store';
 import { hashCredential } from '@sandgate/gateway';
 import type { RedisClient } from '@sandgate/store';
-import { startRedis } from '../test/harness/redis.ts';
+import { scanAllKeys, startRedis } from '../test/harness/redis.ts';
 import { sleep } from '../test/harness/wait.ts';
 import { COMMON_OPTIONS, emitReport, onCleanup, runMain, type BenchReport } from './bench.ts';
 import { redisPrimaries } from './env.ts';
@@ -38,33 +38,22 @@ const USAGE_TTL_MS = 45_000;
 const SSH_TTL_MS = 86_400_000;
 const BATCH = 200;
 
-/** used_memory of the server, or of a cluster's primaries summed. */
-async function usedMemory(redis: RedisClient): Promise<number> {
-  // Let serverCron shrink or grow hash tables it has pending, then read.
-  await sleep(300);
+/** A field of INFO memory, summed over the primaries (one server: its own). */
+async function memoryField(redis: RedisClient, field: string): Promise<number> {
   let total = 0;
-  for (const node of redisPrimaries(redis)) total += Number(/^used_memory:(\d+)/m.exec(await node.info('memory'))![1]);
+  for (const node of redisPrimaries(redis)) total += Number(new RegExp(`^${field}:(\\d+)`, 'm').exec(await node.info('memory'))?.[1] ?? 0);
   return total;
 }
 
-/** Every key of the server, or of a cluster's primaries. */
-/** mem_total_replication_buffers summed over the primaries: the replication backlog, which fills up to repl-backlog-size as writes flow (0 without replicas). */
-async function replicationBuffers(redis: RedisClient): Promise<number> {
-  let total = 0;
-  for (const node of redisPrimaries(redis)) total += Number(/^mem_total_replication_buffers:(\d+)/m.exec(await node.info('memory'))?.[1] ?? 0);
-  return total;
+/** used_memory, once serverCron has shrunk or grown the hash tables it has pending. */
+async function usedMemory(redis: RedisClient): Promise<number> {
+  await sleep(300);
+  return memoryField(redis, 'used_memory');
 }
 
 async function keyNames(redis: RedisClient): Promise<string[]> {
   const out: string[] = [];
-  for (const node of redisPrimaries(redis)) {
-    let cursor = '0';
-    do {
-      const [next, batch] = await node.scan(cursor, 'COUNT', 1000);
-      cursor = next;
-      out.push(...batch);
-    } while (cursor !== '0');
-  }
+  for await (const batch of scanAllKeys(redis)) out.push(...batch);
   return out.sort();
 }
 
@@ -144,7 +133,7 @@ async function main(): Promise<void> {
 
   const baselineKeys = await keyNames(redis);
   const m0 = await usedMemory(redis);
-  const b0 = await replicationBuffers(redis);
+  const b0 = await memoryField(redis, 'mem_total_replication_buffers'); // the replication backlog, filling up to repl-backlog-size
   const sandboxes: Sbx[] = Array.from({ length: N }, (_, i) => ({ id: randomUUID(), name: `mem-${i}` }));
   await inBatches(sandboxes, createRecord);
   const m1 = await usedMemory(redis);
@@ -186,7 +175,7 @@ async function main(): Promise<void> {
   for (let i = 0; i < left.length; i += 500) await Promise.all(left.slice(i, i + 500).map((k) => redis.del(k)));
   await sleep(3000); // and give Redis time to shrink its emptied tables
   const m5 = await usedMemory(redis);
-  const b5 = await replicationBuffers(redis);
+  const b5 = await memoryField(redis, 'mem_total_replication_buffers');
   const finalKeys = await keyNames(redis);
   const backToBaseline = JSON.stringify(finalKeys) === JSON.stringify(baselineKeys);
 

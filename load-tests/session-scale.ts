@@ -31,6 +31,7 @@ import { callMetadata, createGatewayClient, type GatewayClient } from '@sandgate
 import { hashCredential } from '@sandgate/gateway';
 import type { ReplicaProcess } from '../test/harness/cluster.ts';
 import { sleep } from '../test/harness/wait.ts';
+import { scanAllKeys } from '../test/harness/redis.ts';
 import { summarise, ms } from './stats.ts';
 import { COMMON_OPTIONS, emitReport, fixed, kib, mib, now, onCleanup, runMain, type BenchReport, type BenchTable } from './bench.ts';
 import { cpuMs, machineCpu, redisPrimaries, rss, startEnv } from './env.ts';
@@ -277,14 +278,7 @@ interface LevelResult {
 
 async function countKeys(redis: RedisClient, pattern: string): Promise<number> {
   let n = 0;
-  for (const node of redisPrimaries(redis)) {
-    let cursor = '0';
-    do {
-      const [next, batch] = await node.scan(cursor, 'MATCH', pattern, 'COUNT', 2000);
-      cursor = next;
-      n += batch.length;
-    } while (cursor !== '0');
-  }
+  for await (const batch of scanAllKeys(redis, pattern)) n += batch.length;
   return n;
 }
 

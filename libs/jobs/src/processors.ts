@@ -167,8 +167,8 @@ async function reconcile(deps: JobDeps): Promise<unknown> {
       const id = rec.sandbox.metadata!.id!;
       if (recordIds.has(id)) continue; // SSCAN may repeat an id
       recordIds.add(id);
-      const phase = rec.sandbox.status?.phase;
-      phases.set(phase ?? Phase.UNSPECIFIED, (phases.get(phase ?? Phase.UNSPECIFIED) ?? 0) + 1);
+      const phase = rec.sandbox.status?.phase ?? Phase.UNSPECIFIED;
+      phases.set(phase, (phases.get(phase) ?? 0) + 1);
       if (phase === Phase.DELETING) {
         await deps.scheduler.deleteSandbox(id);
         resumed++;
