@@ -6,14 +6,13 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { RedisClient } from '@sandgate/store';
 import { status as grpcStatus } from '@grpc/grpc-js';
 import Docker from 'dockerode';
 import { DEFAULT_DOCKER_NETWORK, DockerDriver, ensureSandboxNetwork } from '@sandgate/compute';
 import { SandboxPhase } from '@sandgate/protocols';
-import { keys, OrphanQuarantine } from '@sandgate/store';
+import { keysFor, OrphanQuarantine, type RedisClient } from '@sandgate/store';
 import { Cluster, repoRoot, runCli } from '../harness/cluster.ts';
-import { startRedis, type TestRedis } from '../harness/redis.ts';
+import { scanAllKeys, startRedis, type TestRedis } from '../harness/redis.ts';
 import { openShellClient, unaryCall } from '../harness/grpc-client.ts';
 import { sleep, waitFor } from '../harness/wait.ts';
 import { SERVICE_APP, serviceHost, serviceRequest } from '../harness/service-app.ts';
@@ -177,10 +176,12 @@ describe('docker driver through the gateway', () => {
       expect(labelled(id)).toEqual([]);
       expect(volumes(id)).toEqual([]);
     }
-    const keys = (await r.keys('sg:*')).filter((k) => ids.some((id) => k.includes(id)) || names.some((n) => k.endsWith(`:${n}`)));
+    const left: string[] = [];
+    for await (const batch of scanAllKeys(r, 'sg:*')) left.push(...batch);
+    const keys = left.filter((k) => ids.some((id) => k.includes(id)) || names.some((n) => k.endsWith(`:${n}`)));
     expect(keys.filter((k) => !k.startsWith('sg:events:'))).toEqual([]);
     for (const k of keys) expect(await r.pttl(k)).toBeGreaterThan(0);
-    expect(await r.sismember('sg:sbxs', ids[0]!)).toBe(0);
+    expect(await r.sismember(keysFor(r).sandboxIndex(), ids[0]!)).toBe(0);
     const err = (await unaryCall(openShellClient(gw(0)), 'GetSandbox', { name: 'dk-many-0' }).catch((e: unknown) => e)) as { code: number };
     expect(err.code).toBe(grpcStatus.NOT_FOUND);
   }, 360_000);
@@ -256,7 +257,7 @@ describe('docker driver through the gateway', () => {
     await waitFor('the claim command ran again', async () => (await sh('cat /tmp/main-out')) === 'main yes', 30_000, 250);
     expect((await runCli(['pool', 'delete', 'dk-warm'], { gateway: gw(1) })).code).toBe(0);
     expect((await runCli(['sandbox', 'delete', 'dk-claimed'], { gateway: gw(1) })).code).toBe(0);
-    await waitFor('the pool member retired', async () => (await r.scard(keys.workspaceSandboxes('pool:dk-warm'))) === 0, 60_000, 500);
+    await waitFor('the pool member retired', async () => (await r.scard(keysFor(r).workspaceSandboxes('pool:dk-warm'))) === 0, 60_000, 500);
   });
 
   /** What the replicas logged about pools (for a failure's message). */
@@ -293,7 +294,7 @@ describe('docker driver through the gateway', () => {
     expect(claim.code, 'a create of an image that does not exist succeeded').not.toBe(0);
     while (Date.now() < firstRetry - 500) {
       expect((await listed())?.consecutiveFailures, 'a member was started before the retry time').toBe(1);
-      expect(await r.scard(keys.workspaceSandboxes('pool:dk-broken'))).toBe(0);
+      expect(await r.scard(keysFor(r).workspaceSandboxes('pool:dk-broken'))).toBe(0);
       await sleep(250);
     }
     // The sweep (every 10 s) tries again after it, fails, and waits twice as long.
@@ -310,6 +311,6 @@ describe('docker driver through the gateway', () => {
     expect(fixed).toMatchObject({ consecutiveFailures: 0, retryAtMs: '0', lastError: '' });
     expect((await runCli(['pool', 'delete', 'dk-broken'], { gateway: gw(1) })).code).toBe(0);
     await runCli(['sandbox', 'delete', 'dk-broken-claim'], { gateway: gw(1) });
-    await waitFor('the pool member retired', async () => (await r.scard(keys.workspaceSandboxes('pool:dk-broken'))) === 0, 60_000, 500);
+    await waitFor('the pool member retired', async () => (await r.scard(keysFor(r).workspaceSandboxes('pool:dk-broken'))) === 0, 60_000, 500);
   });
 });

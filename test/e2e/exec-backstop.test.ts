@@ -5,7 +5,7 @@
 // only through the entry replica's in-memory deadline, which aborts the path a second later), so
 // the first case's decisive assertion, the counted backstop kill, fails without the mechanism.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { RedisClient } from '@sandgate/store';
+import { ClusterCounter, keysFor, type RedisClient } from '@sandgate/store';
 import type { ClientReadableStream } from '@grpc/grpc-js';
 import { EXEC_DEADLINE_GRACE_MS } from '@sandgate/jobs';
 import { Cluster, runCli } from '../harness/cluster.ts';
@@ -14,7 +14,6 @@ import { openShellClient } from '../harness/grpc-client.ts';
 import { createSandbox, pidsMatching, type CreatedSandbox } from '../harness/sandbox.ts';
 import { sleep, waitFor } from '../harness/wait.ts';
 
-const BACKSTOP_KILLS_KEY = 'sg:metrics:exec_backstop_kills';
 const TIMEOUT_S = 2;
 /** The job fires at deadline + grace; then a queue poll, a KillExec round trip and the kill. */
 const BACKSTOP_SLACK_MS = 10_000;
@@ -80,7 +79,7 @@ describe('the exec-deadline backstop kills what the supervisor failed to', () =>
 
   it('a timed exec whose supervisor never times it out is killed by the exec-deadline job, and counted', async () => {
     const tag = String(Date.now() % 10_000_000).padStart(7, '0');
-    const before = Number((await s!.r.get(BACKSTOP_KILLS_KEY)) ?? 0);
+    const before = Number((await s!.r.get(keysFor(s!.r).counter(ClusterCounter.execBackstopKills))) ?? 0);
     const exec = startTimedExec(s!, tag);
     try {
       await waitFor('the exec is running', async () => (await pidsMatching(`600.${tag}`)).length > 0, 20_000);
@@ -94,7 +93,7 @@ describe('the exec-deadline backstop kills what the supervisor failed to', () =>
       // It was the backstop, not something else: it found the process alive and counted it. The
       // count lands after the kill (the supervisor answers KillExec once the tree is dead, then the
       // job counts), so it may come a little after the processes are gone: CI once read it first.
-      await waitFor('the backstop kill counted', async () => Number((await s!.r.get(BACKSTOP_KILLS_KEY)) ?? 0) - before >= 1, 10_000, 100);
+      await waitFor('the backstop kill counted', async () => Number((await s!.r.get(keysFor(s!.r).counter(ClusterCounter.execBackstopKills))) ?? 0) - before >= 1, 10_000, 100);
       // And not earlier than the deadline it enforces.
       expect(Date.now() - exec.startedAt).toBeGreaterThanOrEqual(TIMEOUT_S * 1000);
       // The client learns it as what it is, a timeout (exit 124), not as a broken relay: the
@@ -122,7 +121,7 @@ describe('without the backstop (jobs switched off too), nothing counts a backsto
       // Past the moment the positive case's backstop acts (deadline + grace + slack): still 0.
       const settled = exec.startedAt + TIMEOUT_S * 1000 + EXEC_DEADLINE_GRACE_MS + BACKSTOP_SLACK_MS;
       await sleep(Math.max(0, settled - Date.now()));
-      expect(Number((await s!.r.get(BACKSTOP_KILLS_KEY)) ?? 0)).toBe(0);
+      expect(Number((await s!.r.get(keysFor(s!.r).counter(ClusterCounter.execBackstopKills))) ?? 0)).toBe(0);
     } finally {
       exec.close();
     }

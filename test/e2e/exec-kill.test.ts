@@ -4,7 +4,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { readFile, readlink } from 'node:fs/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { RedisClient } from '@sandgate/store';
+import { ClusterCounter, jobQueueFor, keysFor, type RedisClient } from '@sandgate/store';
 import { Queue } from 'bullmq';
 import { status as grpcStatus, type ClientReadableStream, type ServiceError } from '@grpc/grpc-js';
 import { QUEUE_NAME, jobIds } from '@sandgate/jobs';
@@ -16,7 +16,6 @@ import { sleep, waitFor } from '../harness/wait.ts';
 import { describeProcs, environOf, envVar, execIdOf, expectTreeGone as expectTreeGoneFrom, listProcs, treeProcs, type Proc } from '../harness/proc-tree.ts';
 import { cliEnv, credentialsFor } from '../harness/credentials.ts';
 
-const BACKSTOP_KILLS_KEY = 'sg:metrics:exec_backstop_kills';
 const EXEC_LIMIT = 64;
 
 let redis: TestRedis;
@@ -34,7 +33,8 @@ beforeAll(async () => {
     env: { SANDGATE_MAX_EXECS_PER_SANDBOX: String(EXEC_LIMIT) },
   });
   sbx = await createSandbox(cluster.replicas[0]!.grpcAddress, 'exec-kill');
-  queue = new Queue(QUEUE_NAME, { connection: { host: '127.0.0.1', port: redis.port, username: redis.user, password: redis.password } });
+  // On the harness' own client (a Cluster client in cluster mode) and with the replicas' prefix.
+  queue = new Queue(QUEUE_NAME, { connection: r, prefix: jobQueueFor(r).prefix });
 });
 
 // Teardown gets its own bound per step: with the CLI's default of 60 s the delete alone could use
@@ -319,7 +319,7 @@ describe('the durable deadline backstop', () => {
     const execId = await execIdOf(tok);
     const seenAt = Date.now();
     const jobId = jobIds.execDeadline(execId);
-    const jobKey = `bull:${QUEUE_NAME}:${jobId}`;
+    const jobKey = `${jobQueueFor(r).prefix}:${QUEUE_NAME}:${jobId}`;
     expect(await r.exists(jobKey)).toBe(1);
     const job = await queue.getJob(jobId);
     expect(job?.name).toBe('exec-deadline');
@@ -576,8 +576,9 @@ describe('after all of the above', () => {
     expect(completed.length).toBeGreaterThanOrEqual(2);
     const killedByJobs = completed.map((j) => `${j.id}: ${(j.returnvalue as { killed?: number } | null)?.killed ?? 0}`);
     expect(killedByJobs.filter((line) => !line.endsWith(': 0'))).toEqual([]);
-    const kills = await r.get(BACKSTOP_KILLS_KEY);
-    expect(kills === null || Number(kills) === 0, `${BACKSTOP_KILLS_KEY} = ${kills}`).toBe(true);
+    const killsKey = keysFor(r).counter(ClusterCounter.execBackstopKills);
+    const kills = await r.get(killsKey);
+    expect(kills === null || Number(kills) === 0, `${killsKey} = ${kills}`).toBe(true);
   });
 });
 

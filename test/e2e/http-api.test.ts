@@ -33,7 +33,10 @@ beforeAll(async () => {
   lb = await startHaproxy(grpcPort!, cluster.replicas.map((x) => ({ name: x.id, grpcPort: x.grpcPort, httpPort: x.httpPort })), { httpPort });
   base = `${lb.httpUrl}/v1`;
   token = cluster.token;
-  const created = await curl('POST', `${base}/sandboxes`, { token, body: { name: NAME, command: ['sleep', 'infinity'], labels: { suite: 'http-api' } } });
+  const created = await curl('POST', `${base}/sandboxes`, { token, body: { name: NAME, command: ['sleep', 'infinity'], labels: { suite: 'http-api' } } }).catch((err: unknown) => {
+    // The balancer's view too (a replica marked DOWN has its connections shut): CI once had an empty reply here.
+    throw new Error(`${String(err)}\nhaproxy:\n${lb.log().slice(-3000)}\n${cluster.logs().slice(-4000)}`);
+  });
   expect(created.status, created.body).toBe(200);
   expect(created.json.metadata.name).toBe(NAME);
   await waitFor('sandbox Ready (GET through haproxy)', async () => (await curl('GET', `${base}/sandboxes/${NAME}`, { token })).json?.status?.phase === 'READY', 30_000, 200);

@@ -1,10 +1,9 @@
 // Issue 4 acceptance: one lifecycle, one access rule, the same answer from every replica.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { RedisClient } from '@sandgate/store';
 import { status as grpcStatus } from '@grpc/grpc-js';
 import { Queue } from 'bullmq';
 import { QUEUE_NAME, jobIds } from '@sandgate/jobs';
-import { keys, SandboxFeed, SandboxStore } from '@sandgate/store';
+import { ClusterCounter, jobQueueFor, keysFor, SandboxFeed, SandboxStore, type RedisClient } from '@sandgate/store';
 import { Phase } from '@sandgate/core';
 import { Cluster, runCli } from '../harness/cluster.ts';
 import { startRedis, type TestRedis } from '../harness/redis.ts';
@@ -55,7 +54,7 @@ describe('ephemeral sandboxes', () => {
     ['exit 3', ['sh', '-c', 'exit 3']],
   ] as const) {
     it(`are deleted without a CLI delete while the supervisor is connected (${label})`, async () => {
-      const before = Number((await r.get('sg:metrics:ephemeral_deleted_while_connected')) ?? 0);
+      const before = Number((await r.get(keysFor(r).counter(ClusterCounter.ephemeralDeletedWhileConnected))) ?? 0);
       const name = `eph-${label.replace(' ', '')}`;
       const t0 = Date.now();
       const res = await runCli(['sandbox', 'create', '--name', name, '--no-keep', '--detach', '-o', 'json', '--', ...cmd], { gateway: gw(1) });
@@ -64,8 +63,8 @@ describe('ephemeral sandboxes', () => {
       await waitFor('record and compute gone', async () => (await getJson(name, 2)) === null && (await computeGone(id)), 10_000, 100);
       expect(Date.now() - t0).toBeLessThan(10_000);
       // The deletion began while the supervisor session was still live: no disconnect needed first.
-      expect(Number(await r.get('sg:metrics:ephemeral_deleted_while_connected'))).toBe(before + 1);
-      expect(await r.exists(keys.sandbox(id), keys.owner(id))).toBe(0);
+      expect(Number(await r.get(keysFor(r).counter(ClusterCounter.ephemeralDeletedWhileConnected)))).toBe(before + 1);
+      expect(await r.exists(keysFor(r).sandbox(id), keysFor(r).owner(id))).toBe(0);
     });
   }
 
@@ -201,12 +200,12 @@ describe('stop and start', () => {
     const sb = await createSandbox(gw(0), 'startready');
     await waitFor('Ready', async () => (await getJson('startready'))?.status.phase === 'SANDBOX_PHASE_READY', 30_000);
     const before = (await getJson('startready'))!;
-    const [runBefore, computeBefore] = await r.hmget(keys.sandbox(sb.id), 'runstart', 'compute');
+    const [runBefore, computeBefore] = await r.hmget(keysFor(r).sandbox(sb.id), 'runstart', 'compute');
     const err = (await unaryCall(client, 'StartSandbox', { name: 'startready' }).then(() => null, (e: unknown) => e)) as { code: number; details: string } | null;
     client.close();
     expect(err).toBeNull();
     const after = (await getJson('startready'))!;
-    const [runAfter, computeAfter] = await r.hmget(keys.sandbox(sb.id), 'runstart', 'compute');
+    const [runAfter, computeAfter] = await r.hmget(keysFor(r).sandbox(sb.id), 'runstart', 'compute');
     expect(after.status.phase).toBe('SANDBOX_PHASE_READY');
     expect(after.status.mainProcessInstanceId).toBeTruthy();
     expect(after.status.mainProcessInstanceId).toBe(before.status.mainProcessInstanceId);
@@ -309,7 +308,7 @@ describe('restart policies', () => {
   it('a restart whose job was lost (as a Redis failover can lose it) still happens: the reconcile sweep enqueues it again', async () => {
     // The queue paused, no worker takes the restart job; it is removed before anything ran it,
     // as a failover that lost BullMQ's write would. Only the sweep can restart the sandbox now.
-    const queue = new Queue(QUEUE_NAME, { connection: r });
+    const queue = new Queue(QUEUE_NAME, { connection: r, prefix: jobQueueFor(r).prefix });
     await queue.pause();
     try {
       const client = openShellClient(gw(0));

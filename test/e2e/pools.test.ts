@@ -7,8 +7,7 @@
 // auto-match pool serves creates of exactly its template that name no pool, and only those;
 // `pool delete` retires every member.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Redis } from 'ioredis';
-import { keys, PoolStore, SandboxStore, sandboxCodec } from '@sandgate/store';
+import { keysFor, PoolStore, SandboxStore, sandboxCodec, type RedisClient } from '@sandgate/store';
 import { Phase, poolWorkspace } from '@sandgate/core';
 import { Cluster, runCli } from '../harness/cluster.ts';
 import { startRedis, type TestRedis } from '../harness/redis.ts';
@@ -18,12 +17,12 @@ import { expectOwnedOperationsServed } from '../harness/openapi-coverage.ts';
 
 let redis: TestRedis;
 let cluster: Cluster;
-let client: Redis;
+let client: RedisClient;
 
 beforeAll(async () => {
   redis = await startRedis();
   cluster = await Cluster.start({ redisUrl: redis.url, replicas: 2 });
-  client = new Redis(redis.url);
+  client = redis.client();
 });
 
 afterAll(async () => {
@@ -32,7 +31,7 @@ afterAll(async () => {
     await deleteAllSandboxes(gw(0));
     // Members go with the refill job: wait for them, so no supervisor outlives the test.
     for (const pool of ['warm', 'rest', 'auto']) {
-      await waitFor(`${pool} members retired`, async () => (await client.scard(keys.workspaceSandboxes(poolWorkspace(pool)))) === 0, 60_000, 500).catch(() => undefined);
+      await waitFor(`${pool} members retired`, async () => (await client.scard(keysFor(client).workspaceSandboxes(poolWorkspace(pool)))) === 0, 60_000, 500).catch(() => undefined);
     }
   }
   client?.disconnect();
@@ -58,7 +57,7 @@ async function pools(): Promise<PoolView[]> {
   return Array.isArray(out) ? out : (out.pools ?? []);
 }
 
-const members = () => client.smembers(keys.workspaceSandboxes(poolWorkspace('warm')));
+const members = () => client.smembers(keysFor(client).workspaceSandboxes(poolWorkspace('warm')));
 
 async function readyMembers(n: number): Promise<void> {
   await waitFor(`${n} ready members`, async () => (await pools()).find((p) => p.name === 'warm')?.ready === n, 90_000, 300);
@@ -86,7 +85,7 @@ describe('warm pools', () => {
 
   it('nobody touches a member before its claim, not even an admin naming its workspace', async () => {
     const id = (await members())[0]!;
-    const name = (await client.hget(keys.sandbox(id), 'name'))!;
+    const name = (await client.hget(keysFor(client).sandbox(id), 'name'))!;
     const all = await runCli(['sandbox', 'list', '--all-workspaces', '-o', 'json'], { gateway: gw(0) });
     expect(all.code, all.stderr.toString()).toBe(0);
     expect(JSON.stringify(JSON.parse(all.stdout.toString()))).not.toContain(id);
@@ -100,7 +99,7 @@ describe('warm pools', () => {
       expect(res.code, `${args.join(' ')} was accepted`).not.toBe(0);
       expect(res.stderr.toString(), args.join(' ')).toMatch(/not found|NOT_FOUND|not a member/i);
     }
-    expect(await client.sismember(keys.workspaceSandboxes(poolWorkspace('warm')), id)).toBe(1);
+    expect(await client.sismember(keysFor(client).workspaceSandboxes(poolWorkspace('warm')), id)).toBe(1);
   });
 
   it('a create claims a member: its id, Ready at once, with the caller name, command and environment', async () => {
@@ -117,8 +116,8 @@ describe('warm pools', () => {
     // From the other replica too (the session is wherever the member connected).
     expect((await exec('claimed-a', ['printenv', 'GREETING'], gw(1))).out.trim()).toBe('hello-pool');
     // The record is the caller's: the member's fields are gone, the name index points at it.
-    expect(await client.hget(keys.sandbox(id), 'pool')).toBeNull();
-    expect(await client.get(keys.sandboxName('default', 'claimed-a'))).toBe(id);
+    expect(await client.hget(keysFor(client).sandbox(id), 'pool')).toBeNull();
+    expect(await client.get(keysFor(client).sandboxName('default', 'claimed-a'))).toBe(id);
   });
 
   it('the pool refills after a claim', async () => {
@@ -164,7 +163,7 @@ describe('warm pools', () => {
   it('an auto-match pool serves creates of exactly its template that name no pool; other pools and templates start cold', async () => {
     const set = await runCli(['pool', 'set', 'auto', '--size', '1', '--cpu', '300m', '--auto-match'], { gateway: gw(0) });
     expect(set.code, set.stderr.toString()).toBe(0);
-    const autoMembers = () => client.smembers(keys.workspaceSandboxes(poolWorkspace('auto')));
+    const autoMembers = () => client.smembers(keysFor(client).workspaceSandboxes(poolWorkspace('auto')));
     await waitFor('a ready member of auto', async () => (await pools()).find((p) => p.name === 'auto')?.ready === 1, 90_000, 300);
     // 'warm' (not auto-match, the default template) has Ready members a plain create could take.
     await waitFor('a ready member of warm', async () => ((await pools()).find((p) => p.name === 'warm')?.ready ?? 0) >= 1, 90_000, 300);
@@ -205,7 +204,7 @@ describe('warm pools', () => {
     // No replica sent start_main: the reconcile sweep (every 10 s) does, from the record.
     await waitFor('the main process of the orphaned claim', async () => (await exec('orphan-claim', ['cat', 'late-out'])).out.trim() === 'started-late', 40_000, 500);
     expect((await exec('orphan-claim', ['printenv', 'LATE'])).out.trim()).toBe('yes');
-    await waitFor('mainpending cleared', async () => (await client.hget(keys.sandbox(member.sandbox.metadata!.id!), 'mainpending')) === '0', 10_000);
+    await waitFor('mainpending cleared', async () => (await client.hget(keysFor(client).sandbox(member.sandbox.metadata!.id!), 'mainpending')) === '0', 10_000);
   });
 
   it('a new template replaces the members; pool delete retires them all', async () => {
@@ -216,10 +215,10 @@ describe('warm pools', () => {
       const now = await members();
       return now.length === 1 && !old.has(now[0]!) && (await pools())[0]?.ready === 1;
     }, 90_000, 500);
-    for (const id of old) expect(await client.exists(keys.sandbox(id))).toBe(0);
+    for (const id of old) expect(await client.exists(keysFor(client).sandbox(id))).toBe(0);
     const del = await runCli(['pool', 'delete', 'warm'], { gateway: gw(0) });
     expect(del.code, del.stderr.toString()).toBe(0);
-    await waitFor('every member retired', async () => (await members()).length === 0 && (await client.sismember(keys.poolIndex(), 'warm')) === 0, 60_000, 500);
+    await waitFor('every member retired', async () => (await members()).length === 0 && (await client.sismember(keysFor(client).poolIndex(), 'warm')) === 0, 60_000, 500);
     expect((await pools()).find((p) => p.name === 'warm')).toBeUndefined();
     // The claimed sandboxes are the callers': untouched by the pool's deletion.
     expect((await exec('claimed-a', ['echo', 'still-here'])).out.trim()).toBe('still-here');
@@ -235,7 +234,7 @@ describe('warm pools', () => {
     expect(unknownField.status).toBe(400);
     const listed = async () => ((await (await fetch(`${http(1)}/v1/pools`, { headers: auth })).json()) as { pools: { name: string; ready: number }[] }).pools;
     await waitFor('a ready member of rest', async () => (await listed()).find((p) => p.name === 'rest')?.ready === 1, 90_000, 300);
-    const members = new Set(await client.smembers(keys.workspaceSandboxes(poolWorkspace('rest'))));
+    const members = new Set(await client.smembers(keysFor(client).workspaceSandboxes(poolWorkspace('rest'))));
     const created = await fetch(`${http(1)}/v1/sandboxes`, { method: 'POST', headers: json, body: JSON.stringify({ name: 'rest-claimed', pool: 'rest', command: ['sleep', 'infinity'] }) });
     expect(created.status, await created.clone().text()).toBe(200);
     const body = (await created.json()) as { metadata: { id: string }; status: { phase: string } };

@@ -7,8 +7,7 @@
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { RedisClient } from '@sandgate/store';
-import { keys, OwnershipStore } from '@sandgate/store';
+import { keysFor, OwnershipStore, type RedisClient } from '@sandgate/store';
 import { Cluster, repoRoot, runCli } from '../harness/cluster.ts';
 import { startRedis, type TestRedis } from '../harness/redis.ts';
 import { createSandbox, ownerOf, type CreatedSandbox } from '../harness/sandbox.ts';
@@ -123,7 +122,7 @@ describe('Prometheus scraping three replicas', () => {
     const ownerBefore = cluster.replicas[owner]!.id;
     const newerClaim = await new OwnershipStore(r, 6000).claim(sbx.id, 'elsewhere', 'prometheus-test', 'prometheus-test');
     await waitFor('the sandbox claimed again by a replica', async () => {
-      const rec = await r.hgetall(keys.owner(sbx.id));
+      const rec = await r.hgetall(keysFor(r).owner(sbx.id));
       return rec.replica && rec.replica !== 'elsewhere' && Number(rec.fence) > newerClaim ? rec.replica : undefined;
     }, 30_000);
     const ownerNow = await ownerOf(r, sbx.id);

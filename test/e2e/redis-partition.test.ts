@@ -8,11 +8,11 @@
 // them. The cut is real: the replica logs in to Redis as its own ACL user, which is switched off
 // and its connections killed.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { keys } from '@sandgate/store';
+import { keysFor } from '@sandgate/store';
 import { Cluster, runCli } from '../harness/cluster.ts';
 import { startHaproxy, type Haproxy } from '../harness/haproxy.ts';
 import { freePort } from '../harness/ports.ts';
-import { startRedis, type TestRedis } from '../harness/redis.ts';
+import { onEveryNode, startRedis, type TestRedis } from '../harness/redis.ts';
 import { createSandbox, deleteAllSandboxes } from '../harness/sandbox.ts';
 import { waitFor } from '../harness/wait.ts';
 
@@ -27,7 +27,7 @@ beforeAll(async () => {
   const admin = redis.client();
   // Another login with the same password: the same peer secret (derived from the password), so
   // the two replicas still trust each other's peer links.
-  await admin.call('ACL', 'SETUSER', CUT_USER, 'on', `>${redis.password}`, '~*', '&*', '+@all');
+  await onEveryNode(admin, 'ACL', 'SETUSER', CUT_USER, 'on', `>${redis.password}`, '~*', '&*', '+@all');
   admin.disconnect();
   const lbPort = await freePort();
   cluster = await Cluster.start({ redisUrl: redis.url, replicas: 1, supervisorEndpoint: `127.0.0.1:${lbPort}` });
@@ -37,7 +37,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   const admin = redis?.client();
-  await admin?.call('ACL', 'SETUSER', CUT_USER, 'on').catch(() => undefined);
+  if (admin) await onEveryNode(admin, 'ACL', 'SETUSER', CUT_USER, 'on').catch(() => undefined);
   admin?.disconnect();
   if (cluster && lb) await deleteAllSandboxes(cluster.replicas[0]!.grpcAddress).catch(() => undefined);
   await lb?.stop();
@@ -49,7 +49,7 @@ afterAll(async () => {
 async function ownerOf(id: string): Promise<string | undefined> {
   const r = redis.client();
   try {
-    return (await r.hget(keys.owner(id), 'replica')) ?? undefined;
+    return (await r.hget(keysFor(r).owner(id), 'replica')) ?? undefined;
   } finally {
     r.disconnect();
   }
@@ -77,8 +77,8 @@ describe('a replica cut off from Redis alone', () => {
     expect(await echo(name, 'before', 0)).toBe('before');
 
     const admin = redis.client();
-    await admin.call('ACL', 'SETUSER', CUT_USER, 'off');
-    await admin.call('CLIENT', 'KILL', 'USER', CUT_USER);
+    await onEveryNode(admin, 'ACL', 'SETUSER', CUT_USER, 'off');
+    await onEveryNode(admin, 'CLIENT', 'KILL', 'USER', CUT_USER);
     admin.disconnect();
     const cutAt = Date.now();
 

@@ -142,7 +142,10 @@ describe('acknowledged writes wait for a Redis replica', () => {
         if (/Redis replica\(s\) required/.test(stderr)) return false;
         throw new Error(`create ${name}: ${stderr}`);
       }, 60_000, 500);
-      await waitFor(`${name} Ready`, async () => (await phase(cluster, name)) === 'SANDBOX_PHASE_READY', 30_000, 200);
+      // 60 s: right after a failover, on a machine the other lane loads, 30 s was once too short.
+      await waitFor(`${name} Ready`, async () => (await phase(cluster, name)) === 'SANDBOX_PHASE_READY', 60_000, 200).catch(async (err: unknown) => {
+        throw new Error(`${String(err)}; now ${JSON.stringify(await status(cluster, name))}\n${cluster.logs().slice(-6000)}`);
+      });
       // Ready is on record before the guarded claim's WAIT: the session is in place once an exec
       // runs. (Right after the failover above a replica may still be resyncing, and a hello whose
       // claim cannot be confirmed is refused and tried again.) Cut off without one, the guarded

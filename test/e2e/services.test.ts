@@ -8,12 +8,11 @@ import { createHash, randomBytes } from 'node:crypto';
 import http from 'node:http';
 import { existsSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { RedisClient } from '@sandgate/store';
 import WebSocket from 'ws';
 import { chromium } from 'playwright-core';
 import { credentials as grpcCredentials, makeGenericClientConstructor, status as grpcStatus, type ServiceError } from '@grpc/grpc-js';
 import { serviceDefinition } from '@sandgate/protocols';
-import { keys } from '@sandgate/store';
+import { keysFor, type RedisClient } from '@sandgate/store';
 import { Cluster, runCli } from '../harness/cluster.ts';
 import { startRedis, type TestRedis } from '../harness/redis.ts';
 import { bearerInterceptor, openShellClient, unaryCall, type AnyClient } from '../harness/grpc-client.ts';
@@ -444,7 +443,9 @@ describe('the one access rule', () => {
     await waitFor('deleted', async () => (await serviceRequest(httpUrl(0), web(0), '/hello', { headers: bearer() })).status === 404, 30_000, 200);
     for (let i = 0; i < 3; i++) expect((await serviceRequest(httpUrl(i), web(i), '/hello', { headers: bearer() })).status, `replica ${i}`).toBe(404);
     expect(await unaryCall(client, 'ListServices', {})).toEqual({ services: [] });
-    expect(await r.exists(keys.sandboxServices(sbx.id), keys.workspaceServices('default'))).toBe(0);
+    // One EXISTS per key: on a cluster the two are in different slots.
+    expect(await r.exists(keysFor(r).sandboxServices(sbx.id))).toBe(0);
+    expect(await r.exists(keysFor(r).workspaceServices('default'))).toBe(0);
   });
 });
 

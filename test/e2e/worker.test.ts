@@ -6,11 +6,10 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
-import type { RedisClient } from '@sandgate/store';
 import { JobScheduler, RECONCILE_SCHEDULER_ID, QUEUE_NAME } from '@sandgate/jobs';
-import { ClusterCounter, keys } from '@sandgate/store';
+import { ClusterCounter, jobQueueFor, keysFor, type RedisClient } from '@sandgate/store';
 import { Cluster, cliBin, runCli, startWorker, type WorkerProcess } from '../harness/cluster.ts';
-import { startRedis, type TestRedis } from '../harness/redis.ts';
+import { scanAllKeys, startRedis, type TestRedis } from '../harness/redis.ts';
 import { createSandbox, pidsMatching } from '../harness/sandbox.ts';
 import { sleep, waitFor } from '../harness/wait.ts';
 import { cliEnv } from '../harness/credentials.ts';
@@ -62,6 +61,12 @@ async function finishedEphemeral(name: string): Promise<string> {
 
 const gone = async (name: string, id: string) => (await getJson(name)) === null && !existsSync(`${cluster.stateDir}/sandboxes/${id}`);
 
+/** Whether any key matches the pattern (on every primary of a cluster). */
+async function anyKey(pattern: string): Promise<boolean> {
+  for await (const batch of scanAllKeys(r, pattern)) if (batch.length > 0) return true;
+  return false;
+}
+
 const workerLogs = () => `workers:\n${workers.map((w) => `--- ${w.id}\n${w.logs.join('').slice(-3000)}`).join('\n')}`;
 
 async function waitGone(name: string, id: string, why: string): Promise<void> {
@@ -74,15 +79,15 @@ describe('sandgate worker beside replicas without workers', () => {
   it('nothing runs jobs until the worker starts; then it deletes a finished ephemeral sandbox', async () => {
     const id = await finishedEphemeral('eph-waits');
     // Its cleanup job is enqueued; with no worker anywhere it stays pending.
-    await waitFor('the cleanup job enqueued', async () => (await r.keys(`bull:${QUEUE_NAME}:ephemeral_${id}_*`)).length > 0, 10_000, 100);
+    await waitFor('the cleanup job enqueued', async () => await anyKey(`${jobQueueFor(r).prefix}:${QUEUE_NAME}:ephemeral_${id}_*`), 10_000, 100);
     await sleep(2_000);
     expect(await getJson('eph-waits')).not.toBeNull();
     // With its /metrics on a free port (--metrics-port through the environment).
     workers.push(await startWorker(cluster, 'w1', { SANDGATE_WORKER_METRICS_PORT: '0' }));
     await waitGone('eph-waits', id, 'the standalone worker to delete the ephemeral sandbox');
-    expect(await r.exists(keys.sandbox(id))).toBe(0);
+    expect(await r.exists(keysFor(r).sandbox(id))).toBe(0);
     // The worker installed the cluster's reconcile schedule.
-    expect(await r.exists(`bull:${QUEUE_NAME}:repeat:${RECONCILE_SCHEDULER_ID}`)).toBe(1);
+    expect(await r.exists(`${jobQueueFor(r).prefix}:${QUEUE_NAME}:repeat:${RECONCILE_SCHEDULER_ID}`)).toBe(1);
   });
 
   it('reaches the owner replica for the exec backstop (Peer.KillExec)', async () => {
@@ -102,7 +107,7 @@ describe('sandgate worker beside replicas without workers', () => {
       }
       return undefined;
     }, 20_000, 50);
-    const before = Number((await r.get(keys.counter(ClusterCounter.execBackstopKills))) ?? 0);
+    const before = Number((await r.get(keysFor(r).counter(ClusterCounter.execBackstopKills))) ?? 0);
     const scheduler = new JobScheduler(redis.url, { connectionName: 'test:backstop' });
     try {
       // A deadline already past: due at once, as if the supervisor had missed it.
@@ -111,7 +116,7 @@ describe('sandgate worker beside replicas without workers', () => {
       await scheduler.close();
     }
     await waitFor('the backstop to kill the exec', async () => (await pidsMatching(`sleep 600.${tok}`)).length === 0, 20_000, 100);
-    expect(Number(await r.get(keys.counter(ClusterCounter.execBackstopKills)))).toBeGreaterThan(before);
+    expect(Number(await r.get(keysFor(r).counter(ClusterCounter.execBackstopKills)))).toBeGreaterThan(before);
     expect(await exited).not.toBe(0);
     await runCli(['sandbox', 'delete', 'backstop'], { gateway: gw(0) });
   });

@@ -39,6 +39,13 @@ export interface TestRedisCluster {
   waitPromoted(replicaPort: number, timeoutMs?: number): Promise<void>;
   /** Waits until the node on `port` replicates from `primary` with its link up (an old primary demoted). */
   waitReplicating(port: number, primary: number, timeoutMs?: number): Promise<void>;
+  /**
+   * The whole cluster down: every node gets `sig` (SIGKILL: crashed; SIGTERM: shut down, writing
+   * its append-only file), and this returns once all have exited. restartAll() brings it back.
+   */
+  stopAll(sig: 'SIGKILL' | 'SIGTERM'): Promise<void>;
+  /** Every node started again (its data kept with `persistent`, its identity always): returns once the cluster says ok on every node. */
+  restartAll(): Promise<void>;
   stop(): Promise<void>;
 }
 
@@ -47,6 +54,8 @@ export interface RedisClusterOptions {
   primaries?: number;
   /** Replicas per primary (default 1). */
   replicasPerPrimary?: number;
+  /** Append-only persistence (fsync every second) on every node, so restartAll() keeps the keys. */
+  persistent?: boolean;
 }
 
 export async function startRedisCluster(opts: RedisClusterOptions = {}): Promise<TestRedisCluster> {
@@ -78,7 +87,8 @@ export async function startRedisCluster(opts: RedisClusterOptions = {}): Promise
       // purpose): the default (10 node timeouts) would leave a shard without a primary.
       '--cluster-replica-validity-factor', '0',
       '--save', '',
-      '--appendonly', 'no',
+      '--appendonly', opts.persistent ? 'yes' : 'no',
+      '--appendfsync', 'everysec',
       '--daemonize', 'no',
       '--repl-diskless-sync-delay', '0',
       '--user', 'default', 'on', `>${randomBytes(24).toString('hex')}`, '~*', '&*', '+@all',
@@ -132,7 +142,8 @@ export async function startRedisCluster(opts: RedisClusterOptions = {}): Promise
     }
     return true;
   };
-  await waitFor('every cluster node to say cluster_state:ok', () => onEvery(ports, async (c) => /cluster_state:ok/.test(await c.cluster('INFO'))), 30_000);
+  const clusterWhole = () => waitFor('every cluster node to say cluster_state:ok', () => onEvery(ports, async (c) => /cluster_state:ok/.test(await c.cluster('INFO'))), 30_000);
+  await clusterWhole();
   // Replicas attached, in sync and acknowledging (a replica just linked reports offset 0 for a
   // while), so a WAIT (an acknowledged write) can be met from the start.
   await waitFor(
@@ -236,6 +247,23 @@ export async function startRedisCluster(opts: RedisClusterOptions = {}): Promise
         const info = await replicationInfo(port);
         return (await primaryOfReplica(port)) === primary && /master_link_status:up/.test(info);
       }, timeoutMs, 200);
+    },
+    async stopAll(sig) {
+      await Promise.all(
+        [...procs.values()].map(
+          (p) =>
+            new Promise<void>((resolve) => {
+              if (p.exitCode !== null || p.signalCode !== null) return resolve();
+              p.once('exit', () => resolve());
+              p.kill('SIGCONT');
+              p.kill(sig);
+            }),
+        ),
+      );
+    },
+    async restartAll() {
+      for (const port of ports) procs.set(port, spawn('redis-server', argsOf.get(port)!, { stdio: 'ignore' }));
+      await clusterWhole();
     },
     stop: () => killRedisNodes(procs.values(), clients, dir),
   };

@@ -48,6 +48,16 @@ export interface SentinelGroup {
   waitFailover(fromPort: number, timeoutMs?: number): Promise<number>;
   /** Waits until the data node on `port` replicates from `primary` with its link up (an old primary demoted). */
   waitReplicating(port: number, primary: number, timeoutMs?: number): Promise<void>;
+  /**
+   * Every data node down at once (the Sentinels stay): each gets `sig` (SIGKILL: crashed; SIGTERM:
+   * shut down, writing its append-only file), and this returns once all have exited.
+   */
+  stopData(sig: 'SIGKILL' | 'SIGTERM'): Promise<void>;
+  /**
+   * Every data node started again in the role it had (its data kept with `persistent`); returns
+   * once the primary has every replica online again.
+   */
+  restartData(): Promise<void>;
   stop(): Promise<void>;
 }
 
@@ -58,6 +68,8 @@ export interface SentinelGroupOptions {
   downAfterMs?: number;
   /** Sentinel failover-timeout (default 4000). */
   failoverTimeoutMs?: number;
+  /** Append-only persistence (fsync every second) on every data node, so restartData() keeps the keys. */
+  persistent?: boolean;
 }
 
 export async function startSentinelGroup(opts: SentinelGroupOptions = {}): Promise<SentinelGroup> {
@@ -73,12 +85,16 @@ export async function startSentinelGroup(opts: SentinelGroupOptions = {}): Promi
   const procs = new Map<number, ChildProcess>();
   const clients: Redis[] = [];
 
+  // One directory per node for good: restartData() finds a node's append-only file there (without
+  // `persistent` nothing is written, so a node restarted by restartNode() still comes back empty).
+  const dataDirs = new Map(dataPorts.map((port) => [port, mkdtempSync(path.join(dir, `data-${port}-`))]));
   const dataArgs = (port: number, primary: number | null) => [
     '--port', String(port),
     '--bind', '127.0.0.1',
-    '--dir', mkdtempSync(path.join(dir, `data-${port}-`)),
+    '--dir', dataDirs.get(port)!,
     '--save', '',
-    '--appendonly', 'no',
+    '--appendonly', opts.persistent ? 'yes' : 'no',
+    '--appendfsync', 'everysec',
     '--daemonize', 'no',
     // Redis 7 delays a full sync 5 s (diskless, waiting for more replicas to join): a test's
     // replica would be 5 s behind from the start, and a WAIT on it fail meanwhile.
@@ -156,6 +172,7 @@ export async function startSentinelGroup(opts: SentinelGroupOptions = {}): Promi
     throw new Error('no Sentinel names a primary');
   };
   const killAll = () => killRedisNodes(procs.values(), clients, dir);
+  let primaryAtStop: number | undefined;
   // Up when every replica is in sync (online: a WAIT counts it) and every Sentinel knows the
   // others and the replicas (so a failover can be agreed on).
   await waitFor(
@@ -302,6 +319,34 @@ export async function startSentinelGroup(opts: SentinelGroupOptions = {}): Promi
     },
     async waitReplicating(port, primary, timeoutMs = 30_000) {
       await waitFor(`redis-server :${port} to replicate from :${primary}`, () => replicatesFrom(port, primary), timeoutMs, 100);
+    },
+    async stopData(sig) {
+      // Remembered for restartData(): the Sentinels' word may be unreachable once the nodes are gone.
+      primaryAtStop = await primaryPort();
+      await Promise.all(
+        dataPorts.map(
+          (port) =>
+            new Promise<void>((resolve) => {
+              const p = procs.get(port);
+              if (!p || p.exitCode !== null || p.signalCode !== null) return resolve();
+              p.once('exit', () => resolve());
+              p.kill('SIGCONT');
+              p.kill(sig);
+            }),
+        ),
+      );
+    },
+    async restartData() {
+      const primary = primaryAtStop ?? (await primaryPort());
+      for (const port of dataPorts) {
+        if (alive(port)) throw new Error(`redis-server :${port} is still running`);
+        procs.set(port, spawn('redis-server', dataArgs(port, port === primary ? null : primary), { stdio: 'ignore' }));
+      }
+      for (const port of dataPorts) await answers(port);
+      await waitFor(`every replica of :${primary} online again`, async () => {
+        for (const port of dataPorts) if (port !== primary && !(await replicatesFrom(port, primary))) return false;
+        return true;
+      }, 30_000, 100);
     },
     stop: killAll,
   };

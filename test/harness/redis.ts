@@ -159,22 +159,20 @@ export async function startRedis(opts: RedisOptions = {}): Promise<TestRedis> {
 }
 
 /**
- * startRedis() in Sentinel mode. A test that restarts or kills its Redis, wants persistence or TLS
- * is about one server's behaviour: those refuse, loudly, rather than test something else.
+ * startRedis() in Sentinel mode. What happens to the one server of a single Redis happens to every
+ * data node at once (killed, restarted with its data in its role, frozen, thawed; the Sentinels
+ * stay): the whole of Redis is gone or hung, as a test of a dead or hung Redis means. TLS and an
+ * open Redis are refused loudly.
  */
 async function startSentinelRedis(opts: RedisOptions): Promise<TestRedis> {
-  for (const option of ['persistent', 'tls'] as const) {
-    if (opts[option]) throw new Error(`startRedis({ ${option} }) has no Sentinel-mode equivalent (SANDGATE_TEST_REDIS=sentinel): run this file in single mode`);
-  }
+  if (opts.tls) throw new Error('startRedis({ tls }) has no Sentinel-mode equivalent (SANDGATE_TEST_REDIS=sentinel): run this file in single mode');
   if (opts.auth === false) throw new Error('startRedis({ auth: false }) has no Sentinel-mode equivalent: the group always has a password');
   // Imported here: redis-sentinel.ts imports this module's TEST_REDIS_USER.
   const { startSentinelGroup } = await import('./redis-sentinel.ts');
   // Sentinels slower to call the primary down than the failover tests' (5 s, not 1 s): these
   // files test a deployment on Sentinel, not a failover, and a loaded CI machine must not start one.
-  const group = await startSentinelGroup({ replicas: 1, downAfterMs: 5_000 });
+  const group = await startSentinelGroup({ replicas: 1, downAfterMs: 5_000, persistent: opts.persistent });
   replicatedModeUrls.add(group.url);
-  const refuse = (what: string) => () =>
-    Promise.reject(new Error(`TestRedis.${what}() is one server's; in Sentinel mode (SANDGATE_TEST_REDIS=sentinel) use a SentinelGroup`));
   return {
     url: group.url,
     // The initial primary: what a test that attacks Redis from a sandbox tries to reach.
@@ -182,13 +180,16 @@ async function startSentinelRedis(opts: RedisOptions): Promise<TestRedis> {
     user: TEST_REDIS_USER,
     password: group.password,
     client: () => group.client(),
-    restart: refuse('restart'),
-    kill: refuse('kill'),
+    async restart() {
+      await group.stopData('SIGTERM');
+      await group.restartData();
+    },
+    kill: () => group.stopData('SIGKILL'),
     freeze: () => {
-      throw new Error('TestRedis.freeze() is one server\'s; in Sentinel mode (SANDGATE_TEST_REDIS=sentinel) use a SentinelGroup');
+      for (const port of group.dataPorts) group.signal(port, 'SIGSTOP');
     },
     thaw: () => {
-      throw new Error('TestRedis.thaw() is one server\'s; in Sentinel mode (SANDGATE_TEST_REDIS=sentinel) use a SentinelGroup');
+      for (const port of group.dataPorts) group.signal(port, 'SIGCONT');
     },
     stop: async () => {
       replicatedModeUrls.delete(group.url);
@@ -197,18 +198,17 @@ async function startSentinelRedis(opts: RedisOptions): Promise<TestRedis> {
   };
 }
 
-/** startRedis() in cluster mode; as in Sentinel mode, what only one server has is refused loudly. */
+/**
+ * startRedis() in cluster mode. What happens to the one server of a single Redis happens to every
+ * node at once (killed, restarted with its data, frozen, thawed): the whole of Redis is gone or
+ * hung, as a test of a dead or hung Redis means. TLS and an open Redis are refused loudly.
+ */
 async function startClusterRedis(opts: RedisOptions): Promise<TestRedis> {
-  for (const option of ['persistent', 'tls'] as const) {
-    if (opts[option]) throw new Error(`startRedis({ ${option} }) has no cluster-mode equivalent (SANDGATE_TEST_REDIS=cluster): run this file in single mode`);
-  }
+  if (opts.tls) throw new Error('startRedis({ tls }) has no cluster-mode equivalent (SANDGATE_TEST_REDIS=cluster): run this file in single mode');
   if (opts.auth === false) throw new Error('startRedis({ auth: false }) has no cluster-mode equivalent: the cluster always has a password');
   const { startRedisCluster } = await import('./redis-cluster.ts');
-  const cluster = await startRedisCluster();
+  const cluster = await startRedisCluster({ persistent: opts.persistent });
   replicatedModeUrls.add(cluster.url);
-  const refuse = (what: string) => () => {
-    throw new Error(`TestRedis.${what}() is one server's; in cluster mode (SANDGATE_TEST_REDIS=cluster) use a TestRedisCluster`);
-  };
   return {
     url: cluster.url,
     // The first primary: what a test that attacks Redis from a sandbox tries to reach.
@@ -216,15 +216,35 @@ async function startClusterRedis(opts: RedisOptions): Promise<TestRedis> {
     user: TEST_REDIS_USER,
     password: cluster.password,
     client: () => cluster.client(),
-    restart: () => Promise.reject(new Error('TestRedis.restart() is one server\'s; in cluster mode use a TestRedisCluster')),
-    kill: () => Promise.reject(new Error('TestRedis.kill() is one server\'s; in cluster mode use a TestRedisCluster')),
-    freeze: refuse('freeze'),
-    thaw: refuse('thaw'),
+    async restart() {
+      await cluster.stopAll('SIGTERM');
+      await cluster.restartAll();
+    },
+    kill: () => cluster.stopAll('SIGKILL'),
+    freeze: () => {
+      for (const port of [...cluster.primaryPorts, ...cluster.replicaPorts]) cluster.signal(port, 'SIGSTOP');
+    },
+    thaw: () => {
+      for (const port of [...cluster.primaryPorts, ...cluster.replicaPorts]) cluster.signal(port, 'SIGCONT');
+    },
     stop: async () => {
       replicatedModeUrls.delete(cluster.url);
       await cluster.stop();
     },
   };
+}
+
+/**
+ * A command sent to every server of a test Redis: the one server, or every node of a cluster,
+ * replicas included (what each node keeps for itself, as its ACL users, is not replicated).
+ */
+export async function onEveryNode(r: RedisClient, command: string, ...args: (string | number)[]): Promise<void> {
+  if (!(r instanceof Cluster)) {
+    await r.call(command, ...args);
+    return;
+  }
+  await r.ping(); // the client knows the nodes once it has the slots
+  await Promise.all(r.nodes('all').map((node) => node.call(command, ...args)));
 }
 
 /** Every key of a test Redis (matching `match`), in batches: on a cluster, every primary's (SCAN is one node's). */
