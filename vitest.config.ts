@@ -34,8 +34,8 @@ const E2E_WAITING = [
  * other e2e file. `e2e-shared` is the same files in whatever mode SANDGATE_TEST_REDIS
  * says (a single server by default): `scripts/test-e2e.sh`, the whole suite in one mode, runs it.
  * lifecycle.test.ts (200 s in Sentinel mode) does not fit in the lane and runs in Sentinel mode
- * only with the whole suite (`SANDGATE_TEST_REDIS=sentinel bash scripts/test-e2e.sh`;
- * BENCHMARKS.md has the run).
+ * only with the whole suite (`SANDGATE_TEST_REDIS=sentinel bash scripts/test-e2e.sh`, and
+ * `SANDGATE_TEST_REDIS=cluster` for a cluster; BENCHMARKS.md has the runs).
  */
 const E2E_SHARED_STATE = [
   'test/e2e/exec-relay.test.ts',
