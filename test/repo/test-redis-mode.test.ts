@@ -17,6 +17,20 @@ afterEach(() => {
   else process.env.SANDGATE_TEST_REDIS = saved;
 });
 
+/** A persistent test Redis killed whole and restarted keeps a key written before. */
+async function expectKeptThroughKillAndRestart(): Promise<void> {
+  const redis = await startRedis({ persistent: true });
+  try {
+    await redis.client().set('sg:test:kept', 'yes');
+    await sleep(1_500); // one append-only fsync (every second)
+    await redis.kill();
+    await redis.restart();
+    expect(await redis.client().get('sg:test:kept')).toBe('yes');
+  } finally {
+    await redis.stop();
+  }
+}
+
 describe('SANDGATE_TEST_REDIS', () => {
   it('is set to sentinel by the e2e-sentinel project, which has files to run', () => {
     const projects = (config.test?.projects ?? []) as { test?: { name?: string; env?: Record<string, string>; include?: string[] } }[];
@@ -44,17 +58,7 @@ describe('SANDGATE_TEST_REDIS', () => {
     }
     // What a single server's test does to its Redis happens to every data node: a persistent
     // group killed whole and restarted keeps its keys.
-    try {
-      redis = await startRedis({ persistent: true });
-      const client = redis.client();
-      await client.set('sg:test:kept', 'yes');
-      await sleep(1_500); // one append-only fsync (every second)
-      await redis.kill();
-      await redis.restart();
-      expect(await redis.client().get('sg:test:kept')).toBe('yes');
-    } finally {
-      await redis?.stop();
-    }
+    await expectKeptThroughKillAndRestart();
     await expect(startRedis({ tls: { cert: '', key: '', ca: '' } })).rejects.toThrow(/tls/);
   });
 
@@ -83,17 +87,7 @@ describe('SANDGATE_TEST_REDIS', () => {
       await redis?.stop();
     }
     // Every node at once: a persistent cluster killed whole and restarted keeps its keys.
-    try {
-      redis = await startRedis({ persistent: true });
-      const client = redis.client();
-      await client.set('sg:test:kept', 'yes');
-      await sleep(1_500); // one append-only fsync (every second)
-      await redis.kill();
-      await redis.restart();
-      expect(await redis.client().get('sg:test:kept')).toBe('yes');
-    } finally {
-      await redis?.stop();
-    }
+    await expectKeptThroughKillAndRestart();
     await expect(startRedis({ tls: { cert: '', key: '', ca: '' } })).rejects.toThrow(/tls/);
   });
 
