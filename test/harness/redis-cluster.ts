@@ -9,7 +9,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { Cluster, Redis } from 'ioredis';
 import { freePorts } from './ports.ts';
-import { killRedisNodes, TEST_REDIS_USER } from './redis.ts';
+import { endRedisNodes, killRedisNodes, TEST_REDIS_USER } from './redis.ts';
 import { waitFor } from './wait.ts';
 
 export interface TestRedisCluster {
@@ -248,19 +248,7 @@ export async function startRedisCluster(opts: RedisClusterOptions = {}): Promise
         return (await primaryOfReplica(port)) === primary && /master_link_status:up/.test(info);
       }, timeoutMs, 200);
     },
-    async stopAll(sig) {
-      await Promise.all(
-        [...procs.values()].map(
-          (p) =>
-            new Promise<void>((resolve) => {
-              if (p.exitCode !== null || p.signalCode !== null) return resolve();
-              p.once('exit', () => resolve());
-              p.kill('SIGCONT');
-              p.kill(sig);
-            }),
-        ),
-      );
-    },
+    stopAll: (sig) => endRedisNodes(procs.values(), sig),
     async restartAll() {
       for (const port of ports) procs.set(port, spawn('redis-server', argsOf.get(port)!, { stdio: 'ignore' }));
       await clusterWhole();

@@ -10,7 +10,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { Redis } from 'ioredis';
 import { freePorts } from './ports.ts';
-import { killRedisNodes, TEST_REDIS_USER } from './redis.ts';
+import { endRedisNodes, killRedisNodes, TEST_REDIS_USER } from './redis.ts';
 import { waitFor } from './wait.ts';
 
 export const SENTINEL_MASTER = 'sgmaster';
@@ -323,18 +323,7 @@ export async function startSentinelGroup(opts: SentinelGroupOptions = {}): Promi
     async stopData(sig) {
       // Remembered for restartData(): the Sentinels' word may be unreachable once the nodes are gone.
       primaryAtStop = await primaryPort();
-      await Promise.all(
-        dataPorts.map(
-          (port) =>
-            new Promise<void>((resolve) => {
-              const p = procs.get(port);
-              if (!p || p.exitCode !== null || p.signalCode !== null) return resolve();
-              p.once('exit', () => resolve());
-              p.kill('SIGCONT');
-              p.kill(sig);
-            }),
-        ),
-      );
+      await endRedisNodes(dataPorts.flatMap((port) => procs.get(port) ?? []), sig);
     },
     async restartData() {
       const primary = primaryAtStop ?? (await primaryPort());

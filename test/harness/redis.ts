@@ -209,6 +209,7 @@ async function startClusterRedis(opts: RedisOptions): Promise<TestRedis> {
   const { startRedisCluster } = await import('./redis-cluster.ts');
   const cluster = await startRedisCluster({ persistent: opts.persistent });
   replicatedModeUrls.add(cluster.url);
+  const everyNode = [...cluster.primaryPorts, ...cluster.replicaPorts];
   return {
     url: cluster.url,
     // The first primary: what a test that attacks Redis from a sandbox tries to reach.
@@ -222,10 +223,10 @@ async function startClusterRedis(opts: RedisOptions): Promise<TestRedis> {
     },
     kill: () => cluster.stopAll('SIGKILL'),
     freeze: () => {
-      for (const port of [...cluster.primaryPorts, ...cluster.replicaPorts]) cluster.signal(port, 'SIGSTOP');
+      for (const port of everyNode) cluster.signal(port, 'SIGSTOP');
     },
     thaw: () => {
-      for (const port of [...cluster.primaryPorts, ...cluster.replicaPorts]) cluster.signal(port, 'SIGCONT');
+      for (const port of everyNode) cluster.signal(port, 'SIGCONT');
     },
     stop: async () => {
       replicatedModeUrls.delete(cluster.url);
@@ -259,6 +260,15 @@ export async function* scanAllKeys(r: RedisClient, match = '*'): AsyncGenerator<
  */
 export async function killRedisNodes(procs: Iterable<ChildProcess>, clients: Iterable<{ disconnect(): void }>, dir: string): Promise<void> {
   for (const c of clients) c.disconnect();
+  await endRedisNodes(procs, 'SIGKILL');
+  rmSync(dir, { recursive: true, force: true });
+}
+
+/**
+ * Sends `sig` to every live redis-server of `procs` (thawed first, so a frozen one acts on it)
+ * and returns once all have exited: SIGKILL a crash, SIGTERM a shutdown that writes the append-only file.
+ */
+export async function endRedisNodes(procs: Iterable<ChildProcess>, sig: 'SIGKILL' | 'SIGTERM'): Promise<void> {
   await Promise.all(
     [...procs].map(
       (p) =>
@@ -266,9 +276,8 @@ export async function killRedisNodes(procs: Iterable<ChildProcess>, clients: Ite
           if (p.exitCode !== null || p.signalCode !== null) return resolve();
           p.once('exit', () => resolve());
           p.kill('SIGCONT');
-          p.kill('SIGKILL');
+          p.kill(sig);
         }),
     ),
   );
-  rmSync(dir, { recursive: true, force: true });
 }
