@@ -171,7 +171,11 @@ describe('acknowledged writes wait for a Redis replica', () => {
     const promoted = await group.waitFailover(old);
     await group.restartNode(old, promoted);
     // Guarded: never acknowledged, so recorded again on the new primary.
-    await waitFor('the guarded exit recorded again after the failover', () => exitRecorded(guarded, 'exit-guarded'), 30_000, 200);
+    // 60 s, and what the record and the replica said if not: under CI's load (two lanes on two
+    // cores) the recording after a failover once took longer than 30 s, with nothing logged.
+    await waitFor('the guarded exit recorded again after the failover', () => exitRecorded(guarded, 'exit-guarded'), 60_000, 200).catch(async (err: unknown) => {
+      throw new Error(`${String(err)}; now ${JSON.stringify(await status(guarded, 'exit-guarded'))}\n${guarded.logs().slice(-8000)}`);
+    });
     // Unguarded: acknowledged by the lost primary alone, so the supervisor never says it again
     // (the record is Ready, or Error "ComputeVanished" once the sweep finds the main process gone).
     await new Promise((r) => setTimeout(r, 3_000));

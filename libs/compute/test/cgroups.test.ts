@@ -302,8 +302,12 @@ describe('cgroup v2 layout on a real cgroup2 mount', () => {
     expect(made.workload).toEqual([{ name: 'unified', hostDir: path.join(mount, parent, id, 'workload') }]);
     const sup = spawnIn(made.supervisorProcs, ['sleep', '60']);
     const wl = spawnIn([path.join(made.workload[0].hostDir, 'cgroup.procs')], ['sleep', '60']);
-    await waitFor('both in their leaves', () => fs.readFileSync(`/proc/${wl.pid}/cgroup`, 'utf8').includes(`0::/${parent}/${id}/workload`));
-    expect(fs.readFileSync(`/proc/${sup.pid}/cgroup`, 'utf8')).toContain(`0::/${parent}/${id}/supervisor`);
+    // Each process moves itself in after it starts: wait for both (under CI's load the supervisor
+    // was once read before its move, when only the workload was waited for).
+    const cgroupOf = (pid: number | undefined) => fs.readFileSync(`/proc/${pid}/cgroup`, 'utf8');
+    await waitFor('both in their leaves', () =>
+      cgroupOf(wl.pid).includes(`0::/${parent}/${id}/workload`) && cgroupOf(sup.pid).includes(`0::/${parent}/${id}/supervisor`),
+    );
     expect((await cg.processesIn(id)).sort()).toEqual([sup.pid, wl.pid].sort());
     expect(await cg.remove(id)).toBe(true);
     expect(await exitOf(sup)).toEqual({ code: null, signal: 'SIGKILL' });
