@@ -125,6 +125,10 @@ describe('acknowledged writes wait for a Redis replica', () => {
     const phase = async (cluster: Cluster, name: string) => (await status(cluster, name)).phase;
     /** The exit itself on record (not only an Error phase: the sweep marks a Ready record whose main process is gone ComputeVanished). */
     const exitRecorded = async (cluster: Cluster, name: string) => (await status(cluster, name)).reason === 'MainProcessFailed';
+    /** A timed-out wait's error with what it was waiting on: the record's status and the replica's log. */
+    const explained = (cluster: Cluster, name: string) => async (err: unknown) => {
+      throw new Error(`${String(err)}; now ${JSON.stringify(await status(cluster, name))}\n${cluster.logs().slice(-8000)}`);
+    };
     const sandboxes = [
       { cluster: guarded, name: 'exit-guarded' },
       { cluster: unguarded, name: 'exit-unguarded' },
@@ -143,9 +147,7 @@ describe('acknowledged writes wait for a Redis replica', () => {
         throw new Error(`create ${name}: ${stderr}`);
       }, 60_000, 500);
       // 60 s: right after a failover, on a machine the other lane loads, 30 s was once too short.
-      await waitFor(`${name} Ready`, async () => (await phase(cluster, name)) === 'SANDBOX_PHASE_READY', 60_000, 200).catch(async (err: unknown) => {
-        throw new Error(`${String(err)}; now ${JSON.stringify(await status(cluster, name))}\n${cluster.logs().slice(-6000)}`);
-      });
+      await waitFor(`${name} Ready`, async () => (await phase(cluster, name)) === 'SANDBOX_PHASE_READY', 60_000, 200).catch(explained(cluster, name));
       // Ready is on record before the guarded claim's WAIT: the session is in place once an exec
       // runs. (Right after the failover above a replica may still be resyncing, and a hello whose
       // claim cannot be confirmed is refused and tried again.) Cut off without one, the guarded
@@ -173,9 +175,7 @@ describe('acknowledged writes wait for a Redis replica', () => {
     // Guarded: never acknowledged, so recorded again on the new primary.
     // 60 s, and what the record and the replica said if not: under CI's load (two lanes on two
     // cores) the recording after a failover once took longer than 30 s, with nothing logged.
-    await waitFor('the guarded exit recorded again after the failover', () => exitRecorded(guarded, 'exit-guarded'), 60_000, 200).catch(async (err: unknown) => {
-      throw new Error(`${String(err)}; now ${JSON.stringify(await status(guarded, 'exit-guarded'))}\n${guarded.logs().slice(-8000)}`);
-    });
+    await waitFor('the guarded exit recorded again after the failover', () => exitRecorded(guarded, 'exit-guarded'), 60_000, 200).catch(explained(guarded, 'exit-guarded'));
     // Unguarded: acknowledged by the lost primary alone, so the supervisor never says it again
     // (the record is Ready, or Error "ComputeVanished" once the sweep finds the main process gone).
     await new Promise((r) => setTimeout(r, 3_000));
