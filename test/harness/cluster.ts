@@ -155,8 +155,12 @@ export class Cluster {
       .join(',');
   }
 
-  /** Adds one more replica (e.g. with a bogus supervisor endpoint) and starts it; returns its index. */
-  async addReplica(opts: { env?: Record<string, string>; supervisorEndpoint?: string; redisUrl?: string } = {}): Promise<number> {
+  /**
+   * Adds one more replica (e.g. with a bogus supervisor endpoint) and starts it; returns its index.
+   * `ownSupervisors`: the supervisors of sandboxes it creates dial it alone, so it holds their
+   * sessions and records their reports (a replica started with a debug fault, beside guarded ones).
+   */
+  async addReplica(opts: { env?: Record<string, string>; supervisorEndpoint?: string; ownSupervisors?: boolean; redisUrl?: string } = {}): Promise<number> {
     const [grpcPort, httpPort, peerPort] = await freePorts(3);
     const i = this.replicas.length;
     this.replicas.push({
@@ -169,7 +173,7 @@ export class Cluster {
       proc: null,
       logs: [],
       env: opts.env,
-      supervisorEndpoint: opts.supervisorEndpoint,
+      supervisorEndpoint: opts.ownSupervisors ? `${this.host}:${grpcPort}` : opts.supervisorEndpoint,
       redisUrl: opts.redisUrl,
     });
     await this.startReplica(i);
