@@ -353,7 +353,8 @@ async function main(): Promise<void> {
   /** Sandboxes whose create a client was told succeeded and that nobody deletes (--redis sentinel). */
   const acknowledged: { id: string; name: string }[] = [];
   /** A create through the balancer: acknowledged ones are remembered, refusals go to the ledger. */
-  const createKept = async (name: string): Promise<boolean> => {
+  /** A create whose record must survive (acknowledged-creates): true, or why it failed. */
+  const tryCreateKept = async (name: string): Promise<true | string> => {
     try {
       const res = await unaryCall<{ sandbox: { metadata: { id: string } } }>(clients[0]!, 'CreateSandbox', { name, spec: { command: ['sleep', 'infinity'] } });
       acknowledged.push({ id: res.sandbox.metadata.id, name });
@@ -361,7 +362,23 @@ async function main(): Promise<void> {
       return true;
     } catch (err) {
       ledger.record('create-kept', ...tuple(classifyError(err, false)));
-      return false;
+      return String((err as { details?: string }).details ?? err);
+    }
+  };
+  const createKept = async (name: string): Promise<boolean> => (await tryCreateKept(name)) === true;
+  /**
+   * A create attempted while the Redis replicas are cut off (the write-loss window). A passing
+   * failure (a connection the balancer shut, Redis briefly unreachable) is tried again under a
+   * new name until `untilMs`; the guard's refusal (no replica confirmed the write) is the answer
+   * and ends it. Without the retry, a run whose creates all met a passing failure had nothing
+   * acknowledged to lose, and the `--break redis-wait` negative run passed (CI, once, on a cluster).
+   */
+  const createWhileCut = async (name: string, untilMs: number): Promise<boolean> => {
+    for (let attempt = 1; ; attempt++) {
+      const outcome = await tryCreateKept(attempt === 1 ? name : `${name}-${attempt}`);
+      if (outcome === true) return true;
+      if (/Redis replica\(s\) required/.test(outcome) || Date.now() >= untilMs) return false;
+      await sleep(250);
     }
   };
   const pendingChecks: Promise<void>[] = [];
@@ -671,7 +688,7 @@ async function main(): Promise<void> {
           // Guarded creates wait for replicas that cannot answer, and their WAITs hold the
           // primaries' connections meanwhile: give them a few seconds, not all they would take.
           // One acknowledged later (after the failover) is an acknowledged create like any other.
-          const tries = [1, 2, 3].map((i) => createKept(`kept-cut-${i}`));
+          const tries = [1, 2, 3].map((i) => createWhileCut(`kept-cut-${i}`, Date.now() + CLUSTER_CUT_MS - 1_000));
           const attempts = await Promise.race([Promise.all(tries), sleep(CLUSTER_CUT_MS).then(() => tries.map(() => false))]);
           const tally = new Map<number, number>();
           for (const kept of acknowledged.slice(before)) {
@@ -729,7 +746,7 @@ async function main(): Promise<void> {
           const old = await group.primaryPort();
           console.log(`[${secs(t0)}] Redis primary :${old} cut off from its replicas; creating meanwhile`);
           await group.cutReplication();
-          const attempts = await Promise.all([1, 2].map((i) => createKept(`kept-cut-${i}`)));
+          const attempts = await Promise.all([1, 2].map((i) => createWhileCut(`kept-cut-${i}`, Date.now() + 5_000)));
           console.log(`[${secs(t0)}] kill -9 of the Redis primary :${old} (${attempts.filter(Boolean).length}/${attempts.length} creates acknowledged while cut off)`);
           group.signal(old, 'SIGKILL');
           await group.restoreReplication();
