@@ -104,6 +104,7 @@ describe('warm pools: claims', () => {
   let store: SandboxStore;
   let poolStore: PoolStore;
   let claims: PoolService;
+  const metrics = new Metrics();
 
   beforeAll(() => {
     store = new SandboxStore(redis);
@@ -130,7 +131,7 @@ describe('warm pools: claims', () => {
         },
       } as ReplicationGuard,
       log: createLogger({ component: 'test' }, 'error'),
-      metrics: new Metrics(),
+      metrics,
     });
   });
 
@@ -153,6 +154,22 @@ describe('warm pools: claims', () => {
     labels: { team: 'x' },
     annotations: { 'sandgate.dev/pool': 'claims' },
     spec: { command: ['sleep', 'infinity'], environment: { A: '1' }, providers: [] },
+  });
+
+  it('a refill takes a member whose record was lost (its Redis Cluster shard failed over) out of the pool, so that its place is refilled', async () => {
+    await claims.set({ name: 'lost', size: 1 }, admin);
+    const id = await member('lost');
+    await claims.refill('lost');
+    expect(await redis.smembers(keys.workspaceSandboxes(poolWorkspace('lost')))).toEqual([id]);
+    // The record's shard lost it; the pool's set (another slot) keeps its place: the pool looks full.
+    await redis.del(keys.sandbox(id));
+    // Backing off (a Ready member would have cleared it in the refill above), so that this refill
+    // launches nothing (there is no compute here): it only tidies.
+    await poolStore.noteFailure('lost', (await poolStore.get('lost'))!.generation, 'test: launch nothing', 60_000, 60_000);
+    await claims.refill('lost');
+    expect(await redis.smembers(keys.workspaceSandboxes(poolWorkspace('lost')))).toEqual([]);
+    expect(await redis.exists(keys.sandboxName(poolWorkspace('lost'), `lost-${id.slice(0, 8)}`))).toBe(0);
+    expect(metrics.get('sandgate_pool_members_lost_total')).toBe(1);
   });
 
   it('two claims of the one member: one gets it, the other finds the pool empty', async () => {

@@ -17,6 +17,11 @@ export function poolWorkspace(pool: string): string {
   return `pool:${pool}`;
 }
 
+/** A member's name in its pool's workspace: from its id, so a member whose record is lost can still have its name freed. */
+export function poolMemberName(pool: string, id: string): string {
+  return `${pool}-${id.slice(0, 8)}`;
+}
+
 export function isPoolWorkspace(workspace: string): boolean {
   return workspace.startsWith('pool:');
 }

@@ -3,7 +3,7 @@
 // caller's workspace once (claim-record-2's compare-and-set, in steps: PoolStore.claim). The rules are libs/core's pools.ts.
 import { readAll, type RedisClient } from './client.ts';
 import type { Sandbox } from '@sandgate/protocols';
-import { Code, GatewayError, poolWorkspace, type PoolDefinition, type PoolTemplate } from '@sandgate/core';
+import { Code, GatewayError, poolMemberName, poolWorkspace, type PoolDefinition, type PoolTemplate } from '@sandgate/core';
 import { keysFor, type KeySchema } from './keys.ts';
 import { luaScript } from './lua.ts';
 import { CREATE_WINDOW_MS, EVENTS_MAXLEN, sandboxCodec, type SandboxStore, type StoredSandbox } from './sandbox-store.ts';
@@ -15,6 +15,7 @@ const CLAIM_RECORD = luaScript('claim-record');
 const FORGET = luaScript('forget-pool');
 const NOTE_FAILURE = luaScript('note-pool-failure');
 const CLEAR_FAILURES = luaScript('clear-pool-failures');
+const DROP_LOST_MEMBER = luaScript('drop-lost-pool-member');
 
 /** What createMember answers (reserve-pool-member-4's first answer). */
 export const MemberCreateResult = { created: 1, full: 0, stale: -1 } as const;
@@ -114,6 +115,33 @@ export class PoolStore {
   /** The pool's unclaimed members' records (any phase). */
   async members(name: string): Promise<StoredSandbox[]> {
     return this.sandboxes.readMany(await this.redis.smembers(this.keys.workspaceSandboxes(poolWorkspace(name))));
+  }
+
+  /**
+   * The pool's members' records, and the ids in its member set that have no record and no
+   * pending create or delete: lost (dropLost). The pending entries are read before the records:
+   * a create settles (drops its entry) only after writing its record, so an id without an entry
+   * then and without a record after had its record written and lost (or deleted meanwhile).
+   */
+  async membership(name: string): Promise<{ members: StoredSandbox[]; lost: string[] }> {
+    const workspace = poolWorkspace(name);
+    const [ids, pending] = await Promise.all([this.redis.smembers(this.keys.workspaceSandboxes(workspace)), this.redis.hkeys(this.keys.pendingSandboxes(workspace))]);
+    const members = await this.sandboxes.readMany(ids);
+    const present = new Set([...pending, ...members.map((m) => m.sandbox.metadata!.id!)]);
+    return { members, lost: ids.filter((id) => !present.has(id)) };
+  }
+
+  /** Takes lost members (membership) out of the pool: its set, their names, the sandbox index. How many went. */
+  async dropLost(name: string, ids: string[]): Promise<number> {
+    const workspace = poolWorkspace(name);
+    let dropped = 0;
+    for (const id of ids) {
+      const keys = [this.keys.workspaceSandboxes(workspace), this.keys.sandboxName(workspace, poolMemberName(name, id)), this.keys.pendingSandboxes(workspace)];
+      if ((await DROP_LOST_MEMBER.run(this.redis, keys, [id])) !== 1) continue;
+      await this.redis.srem(this.keys.sandboxIndex(), id);
+      dropped++;
+    }
+    return dropped;
   }
 
   /**

@@ -17,7 +17,8 @@ import {
   tokenDigest,
   type RedisClient,
 } from '@sandgate/store';
-import { Code, GatewayError, poolWorkspace } from '@sandgate/core';
+import { randomUUID } from 'node:crypto';
+import { Code, GatewayError, poolMemberName, poolWorkspace } from '@sandgate/core';
 import type { Sandbox, ServiceEndpoint } from '@sandgate/protocols';
 import { startRedis, type TestRedis } from '@sandgate/test-harness/redis';
 import { startRedisCluster, type TestRedisCluster } from '@sandgate/test-harness/redis-cluster';
@@ -219,6 +220,39 @@ describe.each(['one Redis', 'a cluster'])('on %s', (mode) => {
     expect(await redis().sismember(k.sandboxIndex(), id)).toBe(0);
     expect(await redis().sismember(k.workspaceSandboxes('default'), id)).toBe(0);
     expect(await redis().hget(k.pendingSandboxes('default'), id)).toBeNull();
+  });
+
+  it('a member whose record was lost (its shard failed over) leaves its pool: its place, its name, its index entry; one still being created stays', async () => {
+    const store = new SandboxStore(redis());
+    const pools = new PoolStore(redis(), store);
+    const k = keysFor(redis());
+    const pool = unique('pool');
+    const def = await pools.set(pool, 3, { image: 'img' } as never);
+    const member = async () => {
+      const id = randomUUID();
+      expect(await pools.createMember(sandbox(id, poolMemberName(pool, id), poolWorkspace(pool)), 'c', pool, def.generation)).toBe(1);
+      return id;
+    };
+    const [kept, lost] = [await member(), await member()];
+    // A create in its steps: reserved (its place and a pending entry), no record yet.
+    const creating = randomUUID();
+    await redis().sadd(k.workspaceSandboxes(poolWorkspace(pool)), creating);
+    await redis().hset(k.pendingSandboxes(poolWorkspace(pool)), creating, `create ${Date.now()} ${poolMemberName(pool, creating)}`);
+    // What a failover of the record's shard leaves: every key of the sandbox gone (they share
+    // its hash tag), its place in the pool, its name and its index entry kept (other slots).
+    await redis().del(k.sandbox(lost), k.events(lost));
+    const seen = await pools.membership(pool);
+    expect(seen.members.map((m) => m.sandbox.metadata!.id)).toEqual([kept]);
+    expect(seen.lost).toEqual([lost]);
+    expect(await pools.dropLost(pool, seen.lost)).toBe(1);
+    expect(await pools.dropLost(pool, seen.lost)).toBe(0);
+    expect((await redis().smembers(k.workspaceSandboxes(poolWorkspace(pool)))).sort()).toEqual([kept, creating].sort());
+    expect(await redis().exists(k.sandboxName(poolWorkspace(pool), poolMemberName(pool, lost)))).toBe(0);
+    expect(await redis().sismember(k.sandboxIndex(), lost)).toBe(0);
+    expect(await redis().exists(k.sandboxName(poolWorkspace(pool), poolMemberName(pool, kept)))).toBe(1);
+    // Not pending any more (its entry went, as a settled create's does) and still without a record: lost too.
+    await redis().hdel(k.pendingSandboxes(poolWorkspace(pool)), creating);
+    expect((await pools.membership(pool)).lost).toEqual([creating]);
   });
 
   it('settles a claim whose replica died after claiming the record: the member leaves its pool', async () => {

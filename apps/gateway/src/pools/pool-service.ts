@@ -23,6 +23,7 @@ import {
   onDeleteRequested,
   parseResources,
   poolMayStartMembers,
+  poolMemberName,
   poolWorkspace,
   POOL_RETRY_FIRST_MS,
   POOL_RETRY_LONGEST_MS,
@@ -70,6 +71,7 @@ export class PoolService {
     deps.metrics.inc('sandgate_pool_claims_total', 0, { result: 'claimed' });
     deps.metrics.inc('sandgate_pool_claims_total', 0, { result: 'empty' });
     deps.metrics.inc('sandgate_pool_member_failures_total', 0);
+    deps.metrics.inc('sandgate_pool_members_lost_total', 0);
   }
 
   // ---- admin calls --------------------------------------------------------------------------
@@ -238,7 +240,12 @@ export class PoolService {
   async refill(name: string): Promise<unknown> {
     const { pools } = this.deps;
     const pool = await pools.get(name);
-    const members = await pools.members(name);
+    const { members, lost } = await pools.membership(name);
+    if (lost.length > 0) {
+      const dropped = await pools.dropLost(name, lost);
+      this.deps.metrics.inc('sandgate_pool_members_lost_total', dropped);
+      if (dropped > 0) this.deps.log.warn('pool members without a record (lost in a Redis failover) taken out of the pool; their compute goes as an orphan', { pool: name, dropped });
+    }
     const keep: StoredSandbox[] = [];
     const retire: StoredSandbox[] = [];
     const failed: StoredSandbox[] = [];
@@ -318,7 +325,7 @@ export class PoolService {
   private async startMember(pool: PoolDefinition): Promise<boolean | { error: string }> {
     const now = Date.now();
     const id = randomUUID();
-    const name = `${pool.name}-${id.slice(0, 8)}`;
+    const name = poolMemberName(pool.name, id);
     const template = pool.template;
     const member: Sandbox = {
       metadata: { id, name, created_at_ms: now, labels: {}, annotations: {}, resource_version: 0, workspace: poolWorkspace(pool.name) },
