@@ -352,8 +352,10 @@ async function main(): Promise<void> {
   let warmClaims = 0;
   /** Sandboxes whose create a client was told succeeded and that nobody deletes (--redis sentinel). */
   const acknowledged: { id: string; name: string }[] = [];
-  /** A create through the balancer: acknowledged ones are remembered, refusals go to the ledger. */
-  /** A create whose record must survive (acknowledged-creates): true, or why it failed. */
+  /**
+   * A create through the balancer whose record must survive (acknowledged-creates): acknowledged
+   * ones are remembered, refusals go to the ledger. True, or why it failed.
+   */
   const tryCreateKept = async (name: string): Promise<true | string> => {
     try {
       const res = await unaryCall<{ sandbox: { metadata: { id: string } } }>(clients[0]!, 'CreateSandbox', { name, spec: { command: ['sleep', 'infinity'] } });

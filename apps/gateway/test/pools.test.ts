@@ -7,7 +7,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RedisClient } from '@sandgate/store';
 import { randomUUID } from 'node:crypto';
-import { Code, GatewayError, LOCAL_DEV_PRINCIPAL, Phase, poolWorkspace, type Principal } from '@sandgate/core';
+import { Code, GatewayError, LOCAL_DEV_PRINCIPAL, Phase, poolMemberName, poolWorkspace, type Principal } from '@sandgate/core';
 import { encodeStruct, type CreateSandboxRequest, type Sandbox } from '@sandgate/protocols';
 import { keys, PoolStore, SandboxStore, type ReplicationGuard } from '@sandgate/store';
 import { createLogger, Metrics } from '@sandgate/telemetry';
@@ -139,7 +139,7 @@ describe('warm pools: claims', () => {
   async function member(pool: string): Promise<string> {
     const def = (await poolStore.get(pool))!;
     const id = randomUUID();
-    const name = `${pool}-${id.slice(0, 8)}`;
+    const name = poolMemberName(pool, id);
     const sandbox: Sandbox = {
       metadata: { id, name, created_at_ms: Date.now(), labels: {}, annotations: {}, resource_version: 0, workspace: poolWorkspace(pool) },
       spec: { command: ['/bin/bash', '-l'], tty: true, environment: {}, providers: [], template: { image: 'host', labels: {}, annotations: {}, environment: {} } },
@@ -168,7 +168,7 @@ describe('warm pools: claims', () => {
     await poolStore.noteFailure('lost', (await poolStore.get('lost'))!.generation, 'test: launch nothing', 60_000, 60_000);
     await claims.refill('lost');
     expect(await redis.smembers(keys.workspaceSandboxes(poolWorkspace('lost')))).toEqual([]);
-    expect(await redis.exists(keys.sandboxName(poolWorkspace('lost'), `lost-${id.slice(0, 8)}`))).toBe(0);
+    expect(await redis.exists(keys.sandboxName(poolWorkspace('lost'), poolMemberName('lost', id)))).toBe(0);
     expect(metrics.get('sandgate_pool_members_lost_total')).toBe(1);
   });
 
