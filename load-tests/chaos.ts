@@ -1145,10 +1145,12 @@ async function moveUnderWarmHints(
   const index = cluster.replicas.findIndex((rep) => rep.id === from);
   if (index < 0) throw new Error(`moved-calm: owner ${from} is not a replica of this run`);
   await cluster.signal(index, 'SIGTERM');
+  // 15 s: the move takes about a second (CI: drain, claim and restart in 2.7 s), and a run whose
+  // supervisors do not reconnect (the supervisor-reconnect negative run) waits all of it.
   const to = await waitFor('moved-calm claimed by another replica', async () => {
     const owner = await r.hget(keysFor(r).owner(sandbox.id), 'replica');
     return owner && owner !== from ? owner : undefined;
-  }, 30_000);
+  }, 15_000);
   await restartReplica(cluster, index, scenario);
   return { sandbox, from, to };
 }
