@@ -17,7 +17,8 @@
   the pending entry is `<op> <reserved at> <name>[ <pool> <member name>]`
   Returns {1, reserved at (ms, Redis' clock), 1 if the default workspace was created here else 0}
   reserved; {0} name already taken; {-1} workspace missing; {-2} workspace terminating;
-  {-3} workspace at its sandbox quota.
+  {-3} workspace at its sandbox quota; {-4} the id has a pending entry here already: a claim of
+  a member that another claim into this workspace has reserved (a create's id is new).
 ]]
 local made = 0
 if redis.call('EXISTS', KEYS[1]) == 0 then
@@ -27,6 +28,9 @@ if redis.call('EXISTS', KEYS[1]) == 0 then
 end
 if redis.call('HGET', KEYS[1], 'phase') == 'terminating' then return {-2} end
 if redis.call('EXISTS', KEYS[3]) == 1 then return {0} end
+-- The pending entry is keyed by the id: a second claim of one member would overwrite the first
+-- one's, whose release then finds it changed and leaves its name reserved for good.
+if redis.call('HEXISTS', KEYS[4], ARGV[1]) == 1 then return {-4} end
 local quota = tonumber(ARGV[3])
 if quota > 0 and redis.call('SCARD', KEYS[2]) >= quota then return {-3} end
 local t = redis.call('TIME')

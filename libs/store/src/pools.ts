@@ -6,7 +6,7 @@ import type { Sandbox } from '@sandgate/protocols';
 import { Code, GatewayError, poolMemberName, poolWorkspace, type PoolDefinition, type PoolTemplate } from '@sandgate/core';
 import { keysFor, type KeySchema } from './keys.ts';
 import { luaScript } from './lua.ts';
-import { CREATE_WINDOW_MS, EVENTS_MAXLEN, sandboxCodec, type SandboxStore, type StoredSandbox } from './sandbox-store.ts';
+import { CREATE_WINDOW_MS, EVENTS_MAXLEN, MemberBusyError, sandboxCodec, type SandboxStore, type StoredSandbox } from './sandbox-store.ts';
 
 const SET = luaScript('set-pool');
 const RESERVE_MEMBER = luaScript('reserve-pool-member');
@@ -180,7 +180,13 @@ export class PoolStore {
     const claimable = await CLAIM_CHECK.run(this.redis, [this.keys.pool(pool.name), this.keys.workspaceSandboxes(memberWorkspace)], [id, pool.generation]);
     if (claimable !== 1) return false;
     const op = `claim ${pool.name} ${memberName}` as const;
-    const at = await this.sandboxes.reserve(id, target.workspace, target.name, target.maxPerWorkspace, op);
+    let at: number;
+    try {
+      at = await this.sandboxes.reserve(id, target.workspace, target.name, target.maxPerWorkspace, op);
+    } catch (err) {
+      if (err instanceof MemberBusyError) return false; // another claim into this workspace has it
+      throw err;
+    }
     const entry = `claim ${at} ${target.name} ${pool.name} ${memberName}`;
     let answer: unknown;
     try {

@@ -34,7 +34,7 @@ const SEAL_SSH_SESSIONS = luaScript('seal-ssh-sessions');
 const TAKE_POOL_MEMBER = luaScript('take-pool-member');
 
 /** What reserve-sandbox-4 answers first (for creates and claims alike). */
-const CreateResult = { nameTaken: 0, created: 1, workspaceMissing: -1, workspaceTerminating: -2, atQuota: -3 } as const;
+const CreateResult = { nameTaken: 0, created: 1, workspaceMissing: -1, workspaceTerminating: -2, atQuota: -3, memberBusy: -4 } as const;
 /** What create-sandbox-record-2 and index-sandbox-1 answer. */
 const StepResult = { done: 1, exists: 0, tooLate: -1 } as const;
 
@@ -81,6 +81,8 @@ const REMOVE_ATTEMPTS = 5;
  */
 export function createRefusal(answer: unknown, workspace: string, name: string, maxPerWorkspace: number): GatewayError {
   switch (answer) {
+    case CreateResult.memberBusy:
+      return new MemberBusyError();
     case CreateResult.nameTaken:
       return new GatewayError(Code.ALREADY_EXISTS, `sandbox '${name}' already exists`);
     case CreateResult.workspaceMissing:
@@ -94,6 +96,16 @@ export function createRefusal(answer: unknown, workspace: string, name: string, 
       );
     default:
       return new GatewayError(Code.INTERNAL, `create sandbox failed: unexpected store answer ${String(answer)}`);
+  }
+}
+
+/**
+ * A claim's reservation found its warm-pool member reserved by another claim into the same
+ * workspace (reserve-sandbox-4's -4): PoolStore.claim tries another member.
+ */
+export class MemberBusyError extends GatewayError {
+  constructor() {
+    super(Code.ABORTED, 'the warm-pool member is being claimed by another create; try again');
   }
 }
 

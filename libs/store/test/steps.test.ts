@@ -7,6 +7,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Cluster, type Redis } from 'ioredis';
 import {
+  MemberBusyError,
   PoolStore,
   SandboxLogStore,
   SandboxStore,
@@ -253,6 +254,21 @@ describe.each(['one Redis', 'a cluster'])('on %s', (mode) => {
     // Not pending any more (its entry went, as a settled create's does) and still without a record: lost too.
     await redis().hdel(k.pendingSandboxes(poolWorkspace(pool)), creating);
     expect((await pools.membership(pool)).lost).toEqual([creating]);
+  });
+
+  it("two claims of one member into one workspace: the second finds it busy, so neither overwrites the other's pending entry and leaks its name", async () => {
+    const store = new SandboxStore(redis());
+    const k = keysFor(redis());
+    const member = randomUUID();
+    const [first, second] = [unique('claim-a'), unique('claim-b')];
+    const at = await store.reserve(member, 'default', first, 0, 'claim p m0');
+    await expect(store.reserve(member, 'default', second, 0, 'claim p m0')).rejects.toBeInstanceOf(MemberBusyError);
+    expect(await redis().hget(k.pendingSandboxes('default'), member)).toBe(`claim ${at} ${first} p m0`);
+    expect(await redis().exists(k.sandboxName('default', second))).toBe(0);
+    // The first claim missed (another took the record): its release frees its name and the member.
+    expect(await store.releaseReservation(member, 'default', first, `claim ${at} ${first} p m0`)).toBe(true);
+    expect(await redis().exists(k.sandboxName('default', first))).toBe(0);
+    await store.reserve(member, 'default', second, 0, 'claim p m0');
   });
 
   it('settles a claim whose replica died after claiming the record: the member leaves its pool', async () => {
