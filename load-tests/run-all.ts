@@ -48,6 +48,8 @@ const BENCHES: Bench[] = [
   { id: 'kill-latency', args: [], quickArgs: ['--iterations', '10'], precondition: fileExists('kill-latency'), timeoutMs: 300_000 },
   // Issue 16: the native netns agent against the Node one (a sandbox's start and footprint).
   { id: 'netns-agent', args: ['--sandboxes', '10', '--settle-seconds', '10'], quickArgs: ['--sandboxes', '2', '--settle-seconds', '2'], timeoutMs: 300_000 },
+  // Issue 16: the memory and start of idle Node processes with more and more of the supervisor loaded.
+  { id: 'supervisor-floor', args: ['--per-kind', '17', '--settle-seconds', '10'], quickArgs: ['--per-kind', '2', '--settle-seconds', '2'], timeoutMs: 300_000 },
   { id: 'pool-footprint', args: ['--sandboxes', '5', '--settle-seconds', '10'], quickArgs: ['--sandboxes', '2', '--settle-seconds', '2'], timeoutMs: 300_000 },
   {
     id: 'create-latency',

@@ -1,0 +1,135 @@
+// Issue 16, item 2: how low a per-sandbox supervisor written in Node can go. Many idle Node
+// processes side by side, as on a host full of sandboxes, each started with the supervisor's
+// flags (SUPERVISOR_NODE_FLAGS) and a warm compile cache, each holding one connection to an HTTP/2
+// server like a supervisor's control session, with more of the supervisor's start loaded in each
+// kind: a bare Node, then node:http2, grpc-js, protobufjs with sandgate's descriptor, pino and the
+// logger, and all of the supervisor's modules. Per kind: the proportional set size (PSS,
+// /proc/PID/smaps_rollup) and its anonymous part after they idled, and the start (from the
+// process's beginning to its modules loaded and its connection up). Kinds are started round-robin,
+// one process at a time, so their starts are side by side too.
+//   node load-tests/supervisor-floor.ts [--per-kind 20] [--settle-seconds 10]
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import fs from 'node:fs';
+import http2 from 'node:http2';
+import type { AddressInfo } from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
+import { SUPERVISOR_NODE_FLAGS } from '@sandgate/compute';
+import { COMMON_OPTIONS, emitReport, mib, now, onCleanup, runMain, withTimeout, type BenchReport } from './bench.ts';
+import { smapsRollup } from './env.ts';
+import { ms, summarise } from './stats.ts';
+
+const { values } = parseArgs({
+  options: {
+    'per-kind': { type: 'string', default: '20' },
+    'settle-seconds': { type: 'string', default: '10' },
+    ...COMMON_OPTIONS,
+  },
+});
+const perKind = Number(values['per-kind']);
+const settleSeconds = Number(values['settle-seconds']);
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const CHILD = path.join(here, 'supervisor-floor-child.ts');
+const SUPERVISOR_MAIN = path.join(here, '..', 'apps', 'supervisor', 'src', 'supervisor-main.ts');
+
+interface Kind {
+  label: string;
+  modules: string[];
+  connect: boolean;
+}
+// Each kind adds to the one before, in the order the supervisor's start loads them.
+const KINDS: Kind[] = [
+  { label: 'Node alone, no connection', modules: [], connect: false },
+  { label: '+ an HTTP/2 session (node:http2)', modules: [], connect: true },
+  { label: '+ grpc-js (a connected channel instead)', modules: ['@grpc/grpc-js'], connect: true },
+  { label: '+ protobufjs and the descriptor (@sandgate/protocols)', modules: ['@grpc/grpc-js', '@sandgate/protocols'], connect: true },
+  { label: '+ pino and the logger (@sandgate/telemetry/log)', modules: ['@grpc/grpc-js', '@sandgate/protocols', '@sandgate/telemetry/log'], connect: true },
+  { label: "+ the rest of the supervisor's modules (supervisor-main.ts)", modules: ['@grpc/grpc-js', '@sandgate/protocols', '@sandgate/telemetry/log', SUPERVISOR_MAIN], connect: true },
+];
+
+interface Started {
+  kind: number;
+  child: ChildProcess;
+  readyMs: number;
+}
+
+function childArgs(portArg: string, kind: Kind): string[] {
+  return [...SUPERVISOR_NODE_FLAGS, CHILD, portArg, ...kind.modules];
+}
+
+function startChild(kind: Kind, port: number, cacheDir: string): Promise<{ child: ChildProcess; readyMs: number }> {
+  const child = spawn(process.execPath, childArgs(kind.connect ? String(port) : '-', kind), {
+    env: { PATH: process.env.PATH, NODE_COMPILE_CACHE: cacheDir },
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  return withTimeout(
+    new Promise((resolve, reject) => {
+      let out = '';
+      child.stdout!.on('data', (d: Buffer) => {
+        out += d.toString();
+        const m = /^ready (\S+)\n/.exec(out);
+        if (m) resolve({ child, readyMs: Number(m[1]) });
+      });
+      child.once('exit', (code) => reject(new Error(`a '${kind.label}' process exited (${code}) before it was ready`)));
+    }),
+    30_000,
+    `'${kind.label}' ready`,
+  );
+}
+
+async function main(): Promise<void> {
+  const started = now();
+  const cacheDir = fs.mkdtempSync(path.join(os.tmpdir(), 'sandgate-floor-cache-'));
+  onCleanup('compile cache', () => fs.rmSync(cacheDir, { recursive: true, force: true }));
+  const server = http2.createServer();
+  server.on('session', (s) => s.on('error', () => undefined));
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  onCleanup('http2 server', () => new Promise((resolve) => server.close(resolve)));
+  const port = (server.address() as AddressInfo).port;
+  const children: Started[] = [];
+  onCleanup('processes', () => {
+    for (const c of children) c.child.kill('SIGKILL');
+  });
+
+  // Fill the cache (under the same flags, as the drivers do), then start every kind round-robin.
+  const fill = spawnSync(process.execPath, childArgs('fill', KINDS[KINDS.length - 1]!), { env: { PATH: process.env.PATH, NODE_COMPILE_CACHE: cacheDir }, stdio: 'inherit' });
+  if (fill.status !== 0) throw new Error(`filling the compile cache failed (${fill.status ?? fill.signal})`);
+  for (let i = 0; i < perKind; i++) {
+    for (const [k, kind] of KINDS.entries()) children.push({ kind: k, ...(await startChild(kind, port, cacheDir)) });
+  }
+  await new Promise((r) => setTimeout(r, settleSeconds * 1000));
+  const prints = await Promise.all(
+    children.map(async (c) => ({ kind: c.kind, readyMs: c.readyMs, pss: await smapsRollup(c.child.pid!), anon: await smapsRollup(c.child.pid!, 'Pss_Anon') })),
+  );
+
+  let previous: { pss: number; ready: number } | undefined;
+  const rows = KINDS.map((kind, k) => {
+    const mine = prints.filter((p) => p.kind === k);
+    const pss = summarise(mine.map((p) => p.pss)).p50;
+    const anon = summarise(mine.map((p) => p.anon)).p50;
+    const ready = summarise(mine.map((p) => p.readyMs)).p50;
+    const row = [kind.label, mib(pss), mib(anon), previous ? `+${mib(pss - previous.pss)}` : '', ms(ready), previous ? `+${ms(ready - previous.ready)}` : ''];
+    previous = { pss, ready };
+    return row;
+  });
+  const report: BenchReport = {
+    id: 'supervisor-floor',
+    title: 'How low a Node supervisor can go: idle Node processes with more of the supervisor loaded',
+    command: `node load-tests/supervisor-floor.ts --per-kind ${perKind} --settle-seconds ${settleSeconds}`,
+    tables: [
+      {
+        caption: `${perKind} idle processes of each kind side by side (${perKind * KINDS.length} in all), Node flags \`${SUPERVISOR_NODE_FLAGS.join(' ')}\`, warm compile cache, idle ${settleSeconds} s; median per process. Start: from the process's beginning to its modules loaded and its connection up (\`performance.now()\`)`,
+        headers: ['each process', 'PSS', '… of it anonymous', 'PSS added', 'start', 'start added'],
+        rows,
+      },
+    ],
+    notes: [`the issue's target is 15 MiB for all of a sandbox's processes besides its workload; the native netns agent, the spare exec wrapper and bwrap add ~0.5 MiB (pool-footprint)`],
+    durationMs: now() - started,
+  };
+  emitReport(report, values['report-json']);
+}
+
+await runMain(main);
