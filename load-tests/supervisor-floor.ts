@@ -3,7 +3,7 @@
 // flags (SUPERVISOR_NODE_FLAGS) and a warm compile cache, each holding one connection to an HTTP/2
 // server like a supervisor's control session, with more of the supervisor's start loaded in each
 // kind: a bare Node, then node:http2, grpc-js, protobufjs with sandgate's descriptor, pino and the
-// logger, and all of the supervisor's modules. Per kind: the proportional set size (PSS,
+// logger, all of the supervisor's modules, and those over TLS (as `sandgate up` runs). Per kind: the proportional set size (PSS,
 // /proc/PID/smaps_rollup) and its anonymous part after they idled, and the start (from the
 // process's beginning to its modules loaded and its connection up). Kinds are started round-robin,
 // one process at a time, so their starts are side by side too.
@@ -17,6 +17,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { SUPERVISOR_NODE_FLAGS } from '@sandgate/compute';
+import { createCertificateAuthority } from '@sandgate/pki';
 import { COMMON_OPTIONS, emitReport, mib, now, onCleanup, runMain, withTimeout, type BenchReport } from './bench.ts';
 import { smapsRollup } from './env.ts';
 import { ms, summarise } from './stats.ts';
@@ -39,6 +40,7 @@ interface Kind {
   label: string;
   modules: string[];
   connect: boolean;
+  tls?: boolean;
 }
 // Each kind adds to the one before, in the order the supervisor's start loads them.
 const KINDS: Kind[] = [
@@ -48,6 +50,8 @@ const KINDS: Kind[] = [
   { label: '+ protobufjs and the descriptor (@sandgate/protocols)', modules: ['@grpc/grpc-js', '@sandgate/protocols'], connect: true },
   { label: '+ pino and the logger (@sandgate/telemetry/log)', modules: ['@grpc/grpc-js', '@sandgate/protocols', '@sandgate/telemetry/log'], connect: true },
   { label: "+ the rest of the supervisor's modules (supervisor-main.ts)", modules: ['@grpc/grpc-js', '@sandgate/protocols', '@sandgate/telemetry/log', SUPERVISOR_MAIN], connect: true },
+  // `sandgate up` serves TLS, so its supervisors dial it over TLS.
+  { label: '+ TLS on the connection (as `sandgate up` runs)', modules: ['@grpc/grpc-js', '@sandgate/protocols', '@sandgate/telemetry/log', SUPERVISOR_MAIN], connect: true, tls: true },
 ];
 
 interface Started {
@@ -56,12 +60,19 @@ interface Started {
   readyMs: number;
 }
 
-function childArgs(portArg: string, kind: Kind): string[] {
-  return [...SUPERVISOR_NODE_FLAGS, CHILD, portArg, ...kind.modules];
+interface Servers {
+  port: number;
+  tlsPort: number;
+  caFile: string;
 }
 
-function startChild(kind: Kind, port: number, cacheDir: string): Promise<{ child: ChildProcess; readyMs: number }> {
-  const child = spawn(process.execPath, childArgs(kind.connect ? String(port) : '-', kind), {
+function childArgs(target: string, kind: Kind): string[] {
+  return [...SUPERVISOR_NODE_FLAGS, CHILD, target, ...kind.modules];
+}
+
+function startChild(kind: Kind, servers: Servers, cacheDir: string): Promise<{ child: ChildProcess; readyMs: number }> {
+  const target = !kind.connect ? '-' : kind.tls ? `tls:${servers.tlsPort}:${servers.caFile}` : String(servers.port);
+  const child = spawn(process.execPath, childArgs(target, kind), {
     env: { PATH: process.env.PATH, NODE_COMPILE_CACHE: cacheDir },
     stdio: ['ignore', 'pipe', 'inherit'],
   });
@@ -84,11 +95,21 @@ async function main(): Promise<void> {
   const started = now();
   const cacheDir = fs.mkdtempSync(path.join(os.tmpdir(), 'sandgate-floor-cache-'));
   onCleanup('compile cache', () => fs.rmSync(cacheDir, { recursive: true, force: true }));
-  const server = http2.createServer();
-  server.on('session', (s) => s.on('error', () => undefined));
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  onCleanup('http2 server', () => new Promise((resolve) => server.close(resolve)));
-  const port = (server.address() as AddressInfo).port;
+  const ca = await createCertificateAuthority('supervisor-floor CA');
+  const serverCert = await ca.issue({ commonName: 'localhost', dnsNames: ['localhost'], ipAddresses: ['127.0.0.1'], usage: 'server' });
+  const caFile = path.join(cacheDir, 'ca.pem');
+  fs.writeFileSync(caFile, ca.cert);
+  const listen = async (server: http2.Http2Server | http2.Http2SecureServer): Promise<number> => {
+    server.on('session', (s) => s.on('error', () => undefined));
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    onCleanup('http2 server', () => new Promise((resolve) => server.close(resolve)));
+    return (server.address() as AddressInfo).port;
+  };
+  const servers: Servers = {
+    port: await listen(http2.createServer()),
+    tlsPort: await listen(http2.createSecureServer({ cert: serverCert.cert, key: serverCert.key })),
+    caFile,
+  };
   const children: Started[] = [];
   onCleanup('processes', () => {
     for (const c of children) c.child.kill('SIGKILL');
@@ -98,7 +119,7 @@ async function main(): Promise<void> {
   const fill = spawnSync(process.execPath, childArgs('fill', KINDS[KINDS.length - 1]!), { env: { PATH: process.env.PATH, NODE_COMPILE_CACHE: cacheDir }, stdio: 'inherit' });
   if (fill.status !== 0) throw new Error(`filling the compile cache failed (${fill.status ?? fill.signal})`);
   for (let i = 0; i < perKind; i++) {
-    for (const [k, kind] of KINDS.entries()) children.push({ kind: k, ...(await startChild(kind, port, cacheDir)) });
+    for (const [k, kind] of KINDS.entries()) children.push({ kind: k, ...(await startChild(kind, servers, cacheDir)) });
   }
   await new Promise((r) => setTimeout(r, settleSeconds * 1000));
   const prints = await Promise.all(
@@ -111,7 +132,8 @@ async function main(): Promise<void> {
     const pss = summarise(mine.map((p) => p.pss)).p50;
     const anon = summarise(mine.map((p) => p.anon)).p50;
     const ready = summarise(mine.map((p) => p.readyMs)).p50;
-    const row = [kind.label, mib(pss), mib(anon), previous ? `+${mib(pss - previous.pss)}` : '', ms(ready), previous ? `+${ms(ready - previous.ready)}` : ''];
+    const signed = (v: number, format: (x: number) => string) => `${v < 0 ? '−' : '+'}${format(Math.abs(v))}`;
+    const row = [kind.label, mib(pss), mib(anon), previous ? signed(pss - previous.pss, mib) : '', ms(ready), previous ? signed(ready - previous.ready, ms) : ''];
     previous = { pss, ready };
     return row;
   });
