@@ -6,8 +6,9 @@
 // logger, all of the supervisor's modules, and those over TLS (as `sandgate up` runs). Per kind: the proportional set size (PSS,
 // /proc/PID/smaps_rollup) and its anonymous part after they idled, and the start (from the
 // process's beginning to its modules loaded and its connection up). Kinds are started round-robin,
-// one process at a time, so their starts are side by side too.
-//   node load-tests/supervisor-floor.ts [--per-kind 20] [--settle-seconds 10]
+// one process at a time, so their starts are side by side too. Beside them, the other shape: one
+// process with the whole supervisor loaded holding a connection for each of many sandboxes.
+//   node load-tests/supervisor-floor.ts [--per-kind 20] [--settle-seconds 10] [--agent-connections 100]
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import http2 from 'node:http2';
@@ -18,7 +19,7 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { SUPERVISOR_NODE_FLAGS } from '@sandgate/compute';
 import { createCertificateAuthority } from '@sandgate/pki';
-import { COMMON_OPTIONS, emitReport, mib, now, onCleanup, runMain, withTimeout, type BenchReport } from './bench.ts';
+import { COMMON_OPTIONS, emitReport, fixed, mib, now, onCleanup, runMain, withTimeout, type BenchReport } from './bench.ts';
 import { smapsRollup } from './env.ts';
 import { ms, summarise } from './stats.ts';
 
@@ -26,11 +27,13 @@ const { values } = parseArgs({
   options: {
     'per-kind': { type: 'string', default: '20' },
     'settle-seconds': { type: 'string', default: '10' },
+    'agent-connections': { type: 'string', default: '100' },
     ...COMMON_OPTIONS,
   },
 });
 const perKind = Number(values['per-kind']);
 const settleSeconds = Number(values['settle-seconds']);
+const agentConnections = Number(values['agent-connections']);
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const CHILD = path.join(here, 'supervisor-floor-child.ts');
@@ -70,10 +73,10 @@ function childArgs(target: string, kind: Kind): string[] {
   return [...SUPERVISOR_NODE_FLAGS, CHILD, target, ...kind.modules];
 }
 
-function startChild(kind: Kind, servers: Servers, cacheDir: string): Promise<{ child: ChildProcess; readyMs: number }> {
+function startChild(kind: Kind, servers: Servers, cacheDir: string, connections = 1): Promise<{ child: ChildProcess; readyMs: number }> {
   const target = !kind.connect ? '-' : kind.tls ? `tls:${servers.tlsPort}:${servers.caFile}` : String(servers.port);
   const child = spawn(process.execPath, childArgs(target, kind), {
-    env: { PATH: process.env.PATH, NODE_COMPILE_CACHE: cacheDir },
+    env: { PATH: process.env.PATH, NODE_COMPILE_CACHE: cacheDir, FLOOR_CONNECTIONS: String(connections) },
     stdio: ['ignore', 'pipe', 'inherit'],
   });
   return withTimeout(
@@ -121,12 +124,20 @@ async function main(): Promise<void> {
   for (let i = 0; i < perKind; i++) {
     for (const [k, kind] of KINDS.entries()) children.push({ kind: k, ...(await startChild(kind, servers, cacheDir)) });
   }
+  // The other shape: one process with the whole supervisor loaded, holding a TLS connection for
+  // each of many sandboxes, as one agent per host would. A lower bound for such an agent: it
+  // holds none of a sandbox's other state (output journals, exec channels).
+  const fullest = KINDS[KINDS.length - 1]!;
+  const agent = await startChild(fullest, servers, cacheDir, agentConnections);
+  children.push({ kind: -1, ...agent });
   await new Promise((r) => setTimeout(r, settleSeconds * 1000));
+  const agentPss = await smapsRollup(agent.child.pid!);
   const prints = await Promise.all(
     children.map(async (c) => ({ kind: c.kind, readyMs: c.readyMs, pss: await smapsRollup(c.child.pid!), anon: await smapsRollup(c.child.pid!, 'Pss_Anon') })),
   );
 
   let previous: { pss: number; ready: number } | undefined;
+  let lastPss = NaN;
   const rows = KINDS.map((kind, k) => {
     const mine = prints.filter((p) => p.kind === k);
     const pss = summarise(mine.map((p) => p.pss)).p50;
@@ -135,17 +146,23 @@ async function main(): Promise<void> {
     const signed = (v: number, format: (x: number) => string) => `${v < 0 ? '−' : '+'}${format(Math.abs(v))}`;
     const row = [kind.label, mib(pss), mib(anon), previous ? signed(pss - previous.pss, mib) : '', ms(ready), previous ? signed(ready - previous.ready, ms) : ''];
     previous = { pss, ready };
+    lastPss = pss;
     return row;
   });
   const report: BenchReport = {
     id: 'supervisor-floor',
     title: 'How low a Node supervisor can go: idle Node processes with more of the supervisor loaded',
-    command: `node load-tests/supervisor-floor.ts --per-kind ${perKind} --settle-seconds ${settleSeconds}`,
+    command: `node load-tests/supervisor-floor.ts --per-kind ${perKind} --settle-seconds ${settleSeconds} --agent-connections ${agentConnections}`,
     tables: [
       {
         caption: `${perKind} idle processes of each kind side by side (${perKind * KINDS.length} in all), Node flags \`${SUPERVISOR_NODE_FLAGS.join(' ')}\`, warm compile cache, idle ${settleSeconds} s; median per process. Start: from the process's beginning to its modules loaded and its connection up (\`performance.now()\`)`,
         headers: ['each process', 'PSS', '… of it anonymous', 'PSS added', 'start', 'start added'],
         rows,
+      },
+      {
+        caption: `One process with the whole supervisor loaded holding ${agentConnections} TLS connections (each its own grpc-js channel), as one agent per host serving ${agentConnections} sandboxes would; started with the others, same flags and cache`,
+        headers: ['process', 'PSS', 'per connection', 'against one process per sandbox (last row above)'],
+        rows: [[`${agentConnections} connections in one process`, mib(agentPss), mib(agentPss / agentConnections), fixed(agentPss / agentConnections / lastPss, 3)]],
       },
     ],
     notes: [`the issue's target is 15 MiB for all of a sandbox's processes besides its workload; the native netns agent, the spare exec wrapper and bwrap add ~0.5 MiB (pool-footprint)`],
