@@ -151,6 +151,8 @@ const POOL_SIZE = 4;
 const LONG_FREEZE_MS = 9_000;
 /** How long creates are tried while no Redis Cluster replica gets any write (--redis cluster). */
 const CLUSTER_CUT_MS = 6_000;
+/** The longest a Sentinel primary stays cut off from its replicas while creates are tried. */
+const SENTINEL_CUT_MS = 15_000;
 /** A frozen Redis primary stays frozen this long at least: beyond the Sentinels' failover timeout (4 s, test/harness/redis-sentinel.ts). */
 const REDIS_FREEZE_MIN_MS = 6_000;
 /**
@@ -748,7 +750,11 @@ async function main(): Promise<void> {
           const old = await group.primaryPort();
           console.log(`[${secs(t0)}] Redis primary :${old} cut off from its replicas; creating meanwhile`);
           await group.cutReplication();
-          const attempts = await Promise.all([1, 2].map((i) => createWhileCut(`kept-cut-${i}`, Date.now() + 5_000)));
+          // Up to 15 s of tries: under load (three chaos runs at once in CI) the balancer marks
+          // replicas down and shuts their connections, and in 5 s every try could fail that way,
+          // leaving nothing acknowledged to lose (the `--break redis-wait` run passed, CI, once).
+          // A try that is acknowledged, or refused by the guard, ends its loop at once.
+          const attempts = await Promise.all([1, 2].map((i) => createWhileCut(`kept-cut-${i}`, Date.now() + SENTINEL_CUT_MS)));
           console.log(`[${secs(t0)}] kill -9 of the Redis primary :${old} (${attempts.filter(Boolean).length}/${attempts.length} creates acknowledged while cut off)`);
           group.signal(old, 'SIGKILL');
           await group.restoreReplication();
