@@ -3,11 +3,12 @@
 // flags (SUPERVISOR_NODE_FLAGS) and a warm compile cache, each holding one connection to an HTTP/2
 // server like a supervisor's control session, with more of the supervisor's start loaded in each
 // kind: a bare Node, then node:http2, grpc-js, protobufjs with sandgate's descriptor, pino and the
-// logger, all of the supervisor's modules, and those over TLS (as `sandgate up` runs). Per kind: the proportional set size (PSS,
-// /proc/PID/smaps_rollup) and its anonymous part after they idled, and the start (from the
-// process's beginning to its modules loaded and its connection up). Kinds are started round-robin,
-// one process at a time, so their starts are side by side too. Beside them, the other shape: one
-// process with the whole supervisor loaded holding a connection for each of many sandboxes.
+// logger, all of the supervisor's modules, and those over TLS (as `sandgate up` runs). Per kind:
+// the proportional set size (PSS, /proc/PID/smaps_rollup) and its anonymous part after they
+// idled, and the start (from the process's beginning to its modules loaded and its connection
+// up). Kinds are started round-robin, one process at a time, so their starts are side by side
+// too. Beside them, the other shape: one process with the whole supervisor loaded holding a
+// connection for each of many sandboxes.
 //   node load-tests/supervisor-floor.ts [--per-kind 20] [--settle-seconds 10] [--agent-connections 100]
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
@@ -119,7 +120,8 @@ async function main(): Promise<void> {
   });
 
   // Fill the cache (under the same flags, as the drivers do), then start every kind round-robin.
-  const fill = spawnSync(process.execPath, childArgs('fill', KINDS[KINDS.length - 1]!), { env: { PATH: process.env.PATH, NODE_COMPILE_CACHE: cacheDir }, stdio: 'inherit' });
+  const fullest = KINDS[KINDS.length - 1]!;
+  const fill = spawnSync(process.execPath, childArgs('fill', fullest), { env: { PATH: process.env.PATH, NODE_COMPILE_CACHE: cacheDir }, stdio: 'inherit' });
   if (fill.status !== 0) throw new Error(`filling the compile cache failed (${fill.status ?? fill.signal})`);
   for (let i = 0; i < perKind; i++) {
     for (const [k, kind] of KINDS.entries()) children.push({ kind: k, ...(await startChild(kind, servers, cacheDir)) });
@@ -127,7 +129,6 @@ async function main(): Promise<void> {
   // The other shape: one process with the whole supervisor loaded, holding a TLS connection for
   // each of many sandboxes, as one agent per host would. A lower bound for such an agent: it
   // holds none of a sandbox's other state (output journals, exec channels).
-  const fullest = KINDS[KINDS.length - 1]!;
   const agent = await startChild(fullest, servers, cacheDir, agentConnections);
   children.push({ kind: -1, ...agent });
   await new Promise((r) => setTimeout(r, settleSeconds * 1000));
@@ -136,6 +137,7 @@ async function main(): Promise<void> {
     children.map(async (c) => ({ kind: c.kind, readyMs: c.readyMs, pss: await smapsRollup(c.child.pid!), anon: await smapsRollup(c.child.pid!, 'Pss_Anon') })),
   );
 
+  const signed = (v: number, format: (x: number) => string) => `${v < 0 ? '−' : '+'}${format(Math.abs(v))}`;
   let previous: { pss: number; ready: number } | undefined;
   let lastPss = NaN;
   const rows = KINDS.map((kind, k) => {
@@ -143,7 +145,6 @@ async function main(): Promise<void> {
     const pss = summarise(mine.map((p) => p.pss)).p50;
     const anon = summarise(mine.map((p) => p.anon)).p50;
     const ready = summarise(mine.map((p) => p.readyMs)).p50;
-    const signed = (v: number, format: (x: number) => string) => `${v < 0 ? '−' : '+'}${format(Math.abs(v))}`;
     const row = [kind.label, mib(pss), mib(anon), previous ? signed(pss - previous.pss, mib) : '', ms(ready), previous ? signed(ready - previous.ready, ms) : ''];
     previous = { pss, ready };
     lastPss = pss;
