@@ -50,6 +50,8 @@ const BENCHES: Bench[] = [
   { id: 'netns-agent', args: ['--sandboxes', '10', '--settle-seconds', '10'], quickArgs: ['--sandboxes', '2', '--settle-seconds', '2'], timeoutMs: 300_000 },
   // Issue 16: the memory and start of idle Node processes with more and more of the supervisor loaded.
   { id: 'supervisor-floor', args: ['--per-kind', '17', '--settle-seconds', '10'], quickArgs: ['--per-kind', '2', '--settle-seconds', '2'], timeoutMs: 300_000 },
+  // Issue 16: a spawn's cost against the spawning Node process's size, beside a native loop's.
+  { id: 'fork-cost', args: ['--iterations', '200', '--batch', '10'], quickArgs: ['--iterations', '20', '--batch', '5'], timeoutMs: 180_000 },
   { id: 'pool-footprint', args: ['--sandboxes', '5', '--settle-seconds', '10'], quickArgs: ['--sandboxes', '2', '--settle-seconds', '2'], timeoutMs: 300_000 },
   {
     id: 'create-latency',
