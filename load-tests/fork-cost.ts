@@ -4,14 +4,16 @@
 // it starts: the spare wrapper's refill after each exec is such a fork. Several Node processes
 // side by side, each holding a different amount of touched anonymous memory, take turns spawning
 // `/bin/true` to its exit in batches (round-robin, so machine noise hits every size alike).
-// Beside them, one that loaded the supervisor's modules (supervisor-main.ts) and holds nothing
-// more: the size an idle supervisor forks at.
+// Beside them, one started as a supervisor is (its V8 flags, SUPERVISOR_NODE_FLAGS) that loaded
+// the supervisor's modules (supervisor-main.ts) and holds nothing more: about the size an idle
+// supervisor forks at.
 //   node load-tests/fork-cost.ts [--held-mib 0,25,50,100,200] [--iterations 200] [--batch 10]
 import { spawn, type ChildProcess } from 'node:child_process';
 import path from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
+import { SUPERVISOR_NODE_FLAGS } from '@sandgate/compute';
 import { COMMON_OPTIONS, emitReport, fixed, mib, now, onCleanup, runMain, withTimeout, type BenchReport } from './bench.ts';
 import { smapsRollup } from './env.ts';
 import { ms, summarise } from './stats.ts';
@@ -38,8 +40,9 @@ interface Spawner {
 }
 
 async function startSpawner(heldMib: number, load?: string): Promise<Spawner> {
-  const label = load ? "the supervisor's modules loaded" : `${heldMib} MiB held`;
-  const proc = spawn(process.execPath, [CHILD, String(heldMib), ...(load ? [load] : [])], { stdio: ['pipe', 'pipe', 'inherit'] });
+  const label = load ? "the supervisor's flags and modules" : `${heldMib} MiB held`;
+  const flags = load ? SUPERVISOR_NODE_FLAGS : [];
+  const proc = spawn(process.execPath, [...flags, CHILD, String(heldMib), ...(load ? [load] : [])], { stdio: ['pipe', 'pipe', 'inherit'] });
   onCleanup(`spawner (${label})`, () => proc.kill('SIGKILL'));
   const lines = createInterface({ input: proc.stdout! })[Symbol.asyncIterator]();
   const next = async () => {
