@@ -3,7 +3,9 @@
 // ordinary sandboxes running `sleep infinity`, all idle for a while; then the proportional set
 // size (PSS, /proc/PID/smaps_rollup) of each sandbox's processes besides its workload: the bwrap
 // chain, the supervisor, the netns agent and the spare exec wrapper. A member has no workload.
-//   node load-tests/pool-footprint.ts [--sandboxes 5] [--settle-seconds 10]
+// Issue 16 measures the footprint over 100 idle sandboxes: `--sandboxes 100 --pool-size 10` (a
+// pool holds at most 64 members; its members and the idle sandboxes are medians of their own).
+//   node load-tests/pool-footprint.ts [--sandboxes 5] [--pool-size N (default: --sandboxes)] [--settle-seconds 10]
 import { parseArgs } from 'node:util';
 import { Redis } from 'ioredis';
 import { SandboxPhase, type SandboxResponse } from '@sandgate/protocols';
@@ -17,11 +19,13 @@ import { summarise } from './stats.ts';
 const { values } = parseArgs({
   options: {
     sandboxes: { type: 'string', default: '5' },
+    'pool-size': { type: 'string' },
     'settle-seconds': { type: 'string', default: '10' },
     ...COMMON_OPTIONS,
   },
 });
 const perKind = Number(values.sandboxes);
+const poolSize = Number(values['pool-size'] ?? values.sandboxes);
 const settleSeconds = Number(values['settle-seconds']);
 const POOL = 'bench-footprint';
 
@@ -38,7 +42,7 @@ async function main(): Promise<void> {
   });
   onCleanup('pool', () => unaryCall(client, 'DeletePool', { name: POOL }).catch(() => undefined));
 
-  await unaryCall(client, 'SetPool', { name: POOL, size: perKind });
+  await unaryCall(client, 'SetPool', { name: POOL, size: poolSize });
   const idle: string[] = [];
   for (let i = 0; i < perKind; i++) {
     const name = `bench-idle-${i}`;
@@ -49,9 +53,9 @@ async function main(): Promise<void> {
   for (const name of names) {
     await waitFor(`${name} Ready`, async () => (await unaryCall<SandboxResponse>(client, 'GetSandbox', { name })).sandbox?.status?.phase === SandboxPhase.READY, 60_000, 50);
   }
-  await waitFor(`${perKind} Ready members`, async () => {
+  await waitFor(`${poolSize} Ready members`, async () => {
     const res = await unaryCall<{ pools?: { name?: string; ready?: number }[] }>(client, 'ListPools', {});
-    return (res.pools ?? []).find((p) => p.name === POOL)?.ready === perKind;
+    return (res.pools ?? []).find((p) => p.name === POOL)?.ready === poolSize;
   }, 120_000, 100);
   const members = await redis.smembers(keys.workspaceSandboxes(`pool:${POOL}`));
   await sleep(settleSeconds * 1000);
@@ -67,10 +71,10 @@ async function main(): Promise<void> {
   const report: BenchReport = {
     id: 'pool-footprint',
     title: 'A warm-pool member while it waits vs an idle sandbox',
-    command: `node load-tests/pool-footprint.ts --sandboxes ${perKind} --settle-seconds ${settleSeconds}`,
+    command: `node load-tests/pool-footprint.ts --sandboxes ${perKind}${poolSize !== perKind ? ` --pool-size ${poolSize}` : ''} --settle-seconds ${settleSeconds}`,
     tables: [
       {
-        caption: `PSS of each sandbox's processes besides its workload, ${perKind} members of one pool and ${perKind} sandboxes running \`sleep infinity\`, all idle for ${settleSeconds} s, one replica, local driver; median per sandbox`,
+        caption: `PSS of each sandbox's processes besides its workload, ${poolSize} members of one pool and ${perKind} sandboxes running \`sleep infinity\`, all idle for ${settleSeconds} s, one replica, local driver; median per sandbox`,
         headers: ['process', 'pool member', 'idle sandbox', 'member / idle', 'member − idle'],
         rows: [
           row('supervisor', (p) => p.supervisor),
