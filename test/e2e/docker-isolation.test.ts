@@ -115,9 +115,11 @@ describe('docker sandboxes hold their workload in', () => {
     const confined = execFileSync('sh', ['-c', `docker logs ${c} 2>&1`], { encoding: 'utf8' })
       .split('\n')
       .filter((l) => l.startsWith('{'))
-      .map((l) => JSON.parse(l) as { msg?: string; launcher?: string })
+      .map((l) => JSON.parse(l) as { msg?: string; launcher?: string; spare_spawner?: string })
       .find((l) => l.msg === 'workload confined');
     expect(confined?.launcher).toMatch(/\/apps\/supervisor\/native\/build\/sandgate-launch$/);
+    // The addon loads and starts spares in the container too (pidfd_open allowed by its seccomp profile).
+    expect(confined?.spare_spawner).toBe('posix_spawn');
     const cred = await exec('dki-a', 'cat /run/sandgate/credential');
     expect(cred.code).not.toBe(0);
     expect(cred.out).toMatch(/Permission denied/);

@@ -4,7 +4,8 @@
  *   sandgate-launch NETNS UID GID CGROUP_DIRS -- K=V... -- ARGV...
  *
  * Does, in this order, what apps/supervisor/src/workload/launcher.ts's shell chain (bash, nsenter,
- * setpriv, env -i) does in four: closes every descriptor above 2 (node-pty's terminal masters are
+ * setpriv, env -i) does in four: sets every signal to its default disposition and blocks none;
+ * closes every descriptor above 2 (node-pty's terminal masters are
  * not close-on-exec); joins each cgroup directory of CGROUP_DIRS (':'-separated, may be empty)
  * before anything can fork; raises its oom_score_adj to 500; enters the network namespace NETNS
  * ('' = stay); drops to UID/GID with no supplementary groups (real, effective and saved ids, so
@@ -34,6 +35,7 @@
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
@@ -55,6 +57,28 @@ static void die(const char *what, const char *detail) {
 static void usage(void) {
   fputs("usage: sandgate-launch NETNS UID GID CGROUP_DIRS -- K=V... -- ARGV...\n", stderr);
   _exit(EXIT_CONFINE_FAILED);
+}
+
+/*
+ * Every signal at its default disposition, none blocked: an ignored signal stays ignored across
+ * exec, and the command must not inherit how it was started. Node's spawn leaves none ignored; a
+ * spare started through glibc's posix_spawn (native-spawn.ts) has glibc's two internal signals
+ * (32, 33) ignored, which glibc's own sigaction cannot reset: hence the raw system call, for 1..64.
+ */
+static void reset_signals(void) {
+  struct {
+    void *handler;
+    unsigned long flags;
+    void *restorer;
+    unsigned long mask;
+  } dfl = {SIG_DFL, 0, NULL, 0};
+  for (int sig = 1; sig <= 64; sig++) {
+    if (sig == SIGKILL || sig == SIGSTOP) continue;
+    if (syscall(SYS_rt_sigaction, sig, &dfl, NULL, sizeof dfl.mask) != 0) die("cannot reset a signal's disposition", NULL);
+  }
+  sigset_t none;
+  sigemptyset(&none);
+  if (sigprocmask(SIG_SETMASK, &none, NULL) != 0) die("cannot unblock signals", NULL);
 }
 
 /* A decimal id, whole and in range; anything else is a usage error. */
@@ -176,6 +200,7 @@ int main(int argc, char **argv) {
   uid_t uid = parse_id(argv[2]);
   gid_t gid = parse_id(argv[3]);
 
+  reset_signals();
   close_inherited_descriptors();
   join_cgroups(argv[4]);
   write_file("/proc/self/oom_score_adj", WORKLOAD_OOM_SCORE_ADJ);

@@ -8,6 +8,7 @@ import { killExecTree, readProcStat, type KillTreeOptions } from './kill-tree.ts
 import type { Logger } from '@sandgate/telemetry/log';
 import { signalNumber } from './signals.ts';
 import type { WorkloadLauncher } from './workload/launcher.ts';
+import type { PipedChild } from './workload/native-spawn.ts';
 
 // node-pty is required at the first PTY, not at start: most execs run on pipes, and an idle
 // supervisor need not hold it (start-up and memory in every sandbox).
@@ -181,7 +182,7 @@ export class ProcessTree {
 
 export function spawnPiped(spec: SpawnSpec, h: ExecProcessHandlers): ExecProcess {
   // A wrapper waiting for this command (spare.ts) if there is one: no fork of this process now.
-  const child: ChildProcess = spec.launcher?.startInSpare?.(spec.argv, spec.env, spec.cwd) ?? spawnWrapped(spec);
+  const child: PipedChild = spec.launcher?.startInSpare?.(spec.argv, spec.env, spec.cwd) ?? spawnWrapped(spec);
   const stdin = child.stdin!;
   const stdout = child.stdout!;
   const stderr = child.stderr!;

@@ -7,3 +7,4 @@ export { preflight } from './preflight.ts';
 export { createGatewayClient, callMetadata, type GatewayClient } from './gateway-client.ts';
 export { ConfinedLauncher, NATIVE_LAUNCHER, type LaunchCommand } from './workload/launcher.ts';
 export { NATIVE_NETNS_AGENT } from './workload/netns.ts';
+export { NATIVE_SPAWN_ADDON } from './workload/native-spawn.ts';

@@ -8,6 +8,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ConfinedLauncher, NATIVE_LAUNCHER, type LaunchCommand } from '../src/workload/launcher.ts';
+import type { PipedChild } from '../src/workload/native-spawn.ts';
 
 const UID = 10001;
 const GID = 10002;
@@ -54,14 +55,14 @@ function cgroupMounts(): string[] {
 }
 
 /** Output and exit of a started process (spawned here, or a spare that took its command). */
-function collect(child: ChildProcess): Promise<{ code: number | null; out: string; err: string }> {
+function collect(child: PipedChild): Promise<{ code: number | null; out: string; err: string }> {
   return new Promise((resolve, reject) => {
     let out = '';
     let err = '';
     child.stdout!.on('data', (c: Buffer) => (out += c.toString()));
     child.stderr!.on('data', (c: Buffer) => (err += c.toString()));
     child.once('error', reject);
-    child.once('close', (code) => resolve({ code, out, err }));
+    child.once('close', (code: number | null) => resolve({ code, out, err }));
   });
 }
 
@@ -75,7 +76,7 @@ function run(cmd: LaunchCommand): Promise<{ code: number | null; out: string; er
 
 const REPORT = [
   'echo "ids $(id -u) $(id -g) $(id -G)"',
-  'grep -E "^(NoNewPrivs|CapEff|CapPrm|CapAmb):" /proc/self/status',
+  'grep -E "^(NoNewPrivs|CapEff|CapPrm|CapAmb|SigIgn|SigBlk):" /proc/self/status',
   'echo "oom $(cat /proc/self/oom_score_adj)"',
   'echo "netns $(readlink /proc/self/ns/net)"',
   'cat /proc/self/cgroup',
@@ -91,6 +92,10 @@ function expectConfined(r: { code: number | null; out: string; err: string }): v
   expect(r.out).toContain(`ids ${UID} ${GID} ${GID}\n`); // no supplementary group besides the primary
   expect(r.out).toMatch(/^NoNewPrivs:\s+1$/m);
   for (const cap of ['CapEff', 'CapPrm', 'CapAmb']) expect(r.out).toMatch(new RegExp(`^${cap}:\\s+0+$`, 'm'));
+  // Every signal at its default, none blocked, however the wrapper was started (a spare through
+  // posix_spawn has glibc's internal signals ignored until the wrapper resets them).
+  expect(r.out).toMatch(/^SigIgn:\s+0+$/m);
+  expect(r.out).toMatch(/^SigBlk:\s+0+$/m);
   expect(r.out).toContain('oom 500\n');
   const inode = fs.statSync(`/run/netns/${NETNS}`).ino;
   expect(r.out).toContain(`netns net:[${inode}]\n`);
@@ -214,6 +219,8 @@ describe('a spare wrapper (started ahead of need, the native helper only)', () =
     try {
       expect(l.startInSpare(['/bin/true'], {}, '/')).toBeNull(); // none kept yet: the caller spawns
       l.keepSpareReady();
+      // Started through the addon (built at npm install), not by a fork of this process.
+      expect(l.spareSpawner).toBe('posix_spawn');
       await until('a spare', () => sparesOf(process.pid).length === 1);
       const [spare] = sparesOf(process.pid);
       const child = l.startInSpare(['/bin/sh', '-c', `echo "cwd $(pwd)"; ${REPORT}`], REPORT_ENV, '/tmp')!;
@@ -246,14 +253,24 @@ describe('a spare wrapper (started ahead of need, the native helper only)', () =
     expect(sparesOf(process.pid)).toEqual([]);
   });
 
-  it('never outlives its supervisor: a kill -9 of the process that keeps it ends it too', async () => {
+  it.each(['posix_spawn', 'node'])('never outlives its supervisor: a kill -9 of the process that keeps it ends it too (spawned by %s)', async (spawner) => {
     const spareModule = path.resolve(import.meta.dirname, '../src/workload/spare.ts');
+    const nativeSpawnModule = path.resolve(import.meta.dirname, '../src/workload/native-spawn.ts');
     const keeper = spawn(process.execPath, [
       '--input-type=module',
       '-e',
-      `const { SpareWrapper } = await import(${JSON.stringify(spareModule)}); new SpareWrapper(${JSON.stringify(NATIVE_LAUNCHER)}, { PATH: '/usr/bin:/bin' }).fill(); setInterval(() => {}, 1000);`,
-    ], { stdio: 'ignore' });
+      `const { SpareWrapper } = await import(${JSON.stringify(spareModule)});
+       const { loadNativeSpawn } = await import(${JSON.stringify(nativeSpawnModule)});
+       const spare = new SpareWrapper(${JSON.stringify(NATIVE_LAUNCHER)}, { PATH: '/usr/bin:/bin' }, ${spawner === 'node' ? 'null' : 'loadNativeSpawn()'});
+       spare.fill();
+       process.stdout.write(spare.spawner + '\\n');
+       setInterval(() => {}, 1000);`,
+    ], { stdio: ['ignore', 'pipe', 'ignore'] });
+    let said = '';
+    keeper.stdout!.on('data', (c: Buffer) => (said += c.toString()));
     try {
+      await until("the keeper's word on how it spawned", () => said.endsWith('\n'), 10_000);
+      expect(said.trim()).toBe(spawner);
       await until('the keeper\'s spare', () => sparesOf(keeper.pid!).length === 1, 10_000);
       const [spare] = sparesOf(keeper.pid!);
       keeper.kill('SIGKILL');

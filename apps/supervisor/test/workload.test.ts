@@ -221,6 +221,8 @@ describe('workload confinement (uid, network namespace, egress proxy, cgroups)',
     await waitFor('main process output', () => sup.stdout().includes(`main uid ${UID}`), 10_000);
     // Through the native wrapper (built at npm install), not the shell chain.
     expect(sup.logs().find((l) => l.msg === 'workload confined')?.launcher).toBe(NATIVE_LAUNCHER);
+    // Its spare wrappers started by the addon (posix_spawn), not by forks of the supervisor.
+    expect(sup.logs().find((l) => l.msg === 'workload confined')?.spare_spawner).toBe('posix_spawn');
   });
 
   it('keeps exec semantics: workdir, HOME, the exec tag, exit codes, signals, spawn errors', async () => {

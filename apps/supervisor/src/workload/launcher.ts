@@ -30,9 +30,9 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import type { ChildProcess } from 'node:child_process';
 import type { WorkloadIsolation } from '@sandgate/protocols';
 import { EXEC_ID_ENV } from '../config.ts';
+import { loadNativeSpawn, type PipedChild } from './native-spawn.ts';
 import { SpareWrapper } from './spare.ts';
 
 export const WRAPPER_NAME = 'sandgate-workload';
@@ -89,7 +89,7 @@ export interface WorkloadLauncher {
    * already running; null when none is ready (spawn `command()` then). Pipes only: a PTY's
    * process must be forked onto its terminal.
    */
-  startInSpare?(argv: string[], env: Record<string, string>, cwd: string): ChildProcess | null;
+  startInSpare?(argv: string[], env: Record<string, string>, cwd: string): PipedChild | null;
   /** Stops keeping a spare wrapper (shutdown). */
   close?(): void;
 }
@@ -171,7 +171,12 @@ export class ConfinedLauncher implements WorkloadLauncher {
         throw new Error(`workload cgroup ${d} cannot be joined: ${(err as Error).message}`);
       }
     }
-    this.spare = this.native ? new SpareWrapper(this.native, { PATH: SAFE_PATH }) : null;
+    this.spare = this.native ? new SpareWrapper(this.native, { PATH: SAFE_PATH }, loadNativeSpawn()) : null;
+  }
+
+  /** How spare wrappers are started, for the log: `posix_spawn`, `node`, or `none` (the shell chain keeps no spare). */
+  get spareSpawner(): string {
+    return this.spare?.spawner ?? 'none';
   }
 
   /** Keeps a wrapper waiting from now on (startWorkload), so even the first exec finds one. */
@@ -231,7 +236,7 @@ export class ConfinedLauncher implements WorkloadLauncher {
     };
   }
 
-  startInSpare(argv: string[], env: Record<string, string>, cwd: string): ChildProcess | null {
+  startInSpare(argv: string[], env: Record<string, string>, cwd: string): PipedChild | null {
     // A spare has no exec tag in its own environment (it was started before the exec): until its
     // exec of the command, which gets the tag, it is found by its process group, which it leads
     // and cannot leave (it runs no code of the workload's before that exec).

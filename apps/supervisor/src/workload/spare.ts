@@ -10,8 +10,14 @@
 // group as every exec leader is. It never outlives the supervisor: when the supervisor dies, or
 // retires it, its descriptor 3 reads EOF and it exits. The exec that takes it owns it from then on,
 // as it owns a process it spawned (same pid through the exec, same group and session).
-import { spawn, type ChildProcess } from 'node:child_process';
+//
+// The spare itself is started through the native spawn (native-spawn.ts) when the addon is
+// there: the supervisor starts one after every exec, and Node's spawn would hold the supervisor's
+// event loop through a fork of it each time. If the native spawn fails once (a kernel or a seccomp
+// profile without pidfd_open), the spares from then on are spawned by Node, as before.
+import { spawn } from 'node:child_process';
 import type { Socket } from 'node:net';
+import type { NativeSpawn, PipedChild } from './native-spawn.ts';
 
 /** After a take, how soon the next spare is started if the exec has not ended by then. */
 const REFILL_AFTER_MS = 20;
@@ -19,14 +25,24 @@ const REFILL_AFTER_MS = 20;
 export class SpareWrapper {
   private readonly file: string;
   private readonly env: Record<string, string>;
-  private waiting: ChildProcess | null = null;
+  private waiting: PipedChild | null = null;
   private refillTimer: NodeJS.Timeout | undefined;
   private closed = false;
+  private nativeSpawn: NativeSpawn | null;
 
-  /** `file`: the native wrapper; `env`: the environment its root part runs with (the fixed, minimal one). */
-  constructor(file: string, env: Record<string, string>) {
+  /**
+   * `file`: the native wrapper; `env`: the environment its root part runs with (the fixed,
+   * minimal one); `nativeSpawn`: the addon's spawn, or null to spawn through Node.
+   */
+  constructor(file: string, env: Record<string, string>, nativeSpawn: NativeSpawn | null) {
     this.file = file;
     this.env = env;
+    this.nativeSpawn = nativeSpawn;
+  }
+
+  /** How spares are started now, for the log: `posix_spawn` (the addon) or `node`. */
+  get spawner(): 'posix_spawn' | 'node' {
+    return this.nativeSpawn ? 'posix_spawn' : 'node';
   }
 
   /** Starts a spare unless one waits already. Never throws: without one, execs spawn as before. */
@@ -34,9 +50,9 @@ export class SpareWrapper {
     clearTimeout(this.refillTimer);
     this.refillTimer = undefined;
     if (this.closed || this.waiting) return;
-    let child: ChildProcess;
+    let child: PipedChild;
     try {
-      child = spawn(this.file, ['--spare'], { env: this.env, detached: true, stdio: ['pipe', 'pipe', 'pipe', 'pipe'] });
+      child = this.start();
     } catch {
       return;
     }
@@ -58,7 +74,7 @@ export class SpareWrapper {
    * returns it, now the exec's process; null when none is ready, and the caller spawns as usual.
    * `args` is only built when a spare is there to take it.
    */
-  take(cwd: string, args: () => string[]): ChildProcess | null {
+  take(cwd: string, args: () => string[]): PipedChild | null {
     const child = this.waiting;
     if (!child || child.pid === undefined || child.exitCode !== null || child.signalCode !== null) return null;
     const fields = [cwd, ...args()];
@@ -74,6 +90,18 @@ export class SpareWrapper {
     return child;
   }
 
+  /** A new spare: its own session and group, descriptors 0-3 on pipes (3 for its arguments). */
+  private start(): PipedChild {
+    if (this.nativeSpawn) {
+      try {
+        return this.nativeSpawn(this.file, [this.file, '--spare'], this.env, 4);
+      } catch {
+        this.nativeSpawn = null;
+      }
+    }
+    return spawn(this.file, ['--spare'], { env: this.env, detached: true, stdio: ['pipe', 'pipe', 'pipe', 'pipe'] });
+  }
+
   /** Retires the waiting spare (it reads EOF and exits) and starts no more. */
   close(): void {
     this.closed = true;
@@ -84,7 +112,7 @@ export class SpareWrapper {
   }
 }
 
-function setReferenced(child: ChildProcess, referenced: boolean): void {
+function setReferenced(child: PipedChild, referenced: boolean): void {
   if (referenced) child.ref();
   else child.unref();
   for (const stream of child.stdio) {

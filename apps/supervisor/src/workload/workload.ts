@@ -36,7 +36,7 @@ export async function startWorkload(opts: {
   if (!isolation.isolateNetwork) {
     const launcher = new ConfinedLauncher(isolation);
     launcher.keepSpareReady();
-    log.warn('workload network isolation is off: egress is not restricted', { uid: isolation.uid, launcher: launcher.kind });
+    log.warn('workload network isolation is off: egress is not restricted', { uid: isolation.uid, launcher: launcher.kind, spare_spawner: launcher.spareSpawner });
     return {
       launcher,
       dial: directDial,
@@ -59,6 +59,7 @@ export async function startWorkload(opts: {
     cgroups: isolation.cgroupDirs,
     netns_agent: agent.pid,
     launcher: launcher.kind,
+    spare_spawner: launcher.spareSpawner,
     policy_rules: Object.keys(initial.network_policies ?? {}).length,
   });
   return {

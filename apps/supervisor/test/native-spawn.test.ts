@@ -1,0 +1,138 @@
+// The native spawn (native/sandgate-spawn.c, loaded by workload/native-spawn.ts): real processes
+// started through the addon, checked for what Node's spawn gives a spare wrapper and an exec on
+// pipes (output, exit, signals, its own session, default signal dispositions, no inherited
+// descriptors, exactly the environment given), and, under strace, that starting one does not
+// fork the calling process.
+import { execFileSync, spawnSync } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { loadNativeSpawn, NATIVE_SPAWN_ADDON, type NativeSpawn, type PipedChild } from '../src/workload/native-spawn.ts';
+
+let nativeSpawn: NativeSpawn;
+
+beforeAll(() => {
+  if (!fs.existsSync(NATIVE_SPAWN_ADDON)) throw new Error(`the native spawn addon was not built: ${NATIVE_SPAWN_ADDON} (npm install runs apps/supervisor/native/build.sh)`);
+  const loaded = loadNativeSpawn();
+  if (!loaded) throw new Error(`${NATIVE_SPAWN_ADDON} exists but does not load`);
+  nativeSpawn = loaded;
+});
+
+interface Ran {
+  code: number | null;
+  signal: NodeJS.Signals | null;
+  out: string;
+  err: string;
+  /** What had arrived on stdout when 'exit' was emitted, and the order of the two events. */
+  events: string[];
+}
+
+function collect(child: PipedChild): Promise<Ran> {
+  return new Promise((resolve) => {
+    let out = '';
+    let err = '';
+    const events: string[] = [];
+    child.stdout!.on('data', (c: Buffer) => (out += c.toString()));
+    child.stderr!.on('data', (c: Buffer) => (err += c.toString()));
+    child.once('exit', () => events.push('exit'));
+    child.once('close', (code: number | null, signal: NodeJS.Signals | null) => {
+      events.push('close');
+      resolve({ code, signal, out, err, events });
+    });
+  });
+}
+
+const sh = (script: string, env: Record<string, string> = { PATH: '/usr/bin:/bin' }) => nativeSpawn('/bin/sh', ['sh', '-c', script], env, 3);
+
+describe('the native spawn (posix_spawn through the sandgate-spawn addon)', () => {
+  it("gives the command's output, its exit status, and 'close' only after every byte of its output", async () => {
+    // 4 MiB and an immediate exit: the exit is reaped before the output is read.
+    const r = await collect(sh('head -c 4194304 /dev/zero | tr "\\0" x; echo done >&2; exit 7'));
+    expect(r.code).toBe(7);
+    expect(r.signal).toBeNull();
+    expect(r.out.length).toBe(4 * 1024 * 1024);
+    expect(r.err).toBe('done\n');
+    expect(r.events).toEqual(['exit', 'close']);
+  });
+
+  it('reads stdin until its end', async () => {
+    const child = nativeSpawn('/bin/cat', ['cat'], {}, 3);
+    const done = collect(child);
+    child.stdin!.write('one\n');
+    child.stdin!.end('two\n');
+    const r = await done;
+    expect(r).toMatchObject({ code: 0, out: 'one\ntwo\n' });
+  });
+
+  it('reports a death by signal by its name, as Node does', async () => {
+    const child = nativeSpawn('/bin/sleep', ['sleep', '30'], {}, 3);
+    const done = collect(child);
+    process.kill(child.pid!, 'SIGTERM');
+    const r = await done;
+    expect(r.code).toBeNull();
+    expect(r.signal).toBe('SIGTERM');
+    expect(child.exitCode).toBeNull();
+    expect(child.signalCode).toBe('SIGTERM');
+  });
+
+  it("starts it in its own session and group, with default signal dispositions but glibc's own, nothing blocked, no descriptor of ours and exactly the environment given", async () => {
+    // Node ignores SIGPIPE: a child that inherited that would not die writing to a closed pipe.
+    const stray = fs.openSync('/etc/hostname', 'r'); // close-on-exec, as everything Node opens
+    try {
+      const child = sh('echo "sid $(cut -d" " -f6 /proc/$$/stat) pgid $(cut -d" " -f5 /proc/$$/stat)"; grep -E "^Sig(Ign|Blk)" /proc/$$/status; ls -l /proc/$$/fd | sed -n "s/.* \\([0-9]*\\) -> \\(.*\\)/fd \\1 \\2/p"; env', {
+        PATH: '/usr/bin:/bin',
+        ONLY: 'this',
+      });
+      const r = await collect(child);
+      expect(r.code).toBe(0);
+      expect(r.out).toContain(`sid ${child.pid} pgid ${child.pid}\n`);
+      // glibc's posix_spawn leaves its two internal signals (32, 33) ignored; sandgate-launch,
+      // what the supervisor starts this way, resets them (launcher.test.ts checks the workload's).
+      expect(r.out).toMatch(/^SigIgn:\s+0+180000000$/m);
+      expect(r.out).toMatch(/^SigBlk:\s+0+$/m);
+      const lines = r.out.split('\n');
+      // 0-2 are the sockets; dash keeps one descriptor of its own (251, as under Node's spawn).
+      const fds = lines.filter((l) => l.startsWith('fd '));
+      expect(fds.filter((l) => l.includes('socket:')).map((l) => l.split(' ')[1])).toEqual(['0', '1', '2']);
+      expect(fds.filter((l) => !l.includes('socket:') && !/^fd \d+ \/dev\/(null|pts\/\d+|tty)$/.test(l) && !l.endsWith('/bin/sh') && !l.startsWith('fd 251 '))).toEqual([]);
+      expect(r.out).not.toContain('/etc/hostname');
+      const env = lines.filter((l) => /^[A-Z_]+=/.test(l) && !l.startsWith('PWD='));
+      expect(env.sort()).toEqual(['ONLY=this', 'PATH=/usr/bin:/bin']);
+    } finally {
+      fs.closeSync(stray);
+    }
+  });
+
+  it('throws what went wrong when the program cannot start, and leaves no descriptor open', () => {
+    const before = fs.readdirSync('/proc/self/fd').length;
+    let thrown: (Error & { errno?: number }) | undefined;
+    try {
+      nativeSpawn('/nonexistent/program', ['x'], {}, 4);
+    } catch (err) {
+      thrown = err as Error & { errno?: number };
+    }
+    expect(thrown?.message).toMatch(/\/nonexistent\/program: No such file or directory/);
+    expect(thrown?.errno).toBe(os.constants.errno.ENOENT);
+    expect(fs.readdirSync('/proc/self/fd').length).toBe(before);
+  });
+
+  it('does not fork the calling process: the child is cloned with CLONE_VM | CLONE_VFORK (strace)', () => {
+    const strace = spawnSync('strace', ['-V'], { encoding: 'utf8' });
+    if (strace.status !== 0) throw new Error('strace is needed for this test (Debian package strace)');
+    const trace = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'sg-native-spawn-')), 'trace');
+    const nativeSpawnModule = path.resolve(import.meta.dirname, '../src/workload/native-spawn.ts');
+    execFileSync('strace', ['-f', '-e', 'trace=clone,clone3,fork,vfork', '-o', trace, process.execPath, '--input-type=module', '-e',
+      `const { loadNativeSpawn } = await import(${JSON.stringify(nativeSpawnModule)});
+       const keep = setInterval(() => {}, 1000);
+       const child = loadNativeSpawn()('/bin/true', ['true'], {}, 3);
+       child.on('close', (code) => { clearInterval(keep); process.exitCode = code; });`,
+    ], { stdio: 'ignore', timeout: 30_000 });
+    const calls = fs.readFileSync(trace, 'utf8').split('\n').filter((l) => /\b(clone3?|v?fork)\(/.test(l));
+    fs.rmSync(path.dirname(trace), { recursive: true, force: true });
+    // Node's own threads are clones too (CLONE_THREAD); the child must be a vfork-like one, and
+    // nothing may be a fork (a clone that shares neither memory nor thread group).
+    expect(calls.some((l) => l.includes('CLONE_VM') && l.includes('CLONE_VFORK'))).toBe(true);
+    expect(calls.filter((l) => !l.includes('CLONE_VM'))).toEqual([]);
+  });
+});
