@@ -1,0 +1,121 @@
+// Issue 16, item 1: what starting the spare wrappers through the native spawn (posix_spawn, the
+// sandgate-spawn addon) instead of Node's spawn (a fork of the supervisor) saves an exec. Two
+// sandboxes on one replica: the first started while the addon is hidden (renamed, so its
+// supervisor spawns its spares through Node), the second with it; each sandbox's log says which
+// its supervisor uses. Then `true` is run in each through the replica, interleaved ABBA, and each
+// supervisor's CPU time (from /proc) is divided by its execs: a supervisor starts the next spare
+// after every exec, so that is where the fork shows.
+//   node load-tests/spare-spawn.ts [--iterations 300] [--warmup 20]
+import fs from 'node:fs';
+import path from 'node:path';
+import { parseArgs } from 'node:util';
+import { NATIVE_SPAWN_ADDON } from '@sandgate/supervisor';
+import { runCli } from '../test/harness/cluster.ts';
+import { openShellClient } from '../test/harness/grpc-client.ts';
+import { createSandbox } from '../test/harness/sandbox.ts';
+import { COMMON_OPTIONS, emitReport, fixed, now, onCleanup, runMain, type BenchReport } from './bench.ts';
+import { startEnv, supervisorPid } from './env.ts';
+import { execOnce } from './exec-client.ts';
+import { ms, summarise } from './stats.ts';
+
+const { values } = parseArgs({
+  options: {
+    iterations: { type: 'string', default: '300' },
+    warmup: { type: 'string', default: '20' },
+    ...COMMON_OPTIONS,
+  },
+});
+const iterations = Number(values.iterations);
+const warmup = Number(values.warmup);
+
+/** The `spare_spawner` the sandbox's supervisor logged when it confined its workload. */
+function spawnerOf(stateDir: string, sandboxId: string): string {
+  const file = path.join(stateDir, 'sandboxes', sandboxId, 'supervisor.log');
+  for (const line of fs.readFileSync(file, 'utf8').split('\n')) {
+    if (!line.startsWith('{')) continue;
+    const entry = JSON.parse(line) as { msg?: string; spare_spawner?: string };
+    if (entry.msg === 'workload confined' && entry.spare_spawner) return entry.spare_spawner;
+  }
+  throw new Error(`no "workload confined" line with a spare_spawner in ${file}`);
+}
+
+/** User + system CPU time of a process so far, in ms (10 ms ticks). */
+function cpuMs(pid: number): number {
+  const fields = fs.readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
+  return (Number(fields[11]) + Number(fields[12])) * 10;
+}
+
+async function main(): Promise<void> {
+  const started = now();
+  if (!fs.existsSync(NATIVE_SPAWN_ADDON)) throw new Error(`${NATIVE_SPAWN_ADDON} not built (npm install runs apps/supervisor/native/build.sh)`);
+  const { cluster } = await startEnv({ replicas: 1 });
+  const gateway = cluster.replicas[0]!.grpcAddress;
+  const hidden = `${NATIVE_SPAWN_ADDON}.hidden-by-bench`;
+  const restore = () => {
+    if (fs.existsSync(hidden)) fs.renameSync(hidden, NATIVE_SPAWN_ADDON);
+  };
+  onCleanup('native spawn addon back in place', restore);
+  fs.renameSync(NATIVE_SPAWN_ADDON, hidden);
+  let forked;
+  try {
+    forked = await createSandbox(gateway, 'bench-spare-node');
+  } finally {
+    restore();
+  }
+  onCleanup('sandbox bench-spare-node', () => runCli(['sandbox', 'delete', 'bench-spare-node'], { gateway }));
+  const spawned = await createSandbox(gateway, 'bench-spare-posix');
+  onCleanup('sandbox bench-spare-posix', () => runCli(['sandbox', 'delete', 'bench-spare-posix'], { gateway }));
+  const kinds = { forked: spawnerOf(cluster.stateDir, forked.id), spawned: spawnerOf(cluster.stateDir, spawned.id) };
+  if (kinds.forked !== 'node' || kinds.spawned !== 'posix_spawn') throw new Error(`unexpected spare spawners: ${JSON.stringify(kinds)}`);
+  const pids = { forked: await supervisorPid(forked.id), spawned: await supervisorPid(spawned.id) };
+  if (!pids.forked || !pids.spawned) throw new Error(`supervisor processes not found: ${JSON.stringify(pids)}`);
+  const client = openShellClient(gateway);
+  onCleanup('grpc client', () => client.close());
+  for (let i = 0; i < warmup; i++) {
+    await execOnce(client, forked.id);
+    await execOnce(client, spawned.id);
+  }
+  const f: number[] = [];
+  const s: number[] = [];
+  const cpuBefore = { forked: cpuMs(pids.forked), spawned: cpuMs(pids.spawned) };
+  for (let i = 0; i < iterations; i++) {
+    if (i % 2 === 0) {
+      f.push(await execOnce(client, forked.id));
+      s.push(await execOnce(client, spawned.id));
+    } else {
+      s.push(await execOnce(client, spawned.id));
+      f.push(await execOnce(client, forked.id));
+    }
+  }
+  const cpu = { forked: (cpuMs(pids.forked) - cpuBefore.forked) / iterations, spawned: (cpuMs(pids.spawned) - cpuBefore.spawned) / iterations };
+  const sf = summarise(f);
+  const ss = summarise(s);
+  const paired = summarise(s.map((v, i) => v - f[i]!));
+  const row = (label: string, x: ReturnType<typeof summarise>, cpuPerExec: string) => [label, ms(x.p50), ms(x.p90), ms(x.p99), ms(x.mean), cpuPerExec];
+  const report: BenchReport = {
+    id: 'spare-spawn',
+    title: "Exec of `true`: spare wrappers forked by Node vs started through posix_spawn",
+    command: `node load-tests/spare-spawn.ts --iterations ${iterations} --warmup ${warmup}`,
+    tables: [
+      {
+        caption: `exec latency of \`true\` through the owner replica (local driver, one replica), ${iterations} each after ${warmup} warm-up pairs, interleaved ABBA; one supervisor starts its spare wrappers with Node's spawn, the other through the sandgate-spawn addon`,
+        headers: ['spares started by', 'p50', 'p90', 'p99', 'mean', "the supervisor's CPU per exec"],
+        rows: [
+          row("Node's spawn (a fork of the supervisor)", sf, `${fixed(cpu.forked)} ms`),
+          row('posix_spawn (the addon)', ss, `${fixed(cpu.spawned)} ms`),
+          [...row('posix_spawn − Node, paired (same ABBA pair)', paired, '').slice(0, 5), `${fixed(cpu.spawned - cpu.forked)} ms`],
+        ],
+      },
+      {
+        caption: 'ratios (posix_spawn / Node; below 1.00 = less)',
+        headers: ['', 'p50', 'p99', 'mean', "supervisor's CPU per exec"],
+        rows: [['posix_spawn / Node', fixed(ss.p50 / sf.p50), fixed(ss.p99 / sf.p99), fixed(ss.mean / sf.mean), fixed(cpu.spawned / cpu.forked)]],
+      },
+    ],
+    notes: [`spare spawners as each sandbox's supervisor logged them: ${kinds.forked}, ${kinds.spawned}; CPU from /proc/PID/stat (10 ms ticks) over the ${iterations} measured execs`],
+    durationMs: now() - started,
+  };
+  emitReport(report, values['report-json']);
+}
+
+await runMain(main);
