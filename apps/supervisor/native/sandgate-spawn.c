@@ -45,6 +45,7 @@
 typedef struct {
   uv_poll_t poll;
   int pidfd;
+  pid_t pid;
   napi_env env;
   napi_ref on_exit;
   napi_async_context async;
@@ -119,7 +120,14 @@ static void on_readable(uv_poll_t *poll, int status, int events) {
   waiter *w = poll->data;
   siginfo_t info;
   memset(&info, 0, sizeof info);
-  if (status == 0 && waitid(P_PIDFD, w->pidfd, &info, WEXITED | WNOHANG) == 0 && info.si_pid == 0) return; /* not yet */
+  if (status == 0) {
+    if (waitid(P_PIDFD, w->pidfd, &info, WEXITED | WNOHANG) == 0 && info.si_pid == 0) return; /* not yet */
+  } else {
+    /* The watch itself failed (never seen): end the child rather than leave it unwatched, and reap it. */
+    kill(w->pid, SIGKILL);
+    while (waitid(P_PIDFD, w->pidfd, &info, WEXITED) != 0 && errno == EINTR) {
+    }
+  }
   uv_poll_stop(poll);
   close(w->pidfd);
   napi_env env = w->env;
@@ -130,7 +138,7 @@ static void on_readable(uv_poll_t *poll, int status, int events) {
   napi_get_null(env, &signal);
   if (info.si_code == CLD_EXITED) napi_create_int32(env, info.si_status, &code);
   else if (info.si_code == CLD_KILLED || info.si_code == CLD_DUMPED) napi_create_int32(env, info.si_status, &signal);
-  else napi_create_int32(env, SIGKILL, &signal); /* the poll itself failed: reported as killed */
+  else napi_create_int32(env, SIGKILL, &signal); /* no status to be had: reported as killed */
   napi_get_reference_value(env, w->on_exit, &callback);
   napi_get_global(env, &global);
   napi_value argv[2] = {code, signal};
@@ -229,12 +237,20 @@ static napi_value spawn_child(napi_env env, napi_callback_info cbinfo) {
   }
   w->poll.data = w;
   w->pidfd = pidfd;
+  w->pid = pid;
   w->env = env;
+  if (uv_poll_start(&w->poll, UV_READABLE, on_readable) != 0) {
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    close(pidfd);
+    uv_close((uv_handle_t *)&w->poll, on_closed);
+    napi_throw_error(env, NULL, "sandgate-spawn: cannot watch the child's exit");
+    goto out;
+  }
+  uv_unref((uv_handle_t *)&w->poll);
   napi_create_reference(env, args[4], 1, &w->on_exit);
   napi_create_string_utf8(env, "sandgate-spawn", NAPI_AUTO_LENGTH, &resource_name);
   napi_async_init(env, NULL, resource_name, &w->async);
-  uv_poll_start(&w->poll, UV_READABLE, on_readable);
-  uv_unref((uv_handle_t *)&w->poll);
 
   napi_value result, pid_value, fds;
   napi_create_object(env, &result);
