@@ -4,6 +4,7 @@
 // dir, Redis.
 import { spawn, type ChildProcess } from 'node:child_process';
 import path from 'node:path';
+import { readFileSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { LocalDriver } from '@sandgate/compute';
 import { Redis, Cluster as RedisCluster } from 'ioredis';
@@ -84,6 +85,21 @@ export async function rss(pid: number | undefined): Promise<number> {
   } catch {
     return 0;
   }
+}
+
+/**
+ * A field of the "workload confined" line a sandbox's supervisor logged (its log file in the local
+ * driver's state dir): which wrapper it confines through (`launcher`), how it starts spares
+ * (`spare_spawner`).
+ */
+export function confinedLogField(stateDir: string, sandboxId: string, field: 'launcher' | 'spare_spawner'): string {
+  const file = path.join(stateDir, 'sandboxes', sandboxId, 'supervisor.log');
+  for (const line of readFileSync(file, 'utf8').split('\n')) {
+    if (!line.startsWith('{')) continue;
+    const entry = JSON.parse(line) as Record<string, unknown>;
+    if (entry.msg === 'workload confined' && typeof entry[field] === 'string') return entry[field];
+  }
+  throw new Error(`no "workload confined" line with ${field} in ${file}`);
 }
 
 /** CPU time (user + system) a process has used so far, in ms. */

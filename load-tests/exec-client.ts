@@ -51,3 +51,26 @@ export async function execOnce(client: AnyClient, sandboxId: string, argv: strin
   if (r.exitCode !== 0) throw new Error(`${argv.join(' ')} exited ${r.exitCode}`);
   return r.ms;
 }
+
+/**
+ * `true` in two sandboxes, `warmup` pairs first, then `iterations` pairs interleaved ABBA (pairs
+ * alternate which goes first), so the machine's noise and whatever the first of a pair leaves
+ * the second (a warm cache, a GC) hit both alike. The times, in the pairs' order.
+ */
+export async function execPairsAbba(client: AnyClient, a: string, b: string, iterations: number, warmup: number): Promise<{ a: number[]; b: number[] }> {
+  for (let i = 0; i < warmup; i++) {
+    await execOnce(client, a);
+    await execOnce(client, b);
+  }
+  const out = { a: [] as number[], b: [] as number[] };
+  for (let i = 0; i < iterations; i++) {
+    if (i % 2 === 0) {
+      out.a.push(await execOnce(client, a));
+      out.b.push(await execOnce(client, b));
+    } else {
+      out.b.push(await execOnce(client, b));
+      out.a.push(await execOnce(client, a));
+    }
+  }
+  return out;
+}

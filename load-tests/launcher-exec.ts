@@ -5,15 +5,14 @@
 // the machine's noise hits both alike; each sandbox's log says which wrapper its supervisor uses.
 //   node load-tests/launcher-exec.ts [--iterations 300] [--warmup 20]
 import fs from 'node:fs';
-import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { NATIVE_LAUNCHER } from '@sandgate/supervisor';
 import { runCli } from '../test/harness/cluster.ts';
 import { openShellClient } from '../test/harness/grpc-client.ts';
 import { createSandbox } from '../test/harness/sandbox.ts';
 import { COMMON_OPTIONS, emitReport, now, onCleanup, runMain, type BenchReport } from './bench.ts';
-import { startEnv } from './env.ts';
-import { execOnce } from './exec-client.ts';
+import { confinedLogField, startEnv } from './env.ts';
+import { execPairsAbba } from './exec-client.ts';
 import { ms, summarise } from './stats.ts';
 
 const { values } = parseArgs({
@@ -25,17 +24,6 @@ const { values } = parseArgs({
 });
 const iterations = Number(values.iterations);
 const warmup = Number(values.warmup);
-
-/** The `launcher` the sandbox's supervisor logged when it confined its workload (its log file in the local driver's state dir). */
-function launcherOf(stateDir: string, sandboxId: string): string {
-  const file = path.join(stateDir, 'sandboxes', sandboxId, 'supervisor.log');
-  for (const line of fs.readFileSync(file, 'utf8').split('\n')) {
-    if (!line.startsWith('{')) continue;
-    const entry = JSON.parse(line) as { msg?: string; launcher?: string };
-    if (entry.msg === 'workload confined' && entry.launcher) return entry.launcher;
-  }
-  throw new Error(`no "workload confined" line with a launcher in ${file}`);
-}
 
 async function main(): Promise<void> {
   const started = now();
@@ -54,25 +42,11 @@ async function main(): Promise<void> {
   onCleanup('sandbox bench-shell-chain', () => runCli(['sandbox', 'delete', 'bench-shell-chain'], { gateway }));
   const native = await createSandbox(gateway, 'bench-native');
   onCleanup('sandbox bench-native', () => runCli(['sandbox', 'delete', 'bench-native'], { gateway }));
-  const kinds = { chain: launcherOf(cluster.stateDir, chain.id), native: launcherOf(cluster.stateDir, native.id) };
+  const kinds = { chain: confinedLogField(cluster.stateDir, chain.id, 'launcher'), native: confinedLogField(cluster.stateDir, native.id, 'launcher') };
   if (kinds.chain !== 'shell chain' || !kinds.native.endsWith('sandgate-launch')) throw new Error(`unexpected wrappers: ${JSON.stringify(kinds)}`);
   const client = openShellClient(gateway);
   onCleanup('grpc client', () => client.close());
-  for (let i = 0; i < warmup; i++) {
-    await execOnce(client, chain.id);
-    await execOnce(client, native.id);
-  }
-  const c: number[] = [];
-  const n: number[] = [];
-  for (let i = 0; i < iterations; i++) {
-    if (i % 2 === 0) {
-      c.push(await execOnce(client, chain.id));
-      n.push(await execOnce(client, native.id));
-    } else {
-      n.push(await execOnce(client, native.id));
-      c.push(await execOnce(client, chain.id));
-    }
-  }
+  const { a: c, b: n } = await execPairsAbba(client, chain.id, native.id, iterations, warmup);
   const sc = summarise(c);
   const sn = summarise(n);
   const paired = summarise(n.map((v, i) => v - c[i]!));

@@ -7,15 +7,14 @@
 // after every exec, so that is where the fork shows.
 //   node load-tests/spare-spawn.ts [--iterations 300] [--warmup 20]
 import fs from 'node:fs';
-import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { NATIVE_SPAWN_ADDON } from '@sandgate/supervisor';
 import { runCli } from '../test/harness/cluster.ts';
 import { openShellClient } from '../test/harness/grpc-client.ts';
 import { createSandbox } from '../test/harness/sandbox.ts';
 import { COMMON_OPTIONS, emitReport, fixed, now, onCleanup, runMain, type BenchReport } from './bench.ts';
-import { startEnv, supervisorPid } from './env.ts';
-import { execOnce } from './exec-client.ts';
+import { confinedLogField, cpuMs, startEnv, supervisorPid } from './env.ts';
+import { execPairsAbba } from './exec-client.ts';
 import { ms, summarise } from './stats.ts';
 
 const { values } = parseArgs({
@@ -27,23 +26,6 @@ const { values } = parseArgs({
 });
 const iterations = Number(values.iterations);
 const warmup = Number(values.warmup);
-
-/** The `spare_spawner` the sandbox's supervisor logged when it confined its workload. */
-function spawnerOf(stateDir: string, sandboxId: string): string {
-  const file = path.join(stateDir, 'sandboxes', sandboxId, 'supervisor.log');
-  for (const line of fs.readFileSync(file, 'utf8').split('\n')) {
-    if (!line.startsWith('{')) continue;
-    const entry = JSON.parse(line) as { msg?: string; spare_spawner?: string };
-    if (entry.msg === 'workload confined' && entry.spare_spawner) return entry.spare_spawner;
-  }
-  throw new Error(`no "workload confined" line with a spare_spawner in ${file}`);
-}
-
-/** User + system CPU time of a process so far, in ms (10 ms ticks). */
-function cpuMs(pid: number): number {
-  const fields = fs.readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
-  return (Number(fields[11]) + Number(fields[12])) * 10;
-}
 
 async function main(): Promise<void> {
   const started = now();
@@ -65,29 +47,16 @@ async function main(): Promise<void> {
   onCleanup('sandbox bench-spare-node', () => runCli(['sandbox', 'delete', 'bench-spare-node'], { gateway }));
   const spawned = await createSandbox(gateway, 'bench-spare-posix');
   onCleanup('sandbox bench-spare-posix', () => runCli(['sandbox', 'delete', 'bench-spare-posix'], { gateway }));
-  const kinds = { forked: spawnerOf(cluster.stateDir, forked.id), spawned: spawnerOf(cluster.stateDir, spawned.id) };
+  const kinds = { forked: confinedLogField(cluster.stateDir, forked.id, 'spare_spawner'), spawned: confinedLogField(cluster.stateDir, spawned.id, 'spare_spawner') };
   if (kinds.forked !== 'node' || kinds.spawned !== 'posix_spawn') throw new Error(`unexpected spare spawners: ${JSON.stringify(kinds)}`);
   const pids = { forked: await supervisorPid(forked.id), spawned: await supervisorPid(spawned.id) };
   if (!pids.forked || !pids.spawned) throw new Error(`supervisor processes not found: ${JSON.stringify(pids)}`);
   const client = openShellClient(gateway);
   onCleanup('grpc client', () => client.close());
-  for (let i = 0; i < warmup; i++) {
-    await execOnce(client, forked.id);
-    await execOnce(client, spawned.id);
-  }
-  const f: number[] = [];
-  const s: number[] = [];
-  const cpuBefore = { forked: cpuMs(pids.forked), spawned: cpuMs(pids.spawned) };
-  for (let i = 0; i < iterations; i++) {
-    if (i % 2 === 0) {
-      f.push(await execOnce(client, forked.id));
-      s.push(await execOnce(client, spawned.id));
-    } else {
-      s.push(await execOnce(client, spawned.id));
-      f.push(await execOnce(client, forked.id));
-    }
-  }
-  const cpu = { forked: (cpuMs(pids.forked) - cpuBefore.forked) / iterations, spawned: (cpuMs(pids.spawned) - cpuBefore.spawned) / iterations };
+  await execPairsAbba(client, forked.id, spawned.id, 0, warmup);
+  const cpuBefore = { forked: await cpuMs(pids.forked), spawned: await cpuMs(pids.spawned) };
+  const { a: f, b: s } = await execPairsAbba(client, forked.id, spawned.id, iterations, 0);
+  const cpu = { forked: ((await cpuMs(pids.forked)) - cpuBefore.forked) / iterations, spawned: ((await cpuMs(pids.spawned)) - cpuBefore.spawned) / iterations };
   const sf = summarise(f);
   const ss = summarise(s);
   const paired = summarise(s.map((v, i) => v - f[i]!));
