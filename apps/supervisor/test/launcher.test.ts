@@ -217,7 +217,11 @@ describe('a spare wrapper (started ahead of need, the native helper only)', () =
   it('runs the command it is handed exactly as a freshly spawned wrapper would, in the working directory asked for', async () => {
     const l = launcher();
     try {
-      expect(l.startInSpare(['/bin/true'], {}, '/')).toBeNull(); // none kept yet: the caller spawns
+      // None kept yet: with posix_spawn one is started on the spot, no fork (the shell chain and
+      // Node's spawn would answer null, and the caller spawns).
+      const first = l.startInSpare(['/bin/true'], {}, '/');
+      expect(first).not.toBeNull();
+      expect((await collect(first!)).code).toBe(0);
       l.keepSpareReady();
       // Started through the addon (built at npm install), not by a fork of this process.
       expect(l.spareSpawner).toBe('posix_spawn');
@@ -236,6 +240,20 @@ describe('a spare wrapper (started ahead of need, the native helper only)', () =
       const bad = await collect(l.startInSpare(['/bin/true'], REPORT_ENV, '/nonexistent-dir')!);
       expect(bad.code).toBe(125);
       expect(bad.err).toContain('/nonexistent-dir');
+    } finally {
+      l.close();
+    }
+  });
+
+  it('starts one on the spot for an exec that finds none waiting (posix_spawn): execs at once all run in spares, confined', async () => {
+    const l = launcher();
+    try {
+      l.keepSpareReady();
+      await until('a spare', () => sparesOf(process.pid).length === 1);
+      // Three at once: the first takes the waiting spare, the others get fresh ones, not null.
+      const children = [0, 1, 2].map(() => l.startInSpare(['/bin/sh', '-c', REPORT], REPORT_ENV, '/'));
+      expect(children.every((c) => c !== null)).toBe(true);
+      for (const r of await Promise.all(children.map((c) => collect(c!)))) expectConfined(r);
     } finally {
       l.close();
     }

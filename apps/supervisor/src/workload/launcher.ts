@@ -86,8 +86,9 @@ export interface WorkloadLauncher {
   readonly kind: string;
   /**
    * The command started in a wrapper that was waiting for it (spare.ts), in `cwd`: the process,
-   * already running; null when none is ready (spawn `command()` then). Pipes only: a PTY's
-   * process must be forked onto its terminal.
+   * already running; null when none is ready (spawn `command()` then). When spares start
+   * through posix_spawn, one is started on the spot if none waits. Pipes only: a PTY's process
+   * must be forked onto its terminal.
    */
   startInSpare?(argv: string[], env: Record<string, string>, cwd: string): PipedChild | null;
   /** Stops keeping a spare wrapper (shutdown). */
@@ -241,7 +242,14 @@ export class ConfinedLauncher implements WorkloadLauncher {
     // exec of the command, which gets the tag, it is found by its process group, which it leads
     // and cannot leave (it runs no code of the workload's before that exec).
     if (!this.spare) return null;
-    const started = this.spare.take(cwd, () => this.nativeArgs(argv, this.assignments(env)));
+    const args = () => this.nativeArgs(argv, this.assignments(env));
+    let started = this.spare.take(cwd, args);
+    if (!started && this.spare.spawner === 'posix_spawn') {
+      // None waiting (another exec took it just now): a fresh one costs no fork of this process
+      // either, so one is started and handed this command at once, as a waiting one would be.
+      this.spare.fill();
+      started = this.spare.take(cwd, args);
+    }
     if (!started) this.spare.fill(); // none was ready: there is one for the next exec
     return started;
   }
