@@ -1173,12 +1173,19 @@ async function ownedBy(r: RedisClient, pool: { id: string; name: string }[], rep
  */
 async function setupCreate(client: AnyClient, req: { name: string; spec: object; annotations?: Record<string, string> }): Promise<{ sandbox: { metadata: { id: string; name: string } } }> {
   type Res = { sandbox: { metadata: { id: string; name: string } } };
+  // ALREADY_EXISTS: an earlier attempt won, and from then on the sandbox is read, not created. The
+  // read is retried alike (CI: a GetSandbox after ALREADY_EXISTS met "Connection dropped" and
+  // ended the `--break supervisor-reconnect` run in its set-up).
+  let created = false;
   for (let attempt = 1; ; attempt++) {
     try {
-      return await unaryCall<Res>(client, 'CreateSandbox', req);
+      return created ? await unaryCall<Res>(client, 'GetSandbox', { name: req.name }) : await unaryCall<Res>(client, 'CreateSandbox', req);
     } catch (err) {
       const code = (err as { code?: number }).code;
-      if (code === 6) return unaryCall<Res>(client, 'GetSandbox', { name: req.name }); // ALREADY_EXISTS: an earlier attempt won
+      if (code === 6 && !created) {
+        created = true;
+        continue;
+      }
       if (code !== 14 || attempt >= 5) throw err;
       await sleep(1_000 * attempt);
     }
