@@ -115,6 +115,13 @@ static void free_vector(char **v) {
 
 static void on_closed(uv_handle_t *handle) { free(handle->data); }
 
+/* A child whose exit cannot be watched is not left running: killed and reaped at once. */
+static void end_child(pid_t pid) {
+  kill(pid, SIGKILL);
+  while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {
+  }
+}
+
 static void on_readable(uv_poll_t *poll, int status, int events) {
   (void)events;
   waiter *w = poll->data;
@@ -123,7 +130,7 @@ static void on_readable(uv_poll_t *poll, int status, int events) {
   if (status == 0) {
     if (waitid(P_PIDFD, w->pidfd, &info, WEXITED | WNOHANG) == 0 && info.si_pid == 0) return; /* not yet */
   } else {
-    /* The watch itself failed (never seen): end the child rather than leave it unwatched, and reap it. */
+    /* The watch itself failed (never seen): the child is ended rather than left unwatched. */
     kill(w->pid, SIGKILL);
     while (waitid(P_PIDFD, w->pidfd, &info, WEXITED) != 0 && errno == EINTR) {
     }
@@ -218,8 +225,7 @@ static napi_value spawn_child(napi_env env, napi_callback_info cbinfo) {
   pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
   if (pidfd < 0) {
     err = errno;
-    kill(pid, SIGKILL);
-    waitpid(pid, NULL, 0);
+    end_child(pid);
     throw_errno(env, "pidfd_open", err);
     goto out;
   }
@@ -227,23 +233,18 @@ static napi_value spawn_child(napi_env env, napi_callback_info cbinfo) {
   waiter *w = calloc(1, sizeof *w);
   uv_loop_t *loop;
   napi_value resource_name;
-  if (!w || napi_get_uv_event_loop(env, &loop) != napi_ok || uv_poll_init(loop, &w->poll, pidfd) != 0) {
-    free(w);
-    kill(pid, SIGKILL);
-    waitpid(pid, NULL, 0);
-    close(pidfd);
-    napi_throw_error(env, NULL, "sandgate-spawn: cannot watch the child's exit");
-    goto out;
+  int polling = w && napi_get_uv_event_loop(env, &loop) == napi_ok && uv_poll_init(loop, &w->poll, pidfd) == 0;
+  if (polling) {
+    w->poll.data = w;
+    w->pidfd = pidfd;
+    w->pid = pid;
+    w->env = env;
   }
-  w->poll.data = w;
-  w->pidfd = pidfd;
-  w->pid = pid;
-  w->env = env;
-  if (uv_poll_start(&w->poll, UV_READABLE, on_readable) != 0) {
-    kill(pid, SIGKILL);
-    waitpid(pid, NULL, 0);
+  if (!polling || uv_poll_start(&w->poll, UV_READABLE, on_readable) != 0) {
+    end_child(pid);
     close(pidfd);
-    uv_close((uv_handle_t *)&w->poll, on_closed);
+    if (polling) uv_close((uv_handle_t *)&w->poll, on_closed); /* frees w once closed */
+    else free(w);
     napi_throw_error(env, NULL, "sandgate-spawn: cannot watch the child's exit");
     goto out;
   }

@@ -242,14 +242,7 @@ export class ConfinedLauncher implements WorkloadLauncher {
     // exec of the command, which gets the tag, it is found by its process group, which it leads
     // and cannot leave (it runs no code of the workload's before that exec).
     if (!this.spare) return null;
-    const args = () => this.nativeArgs(argv, this.assignments(env));
-    let started = this.spare.take(cwd, args);
-    if (!started && this.spare.spawner === 'posix_spawn') {
-      // None waiting (another exec took it just now): a fresh one costs no fork of this process
-      // either, so one is started and handed this command at once, as a waiting one would be.
-      this.spare.fill();
-      started = this.spare.take(cwd, args);
-    }
+    const started = this.spare.take(cwd, () => this.nativeArgs(argv, this.assignments(env)));
     if (!started) this.spare.fill(); // none was ready: there is one for the next exec
     return started;
   }

@@ -72,9 +72,12 @@ export class SpareWrapper {
   /**
    * Hands the waiting spare its command (the wrapper's arguments, after the working directory) and
    * returns it, now the exec's process; null when none is ready, and the caller spawns as usual.
-   * `args` is only built when a spare is there to take it.
+   * With the native spawn a spare costs no fork, so when none waits (another exec took it just
+   * now) one is started here and handed the command at once. `args` is only built when a spare is
+   * there to take it.
    */
   take(cwd: string, args: () => string[]): PipedChild | null {
+    if (!this.waiting && this.nativeSpawn) this.fill();
     const child = this.waiting;
     if (!child || child.pid === undefined || child.exitCode !== null || child.signalCode !== null) return null;
     const fields = [cwd, ...args()];
