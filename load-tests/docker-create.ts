@@ -4,6 +4,9 @@
 //
 // Measured per iteration:
 //   driver          driver.create() (real supervisor entry, no gateway) → `docker exec <c> true` exits 0
+//   … unlabelled    the same from IMAGE with its sandgate.sandbox-owner label cleared (a derived
+//                   image, built here): the driver then gives /sandbox to the workload itself,
+//                   through an archive upload, as for any image that does not declare its owner
 //   driver → dial   driver.create() → the supervisor's first "dialling gateway" log line (Node up,
 //                   supervisor loaded: what a gateway would see as the earliest possible hello)
 //   docker run      `docker run --rm IMAGE true` (create + start + run + exit + remove)
@@ -92,30 +95,42 @@ async function main() {
     defaultImage: image,
   });
   const tag = `bench${process.pid}`;
-  const samples = { driver: [] as number[], dial: [] as number[], run: [] as number[], runExec: [] as number[] };
+  // The same image with the owner label cleared (Docker keeps a label whose value is empty).
+  const unlabelled = `sandgate-bench-unlabelled:${process.pid}`;
+  const built = await run(['sh', '-c', `printf 'FROM %s\\nLABEL sandgate.sandbox-owner=""\\n' '${image}' | docker build -q -t ${unlabelled} -`]);
+  if (built.code !== 0) throw new Error(`could not build ${unlabelled}: ${built.out}`);
+  const samples = { driver: [] as number[], dial: [] as number[], unlabelled: [] as number[], run: [] as number[], runExec: [] as number[] };
+  /** driver.create() → `docker exec true` succeeds (and the supervisor's dialling line), ms. */
+  const createThroughDriver = async (id: string, from: string): Promise<{ exec: number; dial: number }> => {
+    const t0 = now();
+    await driver.create({
+      sandboxId: id,
+      command: ['sleep', 'infinity'],
+      tty: false,
+      environment: {},
+      image: from,
+      gatewayEndpoints: '127.0.0.1:1',
+      credential: `bench-${id}`,
+      logLevel: 'debug',
+    });
+    const name = `sandgate-${id}`;
+    const [tExec, tDial] = await Promise.all([firstExec(name), logLine(name, '"msg":"dialling gateway"')]);
+    await driver.delete(id, null);
+    return { exec: tExec - t0, dial: tDial - t0 };
+  };
   try {
     for (let i = 0; i < warmup + iterations; i++) {
       const record = i >= warmup;
-      // 1. the driver
-      const id = `${tag}-${i}`;
-      const t0 = now();
-      await driver.create({
-        sandboxId: id,
-        command: ['sleep', 'infinity'],
-        tty: false,
-        environment: {},
-        image,
-        gatewayEndpoints: '127.0.0.1:1',
-        credential: `bench-${id}`,
-        logLevel: 'debug',
-      });
-      const name = `sandgate-${id}`;
-      const [tExec, tDial] = await Promise.all([firstExec(name), logLine(name, '"msg":"dialling gateway"')]);
+      // 1. the driver, the image as it is and unlabelled, in alternating order
+      const labelledFirst = i % 2 === 0;
+      const a = labelledFirst ? await createThroughDriver(`${tag}-${i}`, image) : undefined;
+      const u = await createThroughDriver(`${tag}-u${i}`, unlabelled);
+      const b = a ?? (await createThroughDriver(`${tag}-${i}`, image));
       if (record) {
-        samples.driver.push(tExec - t0);
-        samples.dial.push(tDial - t0);
+        samples.driver.push(b.exec);
+        samples.dial.push(b.dial);
+        samples.unlabelled.push(u.exec);
       }
-      await driver.delete(id, null);
 
       // 2. plain docker run --rm IMAGE true
       const t1 = now();
@@ -135,8 +150,10 @@ async function main() {
   } finally {
     for (const o of await driver.list()) if (o.sandboxId.startsWith(tag)) await driver.delete(o.sandboxId, o.handle).catch(() => {});
     fs.rmSync(stateDir, { recursive: true, force: true });
+    await run(['docker', 'rmi', unlabelled]);
   }
   const s = {
+    unlabelled: summarise(samples.unlabelled),
     driver: summarise(samples.driver),
     dial: summarise(samples.dial),
     run: summarise(samples.run),
@@ -156,8 +173,10 @@ async function main() {
       [
         row('driver: create → docker exec true', s.driver),
         row('driver: create → supervisor dialling', s.dial),
+        row('driver, image without its owner label: create → docker exec true', s.unlabelled),
         row('plain: docker run --rm IMAGE true', s.run),
         row('plain: docker run -d → docker exec true', s.runExec),
+        ratio('ratio driver / driver without the owner label', s.driver, s.unlabelled),
         ratio('ratio driver / docker run --rm', s.driver, s.run),
         ratio('ratio driver / run -d + exec', s.driver, s.runExec),
       ],

@@ -126,7 +126,10 @@ mkdir -p etc root home tmp run proc sys dev sandbox var/tmp var/log usr/local/bi
 chmod 1777 tmp var/tmp
 chmod 0700 root
 # The workload's user (SANDBOX_UID/SANDBOX_GID in @sandgate/protocols/contract) owns its work
-# directory; the docker driver also chowns the /sandbox volume, for images that lack this.
+# directory. Docker copies that owner onto each sandbox's new /sandbox volume, and the label
+# sandgate.sandbox-owner (below) tells the docker driver so: it skips its own owner change, which
+# costs an archive upload (a mount of the container's filesystem) per create. Images without the
+# label get that change.
 chown 10001:10001 sandbox
 [ -e bin/sh ] || ln -s dash usr/bin/sh
 cat >etc/passwd <<'EOF'
@@ -161,6 +164,7 @@ tar -C "$STAGE" -c --numeric-owner . | docker import \
   -c 'CMD ["/bin/bash"]' \
   -c "LABEL sandgate.recipe=$RECIPE" \
   -c 'LABEL sandgate.image=sandbox' \
+  -c 'LABEL sandgate.sandbox-owner=10001:10001' \
   -m "sandgate sandbox image (recipe $RECIPE)" \
   - "$IMAGE" >/dev/null
 log "built $IMAGE ($(docker image inspect --format '{{.Size}}' "$IMAGE" | awk '{printf "%.1f MB", $1/1e6}'))"

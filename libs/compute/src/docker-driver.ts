@@ -40,6 +40,7 @@ import {
   DEFAULT_IMAGE,
   LABEL_MANAGED,
   LABEL_SANDBOX_ID,
+  LABEL_SANDBOX_OWNER,
   labelsFor,
   SANDBOX_DIR,
   STOP_TIMEOUT_S,
@@ -208,6 +209,7 @@ export class DockerDriver implements ComputeDriver {
       limits,
       cgroups: cg ? { parent: cg.cgroupParent(id), dirs, hostNamespace: cg.anyV2 } : undefined,
       workload: { uid: user.uid, gid: user.gid, isolateNetwork: true, cgroupDirs: dirs.map((d) => d.containerDir) },
+      imageOwnsSandboxDir: imageInfo.Config?.Labels?.[LABEL_SANDBOX_OWNER] === `${user.uid}:${user.gid}`,
     };
   }
 
@@ -305,7 +307,9 @@ export class DockerDriver implements ComputeDriver {
         if (statusOf(err) === 404 && /network/i.test(errMessage(err))) this.networkCache = null;
         throw new Error(`sandbox ${id}: docker could not create the container: ${errMessage(err)}`);
       }
-      await this.ownSandboxDir(container, plan);
+      // The engine mounts the container's whole filesystem for an archive upload: about 50-120 ms
+      // of every create on the project's machine (BENCHMARKS.md, "Docker cold create").
+      if (!plan.imageOwnsSandboxDir) await this.ownSandboxDir(container, plan);
       try {
         await container.start();
       } catch (err) {
@@ -325,7 +329,8 @@ export class DockerDriver implements ComputeDriver {
 
   /**
    * Gives the /sandbox volume's root to the workload's uid/gid. Docker fills a new volume from the
-   * image (owner included) when the container is created; the image's /sandbox is usually root's.
+   * image (owner included) when the container is created; the image's /sandbox is usually root's
+   * (not the default image's, whose LABEL_SANDBOX_OWNER spares this step).
    * Done through the engine's archive API (a one-entry tar whose `sandbox/` directory carries the
    * owner), so it needs no host access to /var/lib/docker. Only the directory itself: files the
    * image put there keep their owners.
@@ -724,6 +729,8 @@ interface LaunchPlan {
   limits: ResourceLimits;
   cgroups: { parent: string; dirs: { hostDir: string; containerDir: string }[]; hostNamespace: boolean } | undefined;
   workload: WorkloadIsolation;
+  /** The image's label says its /sandbox is the workload's already: no owner change (LABEL_SANDBOX_OWNER). */
+  imageOwnsSandboxDir: boolean;
 }
 
 /**

@@ -58,6 +58,20 @@ function dockerExec(container: string, argv: string[]): string {
   return execFileSync('docker', ['exec', container, ...argv], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
 }
 
+/**
+ * How many archive uploads (`docker cp` into it, the driver's owner change of /sandbox) the engine
+ * saw for a container since `sinceMs`: its own `extract-to-dir` events.
+ */
+function archiveUploads(containerId: string, sinceMs: number): number {
+  const seconds = (ms: number) => (ms / 1000).toFixed(3);
+  const out = execFileSync(
+    'docker',
+    ['events', '--since', seconds(sinceMs), '--until', seconds(Date.now()), '--filter', `container=${containerId}`, '--filter', 'event=extract-to-dir', '--format', '{{.Action}}'],
+    { encoding: 'utf8' },
+  );
+  return out.split('\n').filter((l) => l.startsWith('extract-to-dir')).length;
+}
+
 /** Runs argv in the container as the workload's uid (what the supervisor's wrapper does, minus the netns). */
 function asWorkload(container: string, argv: string[]): { status: number | null; out: string } {
   const r = spawnSync('docker', ['exec', '--user', '10001:10001', container, ...argv], { encoding: 'utf8' });
@@ -267,6 +281,7 @@ describe('docker driver (real dockerd)', () => {
       environment: { FOO: 'bar', SANDGATE_GATEWAY: 'evil:1', SANDGATE_CREDENTIAL_FILE: '/etc/passwd' },
     });
     // How long a create takes is measured by load-tests/docker-create.ts, not asserted here.
+    const createdAt = Date.now() - 1000;
     const handle = (await driver.create(s)) as unknown as DockerHandle;
     expect(handle.container).toBe(`sandgate-${s.sandboxId}`);
     expect(await driver.inspect(s.sandboxId, handle as any)).toBe('running');
@@ -334,6 +349,9 @@ describe('docker driver (real dockerd)', () => {
     // /sandbox is the workload's: root without CAP_DAC_OVERRIDE cannot write there, uid 10001 can.
     expect(r.sandboxWrite).toBe('EACCES');
     expect(dockerExec(handle.container, ['stat', '-c', '%u:%g %a', '/sandbox']).trim()).toBe('10001:10001 755');
+    // …and it came from the default image (its sandgate.sandbox-owner label): no archive upload.
+    expect((await docker.getImage(DEFAULT_IMAGE).inspect()).Config.Labels).toMatchObject({ 'sandgate.sandbox-owner': '10001:10001' });
+    expect(archiveUploads(handle.containerId, createdAt)).toBe(0);
     expect(asWorkload(handle.container, ['sh', '-c', 'echo mine > /sandbox/w && cat /sandbox/w'])).toEqual({ status: 0, out: 'mine\n' });
     // The workload's uid cannot read the credential (root 0600), nor the supervisor's /proc.
     const cred = asWorkload(handle.container, ['cat', '/run/sandgate/credential']);
@@ -468,10 +486,13 @@ describe('docker driver (real dockerd)', () => {
 
   it("the policy's workload user: /sandbox is given to it and the supervisor is told; root is refused", async () => {
     const s = spec('user', { workloadUser: { uid: 12345, gid: 23456 } });
+    const createdAt = Date.now() - 1000;
     const handle = (await driver.create(s)) as unknown as DockerHandle;
     const r = await report(handle.container);
     expect([r.env.SANDGATE_WORKLOAD_UID, r.env.SANDGATE_WORKLOAD_GID]).toEqual(['12345', '23456']);
     expect(dockerExec(handle.container, ['stat', '-c', '%u:%g', '/sandbox']).trim()).toBe('12345:23456');
+    // The image's label names another owner: the driver changed it, through one archive upload.
+    expect(archiveUploads(handle.containerId, createdAt)).toBe(1);
     expect(await driver.delete(s.sandboxId, handle as any)).toBe(true);
     await expect(driver.create(spec('root', { workloadUser: { uid: 0, gid: 0 } }))).rejects.toThrow(/workloadUser\.uid must be a numeric id other than 0/);
   });

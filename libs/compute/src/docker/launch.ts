@@ -11,6 +11,14 @@ import type { WorkloadCgroup } from './cgroups.ts';
 export const LABEL_MANAGED = 'sandgate.managed';
 export const LABEL_SANDBOX_ID = 'sandgate.sandbox-id';
 export const LABEL_DRIVER = 'sandgate.driver';
+/**
+ * On an image: `UID:GID`, the owner its /sandbox directory already has (scripts/build-sandbox-image.sh
+ * sets it on the default image). Docker fills a new volume from the image's directory, owner
+ * included, so for a workload of that uid:gid the driver need not give /sandbox away itself.
+ * The image builder's promise: a wrong label only leaves /sandbox unwritable to that image's
+ * workloads, never writable to anyone else.
+ */
+export const LABEL_SANDBOX_OWNER = 'sandgate.sandbox-owner';
 
 /** Where the supervisor's runtime appears inside every sandbox container (all read-only). */
 export const NODE_IN_CONTAINER = '/opt/sandgate/node/bin/node';
