@@ -57,6 +57,7 @@ const START_MARKS = [
   ['supervisor starting', 'supervisor process loaded its code'],
   ['workload network namespace ready', 'workload network namespace ready'],
   ['workload confined', 'workload confinement ready (egress proxy)'],
+  ['main process started', 'main process started'],
   ['control session established', 'control session established (hello accepted)'],
 ] as const;
 
