@@ -96,7 +96,16 @@ function startTimeline(stateDir: string, c: Created): Map<string, number> {
 /** Rows: each start mark's latency from the CreateSandbox call, over `created`. */
 function timelineRows(stateDir: string, created: Created[], label = ''): string[][] {
   const timelines = created.map((c) => startTimeline(stateDir, c));
-  return [PROCESS_STARTED, ...START_MARKS.map(([, name]) => name)].map((name) => latencyRow(`${label}${name}`, timelines.map((t) => t.get(name)).filter((v): v is number => v !== undefined)));
+  const marks = [PROCESS_STARTED, ...START_MARKS.map(([, name]) => name)];
+  const rows = marks.map((name) => latencyRow(`${label}${name}`, timelines.map((t) => t.get(name)).filter((v): v is number => v !== undefined)));
+  // Steps inside one sandbox's start, each sandbox's own difference: less noisy across runs than
+  // the rows above, which carry everything before them.
+  const step = (from: string, to: string) => {
+    const diffs = timelines.flatMap((t) => (t.has(from) && t.has(to) ? [t.get(to)! - t.get(from)!] : []));
+    return latencyRow(`${label}… from ${from} to ${to}`, diffs);
+  };
+  const confined = START_MARKS[2][1];
+  return [...rows, step(confined, START_MARKS[3][1]), step(confined, START_MARKS[4][1])];
 }
 
 class StageError extends Error {

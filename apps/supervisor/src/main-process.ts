@@ -2,7 +2,7 @@
 // pipes. Its output is copied to the supervisor's own stdout/stderr (the driver redirects those to
 // the sandbox log) and kept in a bounded ring buffer for later replay. Its exit is recorded but
 // does not end the supervisor: execs must keep working afterwards.
-import { spawn, type ChildProcess } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type * as pty from 'node-pty';
 import { normaliseExit } from '@sandgate/core';
@@ -13,6 +13,7 @@ import { RingBuffer } from './ring-buffer.ts';
 import { OutputJournal } from './output-journal.ts';
 import { signalNumber } from './signals.ts';
 import { OOM_MESSAGE, oomKilled, type WorkloadLauncher } from './workload/launcher.ts';
+import type { PipedChild } from './workload/native-spawn.ts';
 
 export interface MainProcessOptions {
   argv: string[];
@@ -48,7 +49,7 @@ export class MainProcess {
   readonly exited: Promise<MainExit>;
   private resolveExited!: (e: MainExit) => void;
   private readonly opts: MainProcessOptions;
-  private child: ChildProcess | undefined;
+  private child: PipedChild | undefined;
   private term: pty.IPty | undefined;
   private oomBefore: number | undefined;
 
@@ -99,13 +100,7 @@ export class MainProcess {
         this.finish({ exitCode: normaliseExit(exitCode, signal || null), signal: signal ?? 0, oomKilled });
       });
     } else {
-      const cmd = launchCommand({ argv, env, launcher });
-      const child = spawn(cmd.file, cmd.args, {
-        cwd,
-        env: cmd.env,
-        detached: true, // own process group, so shutdown can signal the whole tree
-        stdio: ['ignore', 'pipe', 'pipe'],
-      });
+      const child = spawnOnPipes(argv, env, cwd, launcher);
       this.child = child;
       this.pid = child.pid ?? 0;
       child.stdout!.on('data', (chunk: Buffer) => {
@@ -189,6 +184,25 @@ export class MainProcess {
     const done = await Promise.race([this.exited.then(() => true), sleep(graceMs).then(() => false)]);
     if (!done) signalGroup('SIGKILL');
   }
+}
+
+/**
+ * The main process on pipes, in its own process group (shutdown signals the whole tree). A
+ * confined sandbox starts it in a spare wrapper, as an exec (posix_spawn: no fork of the
+ * supervisor, whose event loop a fork holds for milliseconds while the control session is being
+ * set up); its stdin then ends at once, as /dev/null would. Otherwise through Node's spawn.
+ */
+function spawnOnPipes(argv: string[], env: Record<string, string>, cwd: string, launcher: WorkloadLauncher | undefined): PipedChild {
+  const spared = launcher?.startInSpare?.(argv, env, cwd);
+  if (spared) {
+    // Sockets, not pipes: a reset there (the process gone with unread input) must not be an
+    // unhandled 'error'. Whatever output arrived has been read by then.
+    for (const s of spared.stdio) s?.on('error', () => undefined);
+    spared.stdin?.end();
+    return spared;
+  }
+  const cmd = launchCommand({ argv, env, launcher });
+  return spawn(cmd.file, cmd.args, { cwd, env: cmd.env, detached: true, stdio: ['ignore', 'pipe', 'pipe'] });
 }
 
 function writeQuietly(stream: NodeJS.WriteStream, chunk: Buffer): void {

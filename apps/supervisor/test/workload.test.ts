@@ -158,7 +158,8 @@ describe('workload confinement (uid, network namespace, egress proxy, cgroups)',
     sup = startSupervisor({
       endpoints: [gw.address],
       sandboxId: 'sb-workload',
-      mainArgv: ['sh', '-c', 'echo "main uid $(id -u)"; exec sleep 1000'],
+      // Its stdin's kind and how much it reads there: the main process starts in a spare wrapper.
+      mainArgv: ['sh', '-c', 'echo "main uid $(id -u)"; echo "main stdin $(readlink /proc/self/fd/0 | cut -d: -f1) $(cat | wc -c)"; exec sleep 1000'],
       env: {
         SANDGATE_CREDENTIAL_FILE: credFile,
         SANDGATE_WORKLOAD_UID: String(UID),
@@ -223,6 +224,10 @@ describe('workload confinement (uid, network namespace, egress proxy, cgroups)',
     expect(sup.logs().find((l) => l.msg === 'workload confined')?.launcher).toBe(NATIVE_LAUNCHER);
     // Its spare wrappers started by the addon (posix_spawn), not by forks of the supervisor.
     expect(sup.logs().find((l) => l.msg === 'workload confined')?.spare_spawner).toBe('posix_spawn');
+    // The main process too: it took a spare (a socket for stdin, where Node's spawn gives
+    // /dev/null), whose stdin the supervisor ended at once (`cat` read nothing and returned).
+    await waitFor('main process stdin line', () => sup.stdout().includes('main stdin '), 10_000);
+    expect(sup.stdout()).toContain('main stdin socket 0\n');
   });
 
   it('keeps exec semantics: workdir, HOME, the exec tag, exit codes, signals, spawn errors', async () => {
