@@ -159,7 +159,8 @@ describe('workload confinement (uid, network namespace, egress proxy, cgroups)',
       endpoints: [gw.address],
       sandboxId: 'sb-workload',
       // Its stdin's kind and how much it reads there: the main process starts in a spare wrapper.
-      mainArgv: ['sh', '-c', 'echo "main uid $(id -u)"; echo "main stdin $(readlink /proc/self/fd/0 | cut -d: -f1) $(cat | wc -c)"; exec sleep 1000'],
+      // Its open descriptors too (`ls` holds 3 for the listing): nothing of the spare's is left.
+      mainArgv: ['sh', '-c', 'echo "main uid $(id -u)"; echo "main stdin $(readlink /proc/self/fd/0 | cut -d: -f1) $(cat | wc -c)"; echo "main fds $(ls /proc/self/fd | tr "\\n" " ")"; exec sleep 1000'],
       env: {
         SANDGATE_CREDENTIAL_FILE: credFile,
         SANDGATE_WORKLOAD_UID: String(UID),
@@ -226,8 +227,9 @@ describe('workload confinement (uid, network namespace, egress proxy, cgroups)',
     expect(sup.logs().find((l) => l.msg === 'workload confined')?.spare_spawner).toBe('posix_spawn');
     // The main process too: it took a spare (a socket for stdin, where Node's spawn gives
     // /dev/null), whose stdin the supervisor ended at once (`cat` read nothing and returned).
-    await waitFor('main process stdin line', () => sup.stdout().includes('main stdin '), 10_000);
+    await waitFor('main process stdin and descriptor lines', () => sup.stdout().includes('main fds '), 10_000);
     expect(sup.stdout()).toContain('main stdin socket 0\n');
+    expect(sup.stdout()).toContain('main fds 0 1 2 3 \n');
   });
 
   it('keeps exec semantics: workdir, HOME, the exec tag, exit codes, signals, spawn errors', async () => {
