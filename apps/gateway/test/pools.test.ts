@@ -165,7 +165,8 @@ describe('warm pools: claims', () => {
     await redis.del(keys.sandbox(id));
     // Backing off (a Ready member would have cleared it in the refill above), so that this refill
     // launches nothing (there is no compute here): it only tidies.
-    await poolStore.noteFailure('lost', (await poolStore.get('lost'))!.generation, 'test: launch nothing', 60_000, 60_000);
+    const lostPool = (await poolStore.get('lost'))!;
+    await poolStore.noteFailure('lost', lostPool.generation, lostPool.failures, 'test: launch nothing', 60_000, 60_000);
     await claims.refill('lost');
     expect(await redis.smembers(keys.workspaceSandboxes(poolWorkspace('lost')))).toEqual([]);
     expect(await redis.exists(keys.sandboxName(poolWorkspace('lost'), poolMemberName('lost', id)))).toBe(0);

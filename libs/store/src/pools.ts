@@ -99,11 +99,13 @@ export class PoolStore {
 
   /**
    * Records a failed start of `generation`'s members: the refill waits `firstMs`, doubled per
-   * consecutive failure up to `longestMs`, before starting more. Returns the wait, or null when
-   * the pool is gone or moved to another generation meanwhile (the failure no longer counts).
+   * consecutive failure up to `longestMs`, before starting more. `seenFailures`: the pool's
+   * failure count as the caller read it before launching, so that refills side by side count
+   * their round once. Returns the wait, or null when the failure does not count: the pool is gone
+   * or moved to another generation meanwhile, or a refill beside this one recorded the round.
    */
-  async noteFailure(name: string, generation: number, error: string, firstMs: number, longestMs: number): Promise<number | null> {
-    const delay = (await NOTE_FAILURE.run(this.redis, [this.keys.pool(name)], [generation, Date.now(), firstMs, longestMs, error.slice(0, 1000)])) as number;
+  async noteFailure(name: string, generation: number, seenFailures: number, error: string, firstMs: number, longestMs: number): Promise<number | null> {
+    const delay = (await NOTE_FAILURE.run(this.redis, [this.keys.pool(name)], [generation, Date.now(), firstMs, longestMs, error.slice(0, 1000), seenFailures])) as number;
     return delay < 0 ? null : delay;
   }
 

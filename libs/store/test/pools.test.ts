@@ -1,7 +1,8 @@
 // Pool definitions on a real Redis. The auto-match flag is stored and each SetPool states it
 // afresh. A pool whose members cannot start backs off (note-pool-failure-1, clear-pool-failures-1,
-// set-pool-1): the wait doubles per consecutive failure up to its cap, a failure
-// of a template that was replaced meanwhile does not count, a member that got Ready clears it all,
+// set-pool-1): the wait doubles per consecutive failure up to its cap, refills side by side count
+// their round once, a failure of a template that was replaced meanwhile does not count, a member
+// that got Ready clears it all,
 // and a new template starts afresh while a new size alone does not.
 import { describe, expect, it } from 'vitest';
 import type { RedisClient } from '@sandgate/store';
@@ -21,7 +22,7 @@ describe('warm pools: back-off of members that cannot start', () => {
     const delays: number[] = [];
     for (let i = 0; i < 6; i++) {
       const before = Date.now();
-      delays.push((await pools.noteFailure('bo1', pool.generation, `no such image (${i})`, 1_000, 10_000))!);
+      delays.push((await pools.noteFailure('bo1', pool.generation, i, `no such image (${i})`, 1_000, 10_000))!);
       const now = (await pools.get('bo1'))!;
       expect(now.failures).toBe(i + 1);
       expect(now.lastError).toBe(`no such image (${i})`);
@@ -34,20 +35,38 @@ describe('warm pools: back-off of members that cannot start', () => {
   it('a member that got Ready clears the failures; a stale generation neither counts nor clears', async () => {
     const pools = store();
     const pool = await pools.set('bo2', 1, template);
-    await pools.noteFailure('bo2', pool.generation, 'boom', 1_000, 10_000);
-    expect(await pools.noteFailure('bo2', pool.generation - 1, 'old', 1_000, 10_000)).toBeNull();
+    await pools.noteFailure('bo2', pool.generation, 0, 'boom', 1_000, 10_000);
+    expect(await pools.noteFailure('bo2', pool.generation - 1, 1, 'old', 1_000, 10_000)).toBeNull();
     expect(await pools.clearFailures('bo2', pool.generation - 1)).toBe(false);
     expect((await pools.get('bo2'))!.failures).toBe(1);
     expect(await pools.clearFailures('bo2', pool.generation)).toBe(true);
     expect(await pools.get('bo2')).toMatchObject({ failures: 0, retryAtMs: 0, lastError: '' });
     expect(await pools.clearFailures('bo2', pool.generation)).toBe(false);
-    expect(await pools.noteFailure('gone', 1, 'x', 1_000, 10_000)).toBeNull();
+    expect(await pools.noteFailure('gone', 1, 0, 'x', 1_000, 10_000)).toBeNull();
+  });
+
+  it('counts a round once: refills that read the pool before the first of them recorded its failure add nothing', async () => {
+    const pools = store();
+    const pool = await pools.set('bo4', 2, template);
+    // Two refills read the pool (no failures yet), both launched members, both failed.
+    expect(await pools.noteFailure('bo4', pool.generation, 0, 'first refill', 1_000, 10_000)).toBe(1_000);
+    const recorded = (await pools.get('bo4'))!;
+    expect(await pools.noteFailure('bo4', pool.generation, 0, 'second refill', 1_000, 10_000)).toBeNull();
+    expect(await pools.get('bo4')).toMatchObject({ failures: 1, lastError: 'first refill', retryAtMs: recorded.retryAtMs });
+    // The next round's refill read the count the first one left: its failure counts, and doubles the wait.
+    expect(await pools.noteFailure('bo4', pool.generation, 1, 'next round', 1_000, 10_000)).toBe(2_000);
+    expect((await pools.get('bo4'))!.failures).toBe(2);
+    // A member got Ready (the failures cleared): the failure of a refill that read the count before
+    // that does not count; the next round's counts from one.
+    expect(await pools.clearFailures('bo4', pool.generation)).toBe(true);
+    expect(await pools.noteFailure('bo4', pool.generation, 2, 'read before the clear', 1_000, 10_000)).toBeNull();
+    expect(await pools.noteFailure('bo4', pool.generation, 0, 'after the clear', 1_000, 10_000)).toBe(1_000);
   });
 
   it('a new size keeps the back-off; a new template starts afresh', async () => {
     const pools = store();
     const pool = await pools.set('bo3', 1, template);
-    await pools.noteFailure('bo3', pool.generation, 'boom', 60_000, 600_000);
+    await pools.noteFailure('bo3', pool.generation, 0, 'boom', 60_000, 600_000);
     const resized = await pools.set('bo3', 3, template);
     expect(resized).toMatchObject({ generation: pool.generation, failures: 1, lastError: 'boom' });
     const fixed = await pools.set('bo3', 3, { ...template, image: '' });

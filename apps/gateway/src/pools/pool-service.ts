@@ -293,11 +293,16 @@ export class PoolService {
     return { pool: name, started, retired, failed: failed.length + launchErrors.length };
   }
 
-  /** `count` members of the pool's current template could not start: back off (POOL_RETRY_FIRST_MS, doubling). */
+  /**
+   * `count` members of the pool's current template could not start: back off (POOL_RETRY_FIRST_MS,
+   * doubling). `pool` as this refill read it before launching: its failure count fences the round.
+   */
   private async noteFailure(pool: PoolDefinition, count: number, error: string): Promise<void> {
     this.deps.metrics.inc('sandgate_pool_member_failures_total', count);
-    const delayMs = await this.deps.pools.noteFailure(pool.name, pool.generation, error, POOL_RETRY_FIRST_MS, POOL_RETRY_LONGEST_MS);
-    if (delayMs === null) return; // the pool moved to another template (or went) meanwhile
+    const delayMs = await this.deps.pools.noteFailure(pool.name, pool.generation, pool.failures, error, POOL_RETRY_FIRST_MS, POOL_RETRY_LONGEST_MS);
+    // The pool moved to another template (or went) meanwhile, or a refill beside this one
+    // recorded this round's failure already.
+    if (delayMs === null) return;
     this.deps.log.warn('pool members cannot start: backing off', { pool: pool.name, generation: pool.generation, failures: pool.failures + 1, delayMs, error });
   }
 
