@@ -153,6 +153,18 @@ const LONG_FREEZE_MS = 9_000;
 const CLUSTER_CUT_MS = 6_000;
 /** The longest a Sentinel primary stays cut off from its replicas while creates are tried. */
 const SENTINEL_CUT_MS = 15_000;
+/**
+ * The cut ends (the primary is killed) this long after it began at the latest, even with a create
+ * still in flight: a create under load (three chaos runs at once in CI) can take 10 s and more.
+ */
+const SENTINEL_CUT_LIMIT_MS = 25_000;
+/**
+ * The Sentinels' down-after-milliseconds in chaos runs. Sentinel promotes no replica whose link to
+ * the primary has been down longer than 10 × this (plus the time since the primary was seen down),
+ * and the cut takes the replicas' links down: with the harness' 1 s, a cut of 13 s left no replica
+ * to promote, so there was no primary at all for the rest of the run (CI, 2026-12-07).
+ */
+const SENTINEL_DOWN_AFTER_MS = 3_000;
 /** A frozen Redis primary stays frozen this long at least: beyond the Sentinels' failover timeout (4 s, test/harness/redis-sentinel.ts). */
 const REDIS_FREEZE_MIN_MS = 6_000;
 /**
@@ -282,7 +294,7 @@ async function main(): Promise<void> {
   console.log(`chaos: t=0 at ${new Date(t0).toISOString()}`);
   // One Redis (restarted once), a Sentinel group or a cluster (failed over once).
   const single = redisMode === 'single' ? await startRedis({ persistent: true }) : null;
-  const group: SentinelGroup | null = redisMode === 'sentinel' ? await startSentinelGroup({ replicas: 2 }) : null;
+  const group: SentinelGroup | null = redisMode === 'sentinel' ? await startSentinelGroup({ replicas: 2, downAfterMs: SENTINEL_DOWN_AFTER_MS }) : null;
   const shards: TestRedisCluster | null = redisMode === 'cluster' ? await startRedisCluster() : null;
   const replicated = group !== null || shards !== null;
   const redisUrl = single?.url ?? group?.url ?? shards!.url;
@@ -754,15 +766,19 @@ async function main(): Promise<void> {
           // replicas down and shuts their connections, and in 5 s every try could fail that way,
           // leaving nothing acknowledged to lose (the `--break redis-wait` run passed, CI, once).
           // A try that is acknowledged, or refused by the guard, ends its loop at once.
-          const attempts = await Promise.all([1, 2].map((i) => createWhileCut(`kept-cut-${i}`, Date.now() + SENTINEL_CUT_MS)));
-          console.log(`[${secs(t0)}] kill -9 of the Redis primary :${old} (${attempts.filter(Boolean).length}/${attempts.length} creates acknowledged while cut off)`);
+          const cutAt = Date.now();
+          const acknowledgedWhileCut: boolean[] = [];
+          const tries = Promise.all([1, 2].map((i) => createWhileCut(`kept-cut-${i}`, cutAt + SENTINEL_CUT_MS).then((ok) => void acknowledgedWhileCut.push(ok))));
+          await Promise.race([tries, sleep(SENTINEL_CUT_LIMIT_MS)]);
+          const attempts = [...acknowledgedWhileCut];
+          console.log(`[${secs(t0)}] kill -9 of the Redis primary :${old} after ${((Date.now() - cutAt) / 1000).toFixed(1)} s (${attempts.filter(Boolean).length}/2 creates acknowledged while cut off${attempts.length < 2 ? `, ${2 - attempts.length} still in flight` : ''})`);
           group.signal(old, 'SIGKILL');
           await group.restoreReplication();
           const promoted = await group.waitFailover(old, 60_000).catch(() => null);
           if (promoted !== null) await group.restartNode(old, promoted);
           console.log(`[${secs(t0)}] Redis primary now :${promoted ?? 'none'}; :${old} back as its replica`);
           owners.ignoreDeletionsUntil = Date.now() + OWNER_TTL_MS + 5_000;
-          scenario('redis primary failover', promoted !== null, `${attempts.filter(Boolean).length}/${attempts.length} creates acknowledged while cut off`);
+          scenario('redis primary failover', promoted !== null, `${attempts.filter(Boolean).length}/2 creates acknowledged while cut off`);
           continue;
         }
         // The other way a primary goes: frozen (SIGSTOP) for longer than the Sentinels' failover
