@@ -307,7 +307,7 @@ export class DockerDriver implements ComputeDriver {
         if (statusOf(err) === 404 && /network/i.test(errMessage(err))) this.networkCache = null;
         throw new Error(`sandbox ${id}: docker could not create the container: ${errMessage(err)}`);
       }
-      // The engine mounts the container's whole filesystem for an archive upload: about 50-120 ms
+      // The engine mounts the container's whole filesystem for an archive upload: about 50-130 ms
       // of every create on the project's machine (BENCHMARKS.md, "Docker cold create").
       if (!plan.imageOwnsSandboxDir) await this.ownSandboxDir(container, plan);
       try {
