@@ -183,6 +183,8 @@ const OWNER_TTL_MS = 6_000;
  * new owner's record, so a longer gap is a lost record.
  */
 const OWNER_GAP_LIMIT_MS = 20_000;
+/** How long after an owner record vanished its holder is asked whether it still serves the sandbox: a renewal (TTL/3) and a half. */
+const DELETED_CHECK_MS = (OWNER_TTL_MS / 3) * 1.5;
 
 interface SshResult {
   code: number | null;
@@ -1301,8 +1303,11 @@ class OwnerSampler {
    * A record vanished well before its TTL ran out: somebody deleted it. With fencing only its
    * holder can (releasing a session it closed), so the holder can no longer serve the sandbox;
    * and a holder whose record merely got lost (a Redis restart) re-creates it at its next renewal
-   * (every TTL/3). If the holder still serves it 5 s later while no record exists, another replica
-   * deleted the live owner's record: exactly what an unfenced stale release does.
+   * (every TTL/3). If the holder still serves it a renewal and a half later (DELETED_CHECK_MS)
+   * while no record exists, another replica deleted the live owner's record: exactly what an
+   * unfenced stale release does. Not later: the holder of a record a stale release deleted does
+   * not serve it for long either (CI, 2026-12-07: it closed the session 5.5 s after the delete, and
+   * the check, then 5 s, lost that race, so the `--break fencing` negative run passed it).
    */
   private checkDeleted(sb: { id: string; name: string }, holder: string, fence: string): void {
     if (Date.now() < this.ignoreDeletionsUntil) return;
@@ -1310,7 +1315,7 @@ class OwnerSampler {
     if (!rep) return;
     this.pending.push(
       (async () => {
-        await sleep(5_000);
+        await sleep(DELETED_CHECK_MS);
         if (Object.keys(await this.r.hgetall(keysFor(this.r).owner(sb.id))).length > 0) return; // claimed anew or renewed
         const c = openShellClient(rep.grpcAddress);
         const res = await exec(c, { sandbox_id: sb.id, command: ['true'] });
