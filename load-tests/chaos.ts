@@ -183,14 +183,6 @@ const OWNER_TTL_MS = 6_000;
  * new owner's record, so a longer gap is a lost record.
  */
 const OWNER_GAP_LIMIT_MS = 20_000;
-/**
- * How long after the sample that found an owner record vanished its holder is asked whether it
- * still serves the sandbox: at once. A holder that deleted its own record (its session closed)
- * serves it no longer; a record lost without a delete (a Redis restart) is excluded by the
- * restart's ignore window; and the holder of a record a stale release deleted serves it only
- * until it notices, about a renewal (2 s) later (CI, 2026-12-07: 3 s and 5 s both came too late).
- */
-const DELETED_CHECK_MS = 0;
 
 interface SshResult {
   code: number | null;
@@ -1308,10 +1300,10 @@ class OwnerSampler {
   /**
    * A record vanished well before its TTL ran out: somebody deleted it. With fencing only its
    * holder can (releasing a session it closed), so the holder can no longer serve the sandbox;
-   * and a holder whose record merely got lost (a Redis restart) re-creates it at its next renewal
-   * (every TTL/3). If the holder still serves it (asked at once, DELETED_CHECK_MS) while no
-   * record exists, another replica deleted the live owner's record: exactly what an unfenced
-   * stale release does. The holder of such a record does not serve it for long (CI, 2026-12-07:
+   * records lost without a delete (a Redis restart) fall in `ignoreDeletionsUntil`. If the holder,
+   * asked at once, still serves it while no record exists, another replica deleted the live
+   * owner's record: exactly what an unfenced stale release does. Asked at once because the holder
+   * of such a record does not serve it for long (CI, 2026-12-07:
    * it closed the session 5.5 s after the delete, and a check 5 s after lost that race, so the
    * `--break fencing` negative run passed it; another run missed it with 3 s).
    */
@@ -1321,7 +1313,6 @@ class OwnerSampler {
     if (!rep) return;
     this.pending.push(
       (async () => {
-        await sleep(DELETED_CHECK_MS);
         if (Object.keys(await this.r.hgetall(keysFor(this.r).owner(sb.id))).length > 0) return; // claimed anew or renewed
         const c = openShellClient(rep.grpcAddress);
         const res = await exec(c, { sandbox_id: sb.id, command: ['true'] });
