@@ -115,11 +115,16 @@ describe('docker sandboxes hold their workload in', () => {
     const confined = execFileSync('sh', ['-c', `docker logs ${c} 2>&1`], { encoding: 'utf8' })
       .split('\n')
       .filter((l) => l.startsWith('{'))
-      .map((l) => JSON.parse(l) as { msg?: string; launcher?: string; spare_spawner?: string })
+      .map((l) => JSON.parse(l) as { msg?: string; launcher?: string; spare_spawner?: string; pty_spawner?: string })
       .find((l) => l.msg === 'workload confined');
     expect(confined?.launcher).toMatch(/\/apps\/supervisor\/native\/build\/sandgate-launch$/);
     // The addon loads and starts spares in the container too (pidfd_open allowed by its seccomp profile).
     expect(confined?.spare_spawner).toBe('posix_spawn');
+    // And its terminals: a PTY exec runs on a terminal of its own, confined, started by the addon.
+    expect(confined?.pty_spawner).toBe('posix_spawn');
+    const onTty = await runCli(['sandbox', 'exec', 'dki-a', '--tty', '--', 'bash', '-c', 'tty; id -u'], { gateway: gw(), timeoutMs: 90_000 });
+    expect(onTty.code).toBe(0);
+    expect(onTty.stdout.toString()).toMatch(/^\/dev\/pts\/\d+\r\n10001\r\n$/);
     const cred = await exec('dki-a', 'cat /run/sandgate/credential');
     expect(cred.code).not.toBe(0);
     expect(cred.out).toMatch(/Permission denied/);

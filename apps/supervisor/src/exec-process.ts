@@ -9,6 +9,7 @@ import type { Logger } from '@sandgate/telemetry/log';
 import { signalNumber } from './signals.ts';
 import type { WorkloadLauncher } from './workload/launcher.ts';
 import type { PipedChild } from './workload/native-spawn.ts';
+import { fromNodePty, type Terminal } from './workload/native-pty.ts';
 
 // node-pty is required at the first PTY, not at start: most execs run on pipes, and an idle
 // supervisor need not hold it (start-up and memory in every sandbox).
@@ -252,29 +253,18 @@ function spawnWrapped(spec: SpawnSpec): ChildProcess {
 }
 
 export function spawnPty(spec: SpawnSpec, h: ExecProcessHandlers): ExecProcess {
-  const name = spec.env.TERM || 'xterm-256color';
-  // node-pty sets TERM on what it starts; a confined process gets its environment from the wrapper.
-  const cmd = launchCommand({ ...spec, env: { ...spec.env, TERM: name } });
-  const term = nodePty().spawn(cmd.file, cmd.args, {
-    name,
-    cols: spec.cols || DEFAULT_COLS,
-    rows: spec.rows || DEFAULT_ROWS,
-    cwd: spec.cwd,
-    env: cmd.env,
-    encoding: null, // raw bytes, not utf8-decoded strings
-  });
-  ignorePtyErrors(term);
-  term.onData((data) => h.stdout(Buffer.isBuffer(data) ? data : Buffer.from(data)));
-  // node-pty emits exit once the master side has been read to EOF (or after its own short timeout).
+  const term = startTerminal({ ...spec, cols: spec.cols || DEFAULT_COLS, rows: spec.rows || DEFAULT_ROWS });
+  term.onData((data) => h.stdout(data));
+  // Reported once the terminal has been read to its end (or shortly after, see native-pty.ts).
   term.onExit(({ exitCode, signal }) => h.exit(exitCode, signal ? signal : null));
   let paused = false;
-  // node-pty forks with setsid: the child leads its own session and process group.
+  // Either way the process leads its own session and process group, the terminal controlling it.
   return {
     pid: term.pid,
     pgid: term.pid,
     startTime: readProcStat(term.pid)?.startTime,
     tty: true,
-    // node-pty queues writes internally and exposes no drain event.
+    // Both queue writes internally and offer no drain event.
     writeStdin: (data) => {
       term.write(data);
       return true;
@@ -295,20 +285,30 @@ export function spawnPty(spec: SpawnSpec, h: ExecProcessHandlers): ExecProcess {
       term.resume();
     },
     readingPaused: () => paused,
-    abandonOutput: () => {
-      try {
-        (term as unknown as { destroy?: () => void }).destroy?.();
-      } catch {
-        // already closed
-      }
-    },
+    abandonOutput: () => term.destroy(),
   };
 }
 
 /**
- * node-pty rethrows read errors other than EIO unless someone else listens for 'error'; an exec's
- * terminal failing must not become an uncaught exception.
+ * A process on a new terminal of cols x rows, TERM set (xterm-256color unless the environment
+ * names one): confined and started through posix_spawn when the launcher can (native-pty.ts),
+ * otherwise forked by node-pty.
  */
-export function ignorePtyErrors(term: pty.IPty): void {
-  (term as unknown as { on?: (ev: string, fn: (err: unknown) => void) => void }).on?.('error', () => {});
+export function startTerminal(spec: Pick<SpawnSpec, 'argv' | 'env' | 'cwd' | 'launcher'> & { cols: number; rows: number }): Terminal {
+  const name = spec.env.TERM || 'xterm-256color';
+  const env = { ...spec.env, TERM: name };
+  const native = spec.launcher?.startTerminal?.(spec.argv, env, { cwd: spec.cwd, cols: spec.cols, rows: spec.rows });
+  if (native) return native;
+  // node-pty sets TERM on what it starts; a confined process gets its environment from the wrapper.
+  const cmd = launchCommand({ ...spec, env });
+  return fromNodePty(
+    nodePty().spawn(cmd.file, cmd.args, {
+      name,
+      cols: spec.cols,
+      rows: spec.rows,
+      cwd: spec.cwd,
+      env: cmd.env,
+      encoding: null, // raw bytes, not utf8-decoded strings
+    }),
+  );
 }

@@ -4,16 +4,16 @@
 // does not end the supervisor: execs must keep working afterwards.
 import { spawn } from 'node:child_process';
 import { setTimeout as sleep } from 'node:timers/promises';
-import type * as pty from 'node-pty';
 import { normaliseExit } from '@sandgate/core';
 import type { Logger } from '@sandgate/telemetry/log';
-import { ignorePtyErrors, launchCommand, nodePty } from './exec-process.ts';
+import { launchCommand, startTerminal } from './exec-process.ts';
 import { preflight } from './preflight.ts';
 import { RingBuffer } from './ring-buffer.ts';
 import { OutputJournal } from './output-journal.ts';
 import { signalNumber } from './signals.ts';
 import { OOM_MESSAGE, oomKilled, type WorkloadLauncher } from './workload/launcher.ts';
 import type { PipedChild } from './workload/native-spawn.ts';
+import type { Terminal } from './workload/native-pty.ts';
 
 export interface MainProcessOptions {
   argv: string[];
@@ -50,7 +50,7 @@ export class MainProcess {
   private resolveExited!: (e: MainExit) => void;
   private readonly opts: MainProcessOptions;
   private child: PipedChild | undefined;
-  private term: pty.IPty | undefined;
+  private term: Terminal | undefined;
   private oomBefore: number | undefined;
 
   constructor(opts: MainProcessOptions) {
@@ -78,26 +78,16 @@ export class MainProcess {
     const launcher = this.opts.launcher;
     this.oomBefore = launcher?.oomKills();
     if (tty) {
-      const cmd = launchCommand({ argv, env: { ...env, TERM: 'xterm-256color' }, launcher });
-      this.term = nodePty().spawn(cmd.file, cmd.args, {
-        name: 'xterm-256color',
-        cols: MAIN_PTY_COLS,
-        rows: MAIN_PTY_ROWS,
-        cwd,
-        env: cmd.env,
-        encoding: null, // raw bytes, not utf8-decoded strings
-      });
+      this.term = startTerminal({ argv, env: { ...env, TERM: 'xterm-256color' }, cwd, cols: MAIN_PTY_COLS, rows: MAIN_PTY_ROWS, launcher });
       this.pid = this.term.pid;
-      ignorePtyErrors(this.term);
-      this.term.onData((data) => {
-        const chunk = Buffer.isBuffer(data) ? data : Buffer.from(data);
+      this.term.onData((chunk) => {
         this.output.write(chunk);
         this.journal.append('stdout', chunk);
         toStdout(chunk);
       });
       this.term.onExit(({ exitCode, signal }) => {
         const oomKilled = this.noteOom(signal || null, toStderr);
-        this.finish({ exitCode: normaliseExit(exitCode, signal || null), signal: signal ?? 0, oomKilled });
+        this.finish({ exitCode: normaliseExit(exitCode, signal || null), signal, oomKilled });
       });
     } else {
       const child = spawnOnPipes(argv, env, cwd, launcher);

@@ -2,13 +2,14 @@
 // started through the addon, checked for what Node's spawn gives a spare wrapper and an exec on
 // pipes (output, exit, signals, its own session, default signal dispositions, no inherited
 // descriptors, exactly the environment given), and, under strace, that starting one does not
-// fork the calling process.
+// fork the calling process; then the same for a process on a terminal (what node-pty gives).
 import { execFileSync, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { loadNativeSpawn, NATIVE_SPAWN_ADDON, type NativeSpawn, type PipedChild } from '../src/workload/native-spawn.ts';
+import { loadNativePty, type NativePtySpawn, type Terminal } from '../src/workload/native-pty.ts';
 
 let nativeSpawn: NativeSpawn;
 
@@ -134,5 +135,132 @@ describe('the native spawn (posix_spawn through the sandgate-spawn addon)', () =
     // nothing may be a fork (a clone that shares neither memory nor thread group).
     expect(calls.some((l) => l.includes('CLONE_VM') && l.includes('CLONE_VFORK'))).toBe(true);
     expect(calls.filter((l) => !l.includes('CLONE_VM'))).toEqual([]);
+  });
+});
+
+describe('a terminal started through posix_spawn (spawnPty, native-pty.ts)', () => {
+  let spawnPty: NativePtySpawn;
+  beforeAll(() => {
+    const loaded = loadNativePty();
+    if (!loaded) throw new Error(`${NATIVE_SPAWN_ADDON} has no spawnPty`);
+    spawnPty = loaded;
+  });
+
+  const PATH_ONLY = { PATH: '/usr/bin:/bin' };
+  interface Ended {
+    out: string;
+    exit: { exitCode: number; signal: number };
+  }
+  const ended = (term: Terminal): Promise<Ended> =>
+    new Promise((resolve) => {
+      let out = '';
+      term.onData((d) => (out += d.toString()));
+      term.onExit((exit) => resolve({ out, exit }));
+    });
+
+  it('runs the process on a terminal it controls, in its own session, at the size asked, in cwd; input, output and the exit status go through', async () => {
+    const term = spawnPty('/bin/sh', ['sh', '-c', 'tty; stty size; pwd; cut -d" " -f6,7 /proc/$$/stat; echo ready; read line; echo "got $line"; exit 3'], PATH_ONLY, { cwd: '/tmp', cols: 100, rows: 30 });
+    const done = ended(term);
+    let seen = '';
+    term.onData((d) => {
+      seen += d.toString();
+      if (seen.endsWith('ready\r\n')) term.write('hello\n');
+    });
+    const { out, exit } = await done;
+    const lines = out.split('\r\n');
+    expect(lines[0]).toMatch(/^\/dev\/pts\/\d+$/);
+    expect(lines[1]).toBe('30 100');
+    expect(lines[2]).toBe('/tmp');
+    // Session id = its pid (setsid), and a controlling terminal (tty_nr not 0).
+    const [sid, ttyNr] = lines[3]!.split(' ').map(Number);
+    expect(sid).toBe(term.pid);
+    expect(ttyNr).not.toBe(0);
+    expect(out).toContain('hello\r\ngot hello\r\n'); // echoed by the line discipline, then read
+    expect(exit).toEqual({ exitCode: 3, signal: 0 });
+  });
+
+  it("resizes the terminal (the process's foreground group gets SIGWINCH) and reports a death by signal", async () => {
+    const term = spawnPty('/bin/sh', ['sh', '-c', 'trap "stty size; kill -TERM $$" WINCH; echo ready; while :; do sleep 0.05; done'], PATH_ONLY, { cwd: '/', cols: 80, rows: 24 });
+    const done = ended(term);
+    let seen = '';
+    term.onData((d) => {
+      seen += d.toString();
+      if (seen === 'ready\r\n') term.resize(132, 43);
+    });
+    const { out, exit } = await done;
+    expect(out).toContain('43 132\r\n');
+    expect(exit).toEqual({ exitCode: 0, signal: os.constants.signals.SIGTERM });
+  });
+
+  it('reports the exit while something the process left behind still holds the terminal open', async () => {
+    const term = spawnPty('/bin/sh', ['sh', '-c', 'sleep 30 & echo "left $!"'], PATH_ONLY, { cwd: '/', cols: 80, rows: 24 });
+    const { out, exit } = await ended(term);
+    expect(exit).toEqual({ exitCode: 0, signal: 0 });
+    const left = Number(/left (\d+)/.exec(out)?.[1]);
+    // Still running when the exit came: the report did not wait for it.
+    expect(fs.existsSync(`/proc/${left}`)).toBe(true);
+    process.kill(left, 'SIGKILL');
+  });
+
+  it('never blocks the event loop on a full terminal: input the process does not read is queued', async () => {
+    const term = spawnPty('/bin/sleep', ['sleep', '30'], PATH_ONLY, { cwd: '/', cols: 80, rows: 24 });
+    const done = ended(term);
+    term.write(Buffer.alloc(1024 * 1024, 'x')); // far more than a terminal's input buffer holds
+    // A blocking write would hold the event loop until the process ends: this timer would then
+    // find it dead.
+    const stateOnTick = await new Promise<string>((resolve) => setTimeout(() => resolve(fs.readFileSync(`/proc/${term.pid}/stat`, 'utf8').split(' ')[2]!), 1));
+    process.kill(term.pid, 'SIGKILL');
+    const { exit } = await done;
+    expect(stateOnTick).not.toBe('Z');
+    expect(exit).toEqual({ exitCode: 0, signal: os.constants.signals.SIGKILL });
+  });
+
+  it('throws what went wrong when the process cannot start, and leaves no descriptor open', () => {
+    const before = fs.readdirSync('/proc/self/fd').length;
+    let thrown: (Error & { errno?: number }) | undefined;
+    try {
+      spawnPty('/bin/true', ['true'], PATH_ONLY, { cwd: '/nonexistent/dir', cols: 80, rows: 24 });
+    } catch (err) {
+      thrown = err as Error & { errno?: number };
+    }
+    expect(thrown?.message).toMatch(/cannot start the process on its terminal: No such file or directory/);
+    expect(thrown?.errno).toBe(os.constants.errno.ENOENT);
+    expect(fs.readdirSync('/proc/self/fd').length).toBe(before);
+  });
+
+  it('does not fork the calling process (strace), unlike node-pty', () => {
+    const strace = spawnSync('strace', ['-V'], { encoding: 'utf8' });
+    if (strace.status !== 0) throw new Error('strace is needed for this test (Debian package strace)');
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sg-native-pty-'));
+    const nativePtyModule = path.resolve(import.meta.dirname, '../src/workload/native-pty.ts');
+    const forks = (script: string): string[] => {
+      const trace = path.join(dir, 'trace');
+      execFileSync('strace', ['-f', '-e', 'trace=clone,clone3,fork,vfork', '-o', trace, process.execPath, '--input-type=module', '-e', script], {
+        stdio: 'ignore',
+        timeout: 30_000,
+        cwd: path.resolve(import.meta.dirname, '..'),
+      });
+      const calls = fs.readFileSync(trace, 'utf8').split('\n').filter((l) => /\b(clone3?|v?fork)\(/.test(l));
+      // Node's own threads are clones too (CLONE_THREAD, so CLONE_VM): a fork shares no memory.
+      return calls.filter((l) => !l.includes('CLONE_VM'));
+    };
+    try {
+      const native = forks(
+        `const { loadNativePty } = await import(${JSON.stringify(nativePtyModule)});
+         const term = loadNativePty()('/bin/true', ['true'], {}, { cwd: '/', cols: 80, rows: 24 });
+         term.onExit(({ exitCode }) => { process.exitCode = exitCode; });`,
+      );
+      expect(native).toEqual([]);
+      // The same through node-pty: a fork. (Shows this check sees one.)
+      const nodePty = forks(
+        `const { createRequire } = await import('node:module');
+         const pty = createRequire(${JSON.stringify(nativePtyModule)})('node-pty');
+         const term = pty.spawn('/bin/true', [], { cwd: '/', cols: 80, rows: 24, env: {} });
+         term.onExit(({ exitCode }) => { process.exitCode = exitCode; });`,
+      );
+      expect(nodePty.length).toBeGreaterThan(0);
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
   });
 });

@@ -225,6 +225,8 @@ describe('workload confinement (uid, network namespace, egress proxy, cgroups)',
     expect(sup.logs().find((l) => l.msg === 'workload confined')?.launcher).toBe(NATIVE_LAUNCHER);
     // Its spare wrappers started by the addon (posix_spawn), not by forks of the supervisor.
     expect(sup.logs().find((l) => l.msg === 'workload confined')?.spare_spawner).toBe('posix_spawn');
+    // And its terminals (the PTY exec above) by the addon too, not by node-pty's fork.
+    expect(sup.logs().find((l) => l.msg === 'workload confined')?.pty_spawner).toBe('posix_spawn');
     // The main process too: it took a spare (a socket for stdin, where Node's spawn gives
     // /dev/null), whose stdin the supervisor ended at once (`cat` read nothing and returned).
     await waitFor('main process stdin and descriptor lines', () => sup.stdout().includes('main fds '), 10_000);

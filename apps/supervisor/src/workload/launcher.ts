@@ -33,6 +33,7 @@ import { fileURLToPath } from 'node:url';
 import type { WorkloadIsolation } from '@sandgate/protocols';
 import { EXEC_ID_ENV } from '../config.ts';
 import { loadNativeSpawn, type PipedChild } from './native-spawn.ts';
+import { loadNativePty, type NativePtySpawn, type Terminal, type TerminalOptions } from './native-pty.ts';
 import { SpareWrapper } from './spare.ts';
 
 export const WRAPPER_NAME = 'sandgate-workload';
@@ -87,10 +88,16 @@ export interface WorkloadLauncher {
   /**
    * The command started in a wrapper that was waiting for it (spare.ts), in `cwd`: the process,
    * already running; null when none is ready (spawn `command()` then). When spares start
-   * through posix_spawn, one is started on the spot if none waits. Pipes only: a PTY's process
-   * must be forked onto its terminal.
+   * through posix_spawn, one is started on the spot if none waits. Pipes only: a process on a
+   * terminal is started by startTerminal.
    */
   startInSpare?(argv: string[], env: Record<string, string>, cwd: string): PipedChild | null;
+  /**
+   * The command started confined on a new terminal through posix_spawn (native-pty.ts), without
+   * forking the supervisor; null when this launcher cannot (no native wrapper or addon): node-pty
+   * forks it then. Throws when the process could not be started.
+   */
+  startTerminal?(argv: string[], env: Record<string, string>, opts: TerminalOptions): Terminal | null;
   /** Stops keeping a spare wrapper (shutdown). */
   close?(): void;
 }
@@ -144,6 +151,8 @@ export class ConfinedLauncher implements WorkloadLauncher {
   private readonly native: string | null;
   /** The native wrapper started ahead of need; null with the shell chain. */
   private readonly spare: SpareWrapper | null;
+  /** Terminals started through posix_spawn (the addon), or null: node-pty. */
+  private readonly nativePty: NativePtySpawn | null;
   readonly kind: string;
 
   /**
@@ -173,6 +182,12 @@ export class ConfinedLauncher implements WorkloadLauncher {
       }
     }
     this.spare = this.native ? new SpareWrapper(this.native, { PATH: SAFE_PATH }, loadNativeSpawn()) : null;
+    this.nativePty = this.native ? loadNativePty() : null;
+  }
+
+  /** How terminals are started, for the log: `posix_spawn` (the addon) or `node-pty` (a fork). */
+  get ptySpawner(): string {
+    return this.nativePty ? 'posix_spawn' : 'node-pty';
   }
 
   /** How spare wrappers are started, for the log: `posix_spawn`, `node`, or `none` (the shell chain keeps no spare). */
@@ -245,6 +260,12 @@ export class ConfinedLauncher implements WorkloadLauncher {
     const started = this.spare.take(cwd, () => this.nativeArgs(argv, this.assignments(env)));
     if (!started) this.spare.fill(); // none was ready: there is one for the next exec
     return started;
+  }
+
+  startTerminal(argv: string[], env: Record<string, string>, opts: TerminalOptions): Terminal | null {
+    if (!this.nativePty || !this.native) return null;
+    const cmd = this.command(argv, env);
+    return this.nativePty(cmd.file, [cmd.file, ...cmd.args], cmd.env, opts);
   }
 
   close(): void {

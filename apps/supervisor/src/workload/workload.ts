@@ -36,7 +36,7 @@ export async function startWorkload(opts: {
   if (!isolation.isolateNetwork) {
     const launcher = new ConfinedLauncher(isolation);
     launcher.keepSpareReady();
-    log.warn('workload network isolation is off: egress is not restricted', { uid: isolation.uid, launcher: launcher.kind, spare_spawner: launcher.spareSpawner });
+    log.warn('workload network isolation is off: egress is not restricted', { uid: isolation.uid, launcher: launcher.kind, spare_spawner: launcher.spareSpawner, pty_spawner: launcher.ptySpawner });
     return {
       launcher,
       dial: directDial,
@@ -60,6 +60,7 @@ export async function startWorkload(opts: {
     netns_agent: agent.pid,
     launcher: launcher.kind,
     spare_spawner: launcher.spareSpawner,
+    pty_spawner: launcher.ptySpawner,
     policy_rules: Object.keys(initial.network_policies ?? {}).length,
   });
   return {
