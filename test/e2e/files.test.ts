@@ -390,13 +390,22 @@ describe('attacks on the file routes', () => {
   it('a client that goes away mid-download stops the transfer: its file worker ends', async () => {
     await sh('head -c 67108864 /dev/zero > /sandbox/dl.bin');
     const owner = await ownerIndex();
+    // The supervisor keeps a spare wrapper waiting (started when that exec ended); the download
+    // takes it instead of forking the supervisor, so its worker started before it was asked for.
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    const askedAtTicks = Math.floor(Number(readFileSync('/proc/uptime', 'utf8').split(' ')[0]) * 100);
     const controller = new AbortController();
     const get = await fetch(filesUrl((owner + 1) % 3, 'dl.bin'), { headers: auth(), signal: controller.signal });
     expect(get.status).toBe(200);
     const reader = get.body!.getReader();
     await reader.read();
     const worker = async () => (await pidsMatching('apps/supervisor/src/file-worker.ts')).filter((pid) => readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes('"path":"dl.bin"'));
-    expect((await worker()).length, 'the download has a worker while it is read').toBe(1);
+    const [workerPid] = await worker();
+    expect(workerPid, 'the download has a worker while it is read').toBeDefined();
+    expect((await worker()).length).toBe(1);
+    // Field 22 of /proc/PID/stat: its start, in clock ticks (1/100 s) since boot.
+    const startedAtTicks = Number(readFileSync(`/proc/${workerPid}/stat`, 'utf8').split(') ')[1]!.split(' ')[19]);
+    expect(startedAtTicks, 'the worker is a spare wrapper started before the download was asked for').toBeLessThan(askedAtTicks);
     controller.abort();
     // Back-pressure holds it blocked on a full pipe; the abort, relayed to the supervisor, ends it.
     await waitFor('the download worker gone', async () => ((await worker()).length === 0 ? true : undefined), 15_000);

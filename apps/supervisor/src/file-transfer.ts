@@ -11,7 +11,7 @@
 //          worker's `ok` report -> `file_info`, `eof`. The call ending before the gateway's `eof`
 //          aborts: stdin closes without the commit frame and the worker removes its temporary file.
 //   Any failure -> one `error` frame (the worker's gRPC code and message), then the call ends.
-import { spawn, type ChildProcess } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import type * as grpc from '@grpc/grpc-js';
 import type { FileInfo, PathError, TcpFrame, TcpOpen } from '@sandgate/protocols';
@@ -21,6 +21,7 @@ import type { GatewayConnection } from './control-session.ts';
 import { launchCommand } from './exec-process.ts';
 import { SAFE_PATH, type WorkloadLauncher } from './workload/launcher.ts';
 import { REPORT_PREFIX, type WorkerReport, type WorkerSpec } from './file-paths.ts';
+import type { PipedChild } from './workload/native-spawn.ts';
 
 type TcpChannelCall = grpc.ClientDuplexStream<TcpFrame, TcpFrame>;
 
@@ -85,7 +86,7 @@ class FileChannel {
   private readonly spec: WorkerSpec;
   private readonly deps: FileTransferDeps;
   private readonly conn: GatewayConnection;
-  private worker: ChildProcess | undefined;
+  private worker: PipedChild | undefined;
   private report: WorkerReport | undefined;
   private stderrText = '';
   /** The call is over (answered, or the gateway went away). */
@@ -121,10 +122,12 @@ class FileChannel {
     this.conn.signal.addEventListener('abort', onConnAbort, { once: true });
 
     // PATH: the launcher's fixed one, not the supervisor's environment (node runs by absolute path).
-    const cmd = launchCommand({ argv: [process.execPath, '--no-warnings', WORKER_ENTRY, JSON.stringify(this.spec)], env: { PATH: SAFE_PATH }, launcher: this.deps.launcher });
-    let worker: ChildProcess;
+    const argv = [process.execPath, '--no-warnings', WORKER_ENTRY, JSON.stringify(this.spec)];
+    const env = { PATH: SAFE_PATH };
+    let worker: PipedChild;
     try {
-      worker = spawn(cmd.file, cmd.args, { cwd: this.spec.workdir, env: cmd.env, stdio: 'pipe', detached: true });
+      // A waiting spare wrapper when the launcher keeps one (no fork of the supervisor), as an exec on pipes.
+      worker = this.deps.launcher?.startInSpare?.(argv, env, this.spec.workdir) ?? spawnWorker(argv, env, this.spec.workdir, this.deps.launcher);
     } catch (err) {
       this.done();
       this.fail({ code: Code.INTERNAL, message: `file transfer could not start: ${(err as Error).message}` });
@@ -157,7 +160,7 @@ class FileChannel {
   }
 
   /** Write: the gateway's `data` frames into the worker's stdin (length-framed), with back-pressure. */
-  private feedWorker(worker: ChildProcess): void {
+  private feedWorker(worker: PipedChild): void {
     const stdin = worker.stdin!;
     const header = (n: number) => {
       const b = Buffer.alloc(4);
@@ -281,13 +284,29 @@ class FileChannel {
     if (!worker || worker.exitCode !== null || worker.signalCode !== null) return;
     if (!worker.stdin!.writableEnded) worker.stdin!.end();
     worker.stdout!.destroy();
-    const term = setTimeout(() => worker.kill('SIGTERM'), this.gatewayEof ? ABORT_GRACE_MS * 6 : ABORT_GRACE_MS);
-    const kill = setTimeout(() => worker.kill('SIGKILL'), ABORT_GRACE_MS * 8);
+    const term = setTimeout(() => signalWorker(worker, 'SIGTERM'), this.gatewayEof ? ABORT_GRACE_MS * 6 : ABORT_GRACE_MS);
+    const kill = setTimeout(() => signalWorker(worker, 'SIGKILL'), ABORT_GRACE_MS * 8);
     term.unref();
     kill.unref();
     worker.once('exit', () => {
       clearTimeout(term);
       clearTimeout(kill);
     });
+  }
+}
+
+/** The worker through Node's spawn (a fork of the supervisor): no spare wrapper to take. */
+function spawnWorker(argv: string[], env: Record<string, string>, cwd: string, launcher: WorkloadLauncher | undefined): PipedChild {
+  const cmd = launchCommand({ argv, env, launcher });
+  return spawn(cmd.file, cmd.args, { cwd, env: cmd.env, stdio: 'pipe', detached: true });
+}
+
+/** A signal for a worker still running (never for a pid already reaped, which could be reused by now). */
+function signalWorker(worker: PipedChild, signal: NodeJS.Signals): void {
+  if (worker.pid === undefined || worker.exitCode !== null || worker.signalCode !== null) return;
+  try {
+    process.kill(worker.pid, signal);
+  } catch {
+    // gone meanwhile
   }
 }
