@@ -92,7 +92,7 @@ export async function rss(pid: number | undefined): Promise<number> {
  * driver's state dir): which wrapper it confines through (`launcher`), how it starts spares
  * (`spare_spawner`).
  */
-export function confinedLogField(stateDir: string, sandboxId: string, field: 'launcher' | 'spare_spawner'): string {
+export function confinedLogField(stateDir: string, sandboxId: string, field: 'launcher' | 'spare_spawner' | 'pty_spawner'): string {
   const file = path.join(stateDir, 'sandboxes', sandboxId, 'supervisor.log');
   for (const line of readFileSync(file, 'utf8').split('\n')) {
     if (!line.startsWith('{')) continue;

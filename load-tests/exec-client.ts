@@ -18,11 +18,12 @@ export interface ExecResult {
 }
 
 /** Runs `argv` to its exit; rejects with the ServiceError, or if the stream ends without an exit. */
-export function execRun(client: AnyClient, sandboxId: string, argv: string[], opts: { deadlineMs?: number } = {}): Promise<ExecResult> {
+export function execRun(client: AnyClient, sandboxId: string, argv: string[], opts: { deadlineMs?: number; tty?: boolean } = {}): Promise<ExecResult> {
   const t0 = now();
   return new Promise((resolve, reject) => {
     const callOpts = opts.deadlineMs ? { deadline: Date.now() + opts.deadlineMs } : {};
-    const call: ClientReadableStream<ExecSandboxEvent> = client.ExecSandbox({ sandbox_id: sandboxId, command: argv, environment: {} }, callOpts);
+    const request = { sandbox_id: sandboxId, command: argv, environment: {}, ...(opts.tty ? { tty: true } : {}) };
+    const call: ClientReadableStream<ExecSandboxEvent> = client.ExecSandbox(request, callOpts);
     let exitCode: number | undefined;
     let stdoutBytes = 0;
     let stderrBytes = 0;
@@ -46,8 +47,8 @@ export function execRun(client: AnyClient, sandboxId: string, argv: string[], op
 }
 
 /** Latency of one `true` (or any argv that must exit 0), in ms. */
-export async function execOnce(client: AnyClient, sandboxId: string, argv: string[] = ['true']): Promise<number> {
-  const r = await execRun(client, sandboxId, argv);
+export async function execOnce(client: AnyClient, sandboxId: string, argv: string[] = ['true'], opts: { tty?: boolean } = {}): Promise<number> {
+  const r = await execRun(client, sandboxId, argv, opts);
   if (r.exitCode !== 0) throw new Error(`${argv.join(' ')} exited ${r.exitCode}`);
   return r.ms;
 }
@@ -57,19 +58,20 @@ export async function execOnce(client: AnyClient, sandboxId: string, argv: strin
  * alternate which goes first), so the machine's noise and whatever the first of a pair leaves
  * the second (a warm cache, a GC) hit both alike. The times, in the pairs' order.
  */
-export async function execPairsAbba(client: AnyClient, a: string, b: string, iterations: number, warmup: number): Promise<{ a: number[]; b: number[] }> {
+export async function execPairsAbba(client: AnyClient, a: string, b: string, iterations: number, warmup: number, opts: { tty?: boolean } = {}): Promise<{ a: number[]; b: number[] }> {
+  const once = (id: string) => execOnce(client, id, ['true'], opts);
   for (let i = 0; i < warmup; i++) {
-    await execOnce(client, a);
-    await execOnce(client, b);
+    await once(a);
+    await once(b);
   }
   const out = { a: [] as number[], b: [] as number[] };
   for (let i = 0; i < iterations; i++) {
     if (i % 2 === 0) {
-      out.a.push(await execOnce(client, a));
-      out.b.push(await execOnce(client, b));
+      out.a.push(await once(a));
+      out.b.push(await once(b));
     } else {
-      out.b.push(await execOnce(client, b));
-      out.a.push(await execOnce(client, a));
+      out.b.push(await once(b));
+      out.a.push(await once(a));
     }
   }
   return out;

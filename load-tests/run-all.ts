@@ -45,6 +45,8 @@ const BENCHES: Bench[] = [
   { id: 'launcher-steps', args: ['--iterations', '200', '--warmup', '10'], quickArgs: ['--iterations', '20', '--warmup', '2'], timeoutMs: 180_000 },
   // Issue 16: spare wrappers started through the native spawn (posix_spawn) vs Node's (a fork).
   { id: 'spare-spawn', args: ['--iterations', '300', '--warmup', '20', '--concurrency', '4'], quickArgs: ['--iterations', '20', '--warmup', '3', '--concurrency', '2'], timeoutMs: 240_000 },
+  // Issue 16: a PTY exec's process started through the native spawn (posix_spawn) vs node-pty (a fork).
+  { id: 'pty-spawn', args: ['--iterations', '300', '--warmup', '20'], quickArgs: ['--iterations', '20', '--warmup', '3'], timeoutMs: 240_000 },
   { id: 'rest-exec', args: ['--iterations', '300', '--warmup', '20'], quickArgs: ['--iterations', '20', '--warmup', '3'], timeoutMs: 180_000 },
   // Written alongside (kill-latency, docker-create); included when present.
   { id: 'kill-latency', args: [], quickArgs: ['--iterations', '10'], precondition: fileExists('kill-latency'), timeoutMs: 300_000 },
