@@ -7,9 +7,9 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RedisClient } from '@sandgate/store';
 import { randomUUID } from 'node:crypto';
-import { Code, GatewayError, LOCAL_DEV_PRINCIPAL, Phase, poolMemberName, poolWorkspace, type Principal } from '@sandgate/core';
+import { Code, GatewayError, LOCAL_DEV_PRINCIPAL, Phase, poolMemberName, poolWorkspace, type LifecycleStatus, type Principal } from '@sandgate/core';
 import { encodeStruct, type CreateSandboxRequest, type Sandbox } from '@sandgate/protocols';
-import { keys, PoolStore, SandboxStore, type ReplicationGuard } from '@sandgate/store';
+import { keys, PoolStore, SandboxStore, type ReplicationGuard, type StoredSandbox } from '@sandgate/store';
 import { createLogger, Metrics } from '@sandgate/telemetry';
 import { startRedis, type TestRedis } from '@sandgate/test-harness/redis';
 import { PoolService } from '../src/pools/pool-service.ts';
@@ -113,6 +113,12 @@ describe('warm pools: claims', () => {
       pools: poolStore,
       lifecycle: {
         note: () => undefined,
+        // As LifecycleService.transition: the change applied with the store's compare-and-swap.
+        transition: (id: string, change: (status: LifecycleStatus, rec: StoredSandbox) => LifecycleStatus | null) =>
+          store.mutate(id, (cur) => {
+            const next = change(cur.sandbox.status as LifecycleStatus, cur);
+            return next ? { sandbox: { ...cur.sandbox, status: { ...cur.sandbox.status!, ...next } as Sandbox['status'] } } : null;
+          }),
         finishDelete: async (id: string) => {
           deleted.push(id);
           const rec = await store.get(id);
@@ -171,6 +177,24 @@ describe('warm pools: claims', () => {
     expect(await redis.smembers(keys.workspaceSandboxes(poolWorkspace('lost')))).toEqual([]);
     expect(await redis.exists(keys.sandboxName(poolWorkspace('lost'), poolMemberName('lost', id)))).toBe(0);
     expect(metrics.get('sandgate_pool_members_lost_total')).toBe(1);
+  });
+
+  it('two refills side by side that both find a member in Error delete it once and count it once', async () => {
+    await claims.set({ name: 'failing', size: 1 }, admin);
+    const id = await member('failing');
+    await store.mutate(id, (cur) => ({ sandbox: { ...cur.sandbox, status: { ...cur.sandbox.status!, phase: Phase.ERROR } } }));
+    const before = metrics.get('sandgate_pool_member_failures_total') ?? 0;
+    deleted.length = 0;
+    // Both read the member in Error before either deletes it (the first read is the pool's).
+    await Promise.all([claims.refill('failing'), claims.refill('failing')]);
+    expect(await redis.exists(keys.sandbox(id))).toBe(0);
+    expect(new Set(deleted)).toEqual(new Set([id]));
+    deleted.length = 0;
+    expect(metrics.get('sandgate_pool_member_failures_total')).toBe(before + 1);
+    // The round was recorded once too: one failure, backing off (nothing launched: no compute here).
+    const after = (await poolStore.get('failing'))!;
+    expect(after.failures).toBe(1);
+    expect(after.retryAtMs).toBeGreaterThan(Date.now());
   });
 
   it('two claims of the one member: one gets it, the other finds the pool empty', async () => {

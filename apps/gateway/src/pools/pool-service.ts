@@ -260,7 +260,16 @@ export class PoolService {
     keep.sort((a, b) => Number(b.sandbox.status?.phase === Phase.READY) - Number(a.sandbox.status?.phase === Phase.READY));
     if (pool) retire.push(...keep.splice(pool.size));
     let retired = 0;
-    for (const m of retire) if (await this.retire(m)) retired++;
+    let failedRetired = 0;
+    for (const m of retire) {
+      const outcome = await this.retire(m);
+      if (!outcome) continue;
+      retired++;
+      if (outcome === 'first' && failed.includes(m)) failedRetired++;
+    }
+    // A failed member is counted by the refill that moved it to Deleting: two refills side by
+    // side both read it in Error, and only one of them makes that move.
+    this.deps.metrics.inc('sandgate_pool_member_failures_total', failedRetired);
     if (!pool) {
       if (await pools.forget(name)) this.deps.log.info('pool gone and its members retired', { pool: name });
       return { pool: name, retired, gone: true };
@@ -288,7 +297,11 @@ export class PoolService {
       );
     }
     await Promise.all(launches);
-    if (launchErrors.length > 0) await this.noteFailure(pool, launchErrors.length, launchErrors[0]!);
+    if (launchErrors.length > 0) {
+      // Launches of this refill's own: counted here, whoever records the round.
+      this.deps.metrics.inc('sandgate_pool_member_failures_total', launchErrors.length);
+      await this.noteFailure(pool, launchErrors.length, launchErrors[0]!);
+    }
     if (started || retired) this.deps.log.info('pool refilled', { pool: name, started, retired, size: pool.size });
     return { pool: name, started, retired, failed: failed.length + launchErrors.length };
   }
@@ -298,12 +311,11 @@ export class PoolService {
    * doubling). `pool` as this refill read it before launching: its failure count fences the round.
    */
   private async noteFailure(pool: PoolDefinition, count: number, error: string): Promise<void> {
-    this.deps.metrics.inc('sandgate_pool_member_failures_total', count);
     const delayMs = await this.deps.pools.noteFailure(pool.name, pool.generation, pool.failures, error, POOL_RETRY_FIRST_MS, POOL_RETRY_LONGEST_MS);
     // The pool moved to another template (or went) meanwhile, or a refill beside this one
     // recorded this round's failure already.
     if (delayMs === null) return;
-    this.deps.log.warn('pool members cannot start: backing off', { pool: pool.name, generation: pool.generation, failures: pool.failures + 1, delayMs, error });
+    this.deps.log.warn('pool members cannot start: backing off', { pool: pool.name, generation: pool.generation, failures: pool.failures + 1, members: count, delayMs, error });
   }
 
   /**
@@ -311,16 +323,20 @@ export class PoolService {
    * compare-and-swap that sees whether it is still a member, and a claim of a record that moved
    * on fails (claim-record-2 checks the version). So a claimant's sandbox is never retired.
    */
-  private async retire(member: StoredSandbox): Promise<boolean> {
+  private async retire(member: StoredSandbox): Promise<false | 'first' | 'again'> {
     const id = member.sandbox.metadata!.id!;
     let stillMember = false;
+    let first = false;
     const rec = await this.deps.lifecycle.transition(id, (s, cur) => {
       stillMember = cur.pool !== null;
-      return stillMember ? (onDeleteRequested(s, new Date()) ?? s) : null;
+      const deleting = stillMember ? onDeleteRequested(s, new Date()) : null;
+      first = deleting !== null;
+      return stillMember ? (deleting ?? s) : null;
     });
     if (!rec || !stillMember) return false;
     await this.deps.lifecycle.finishDelete(id);
-    return true;
+    // 'first': this call moved it to Deleting; 'again': another had (its delete is finished here too).
+    return first ? 'first' : 'again';
   }
 
   /**
