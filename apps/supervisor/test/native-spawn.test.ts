@@ -215,6 +215,27 @@ describe('a terminal started through posix_spawn (spawnPty, native-pty.ts)', () 
     expect(exit).toEqual({ exitCode: 0, signal: os.constants.signals.SIGKILL });
   });
 
+  it("never writes into another terminal: input for a closed one is dropped, even when the next took its descriptor's number", async () => {
+    const first = spawnPty('/bin/sleep', ['sleep', '30'], PATH_ONLY, { cwd: '/', cols: 80, rows: 24 });
+    const firstEnded = ended(first);
+    // Closed now (its 'close' event comes later), and the next terminal takes the lowest free
+    // number: the one the first one's master had.
+    first.destroy();
+    const next = spawnPty('/bin/sh', ['sh', '-c', 'echo ready; read line; echo "got:$line"'], PATH_ONLY, { cwd: '/', cols: 80, rows: 24 });
+    const done = ended(next);
+    first.write('leaked\n');
+    first.resize(10, 10);
+    let seen = '';
+    next.onData((d) => {
+      seen += d.toString();
+      if (seen.endsWith('ready\r\n')) next.write('mine\n');
+    });
+    const { out } = await done;
+    expect(out).toContain('got:mine\r\n');
+    expect(out).not.toContain('leaked');
+    expect((await firstEnded).exit.signal).toBe(os.constants.signals.SIGHUP);
+  });
+
   it('throws what went wrong when the process cannot start, and leaves no descriptor open', () => {
     const before = fs.readdirSync('/proc/self/fd').length;
     let thrown: (Error & { errno?: number }) | undefined;

@@ -68,7 +68,6 @@ class NativeTerminal implements Terminal {
   private readonly exitListeners: ((exit: { exitCode: number; signal: number }) => void)[] = [];
   private exitStatus: { exitCode: number; signal: number } | null = null;
   private outputEnded = false;
-  private closed = false;
   private reported = false;
   private holdTimer: NodeJS.Timeout | undefined;
   private pending: Buffer[] = [];
@@ -90,11 +89,19 @@ class NativeTerminal implements Terminal {
     this.master.on('error', () => this.endOutput());
     this.master.on('end', () => this.endOutput());
     this.master.on('close', () => {
-      this.closed = true;
       this.pending = [];
       clearTimeout(this.retryTimer);
       this.endOutput();
     });
+  }
+
+  /**
+   * Whether the master descriptor is still ours. Its stream closes it the moment it is destroyed
+   * (by us, or on a read error), before 'close' is emitted; the number may then be reused at once
+   * by another exec's terminal, which a late write or resize must never reach.
+   */
+  private get closed(): boolean {
+    return this.master.destroyed;
   }
 
   onData(listener: (data: Buffer) => void): void {
