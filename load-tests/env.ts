@@ -4,11 +4,12 @@
 // dir, Redis.
 import { spawn, type ChildProcess } from 'node:child_process';
 import path from 'node:path';
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync, renameSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { LocalDriver } from '@sandgate/compute';
 import { Redis, Cluster as RedisCluster } from 'ioredis';
 import { TokenStore, type RedisClient } from '@sandgate/store';
+import { NATIVE_SPAWN_ADDON } from '@sandgate/supervisor';
 import { registerGateway } from '../test/harness/credentials.ts';
 import { Cluster, cliBin, replicaBaseEnv, repoRoot, runCli, type ReplicaProcess } from '../test/harness/cluster.ts';
 import { openShellClient, type AnyClient } from '../test/harness/grpc-client.ts';
@@ -100,6 +101,42 @@ export function confinedLogField(stateDir: string, sandboxId: string, field: 'la
     if (entry.msg === 'workload confined' && typeof entry[field] === 'string') return entry[field];
   }
   throw new Error(`no "workload confined" line with ${field} in ${file}`);
+}
+
+/**
+ * Two sandboxes on `gateway` for a side-by-side run of the sandgate-spawn addon: the first
+ * created while the addon is hidden (renamed, so its supervisor starts processes the Node way),
+ * the second with it. `field` of each one's "workload confined" line must read `expected`; both
+ * are deleted when the run ends. Returns them and their supervisors' pids.
+ */
+export async function sandboxesWithoutAndWithAddon(
+  stateDir: string,
+  gateway: string,
+  names: { without: string; with: string },
+  field: 'spare_spawner' | 'pty_spawner',
+  expected: { without: string; with: string },
+): Promise<{ without: { id: string; pid: number }; with: { id: string; pid: number } }> {
+  if (!existsSync(NATIVE_SPAWN_ADDON)) throw new Error(`${NATIVE_SPAWN_ADDON} not built (npm install runs apps/supervisor/native/build.sh)`);
+  const hidden = `${NATIVE_SPAWN_ADDON}.hidden-by-bench`;
+  const restore = () => {
+    if (existsSync(hidden)) renameSync(hidden, NATIVE_SPAWN_ADDON);
+  };
+  onCleanup('native spawn addon back in place', restore);
+  renameSync(NATIVE_SPAWN_ADDON, hidden);
+  let without;
+  try {
+    without = await createSandbox(gateway, names.without);
+  } finally {
+    restore();
+  }
+  onCleanup(`sandbox ${names.without}`, () => runCli(['sandbox', 'delete', names.without], { gateway }));
+  const withAddon = await createSandbox(gateway, names.with);
+  onCleanup(`sandbox ${names.with}`, () => runCli(['sandbox', 'delete', names.with], { gateway }));
+  const seen = { without: confinedLogField(stateDir, without.id, field), with: confinedLogField(stateDir, withAddon.id, field) };
+  if (seen.without !== expected.without || seen.with !== expected.with) throw new Error(`unexpected ${field}s: ${JSON.stringify(seen)}`);
+  const pids = { without: await supervisorPid(without.id), with: await supervisorPid(withAddon.id) };
+  if (!pids.without || !pids.with) throw new Error(`supervisor processes not found: ${JSON.stringify(pids)}`);
+  return { without: { id: without.id, pid: pids.without }, with: { id: withAddon.id, pid: pids.with } };
 }
 
 /** CPU time (user + system) a process has used so far, in ms. */

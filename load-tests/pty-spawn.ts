@@ -7,14 +7,10 @@
 // (With the addon hidden, that supervisor's spare wrappers are forked by Node too; an exec on a
 // terminal takes no spare, so the PTY execs measured here differ only in how their process starts.)
 //   node load-tests/pty-spawn.ts [--iterations 300] [--warmup 20]
-import fs from 'node:fs';
 import { parseArgs } from 'node:util';
-import { NATIVE_SPAWN_ADDON } from '@sandgate/supervisor';
-import { runCli } from '../test/harness/cluster.ts';
 import { openShellClient } from '../test/harness/grpc-client.ts';
-import { createSandbox } from '../test/harness/sandbox.ts';
 import { COMMON_OPTIONS, emitReport, fixed, now, onCleanup, runMain, type BenchReport } from './bench.ts';
-import { confinedLogField, cpuMs, startEnv, supervisorPid } from './env.ts';
+import { cpuMs, sandboxesWithoutAndWithAddon, startEnv } from './env.ts';
 import { execPairsAbba } from './exec-client.ts';
 import { ms, summarise } from './stats.ts';
 
@@ -30,28 +26,17 @@ const warmup = Number(values.warmup);
 
 async function main(): Promise<void> {
   const started = now();
-  if (!fs.existsSync(NATIVE_SPAWN_ADDON)) throw new Error(`${NATIVE_SPAWN_ADDON} not built (npm install runs apps/supervisor/native/build.sh)`);
   const { cluster } = await startEnv({ replicas: 1 });
   const gateway = cluster.replicas[0]!.grpcAddress;
-  const hidden = `${NATIVE_SPAWN_ADDON}.hidden-by-bench`;
-  const restore = () => {
-    if (fs.existsSync(hidden)) fs.renameSync(hidden, NATIVE_SPAWN_ADDON);
-  };
-  onCleanup('native spawn addon back in place', restore);
-  fs.renameSync(NATIVE_SPAWN_ADDON, hidden);
-  let forked;
-  try {
-    forked = await createSandbox(gateway, 'bench-pty-node-pty');
-  } finally {
-    restore();
-  }
-  onCleanup('sandbox bench-pty-node-pty', () => runCli(['sandbox', 'delete', 'bench-pty-node-pty'], { gateway }));
-  const spawned = await createSandbox(gateway, 'bench-pty-posix');
-  onCleanup('sandbox bench-pty-posix', () => runCli(['sandbox', 'delete', 'bench-pty-posix'], { gateway }));
-  const kinds = { forked: confinedLogField(cluster.stateDir, forked.id, 'pty_spawner'), spawned: confinedLogField(cluster.stateDir, spawned.id, 'pty_spawner') };
-  if (kinds.forked !== 'node-pty' || kinds.spawned !== 'posix_spawn') throw new Error(`unexpected pty spawners: ${JSON.stringify(kinds)}`);
-  const pids = { forked: await supervisorPid(forked.id), spawned: await supervisorPid(spawned.id) };
-  if (!pids.forked || !pids.spawned) throw new Error(`supervisor processes not found: ${JSON.stringify(pids)}`);
+  const { without: forked, with: spawned } = await sandboxesWithoutAndWithAddon(
+    cluster.stateDir,
+    gateway,
+    { without: 'bench-pty-node-pty', with: 'bench-pty-posix' },
+    'pty_spawner',
+    { without: 'node-pty', with: 'posix_spawn' },
+  );
+  const pids = { forked: forked.pid, spawned: spawned.pid };
+  const kinds = { forked: 'node-pty', spawned: 'posix_spawn' };
   const client = openShellClient(gateway);
   onCleanup('grpc client', () => client.close());
   const tty = { tty: true };

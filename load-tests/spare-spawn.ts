@@ -8,14 +8,10 @@
 // in each sandbox in turn: one of a burst finds the waiting spare, and the others are forks of the
 // supervisor with Node's spawn, spares started on the spot with the addon.
 //   node load-tests/spare-spawn.ts [--iterations 300] [--warmup 20] [--concurrency 4]
-import fs from 'node:fs';
 import { parseArgs } from 'node:util';
-import { NATIVE_SPAWN_ADDON } from '@sandgate/supervisor';
-import { runCli } from '../test/harness/cluster.ts';
 import { openShellClient } from '../test/harness/grpc-client.ts';
-import { createSandbox } from '../test/harness/sandbox.ts';
 import { COMMON_OPTIONS, emitReport, fixed, now, onCleanup, runMain, type BenchReport } from './bench.ts';
-import { confinedLogField, cpuMs, startEnv, supervisorPid } from './env.ts';
+import { cpuMs, sandboxesWithoutAndWithAddon, startEnv } from './env.ts';
 import { execOnce, execPairsAbba } from './exec-client.ts';
 import { ms, summarise } from './stats.ts';
 
@@ -33,28 +29,17 @@ const concurrency = Number(values.concurrency);
 
 async function main(): Promise<void> {
   const started = now();
-  if (!fs.existsSync(NATIVE_SPAWN_ADDON)) throw new Error(`${NATIVE_SPAWN_ADDON} not built (npm install runs apps/supervisor/native/build.sh)`);
   const { cluster } = await startEnv({ replicas: 1 });
   const gateway = cluster.replicas[0]!.grpcAddress;
-  const hidden = `${NATIVE_SPAWN_ADDON}.hidden-by-bench`;
-  const restore = () => {
-    if (fs.existsSync(hidden)) fs.renameSync(hidden, NATIVE_SPAWN_ADDON);
-  };
-  onCleanup('native spawn addon back in place', restore);
-  fs.renameSync(NATIVE_SPAWN_ADDON, hidden);
-  let forked;
-  try {
-    forked = await createSandbox(gateway, 'bench-spare-node');
-  } finally {
-    restore();
-  }
-  onCleanup('sandbox bench-spare-node', () => runCli(['sandbox', 'delete', 'bench-spare-node'], { gateway }));
-  const spawned = await createSandbox(gateway, 'bench-spare-posix');
-  onCleanup('sandbox bench-spare-posix', () => runCli(['sandbox', 'delete', 'bench-spare-posix'], { gateway }));
-  const kinds = { forked: confinedLogField(cluster.stateDir, forked.id, 'spare_spawner'), spawned: confinedLogField(cluster.stateDir, spawned.id, 'spare_spawner') };
-  if (kinds.forked !== 'node' || kinds.spawned !== 'posix_spawn') throw new Error(`unexpected spare spawners: ${JSON.stringify(kinds)}`);
-  const pids = { forked: await supervisorPid(forked.id), spawned: await supervisorPid(spawned.id) };
-  if (!pids.forked || !pids.spawned) throw new Error(`supervisor processes not found: ${JSON.stringify(pids)}`);
+  const { without: forked, with: spawned } = await sandboxesWithoutAndWithAddon(
+    cluster.stateDir,
+    gateway,
+    { without: 'bench-spare-node', with: 'bench-spare-posix' },
+    'spare_spawner',
+    { without: 'node', with: 'posix_spawn' },
+  );
+  const pids = { forked: forked.pid, spawned: spawned.pid };
+  const kinds = { forked: 'node', spawned: 'posix_spawn' };
   const client = openShellClient(gateway);
   onCleanup('grpc client', () => client.close());
   await execPairsAbba(client, forked.id, spawned.id, 0, warmup);

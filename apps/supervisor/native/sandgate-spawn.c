@@ -228,9 +228,12 @@ static int watch_exit(napi_env env, pid_t pid, napi_value on_exit) {
   return 0;
 }
 
-static int is_function(napi_env env, napi_value value) {
+/* 1 if `value` is a function; 0 with a TypeError pending otherwise. */
+static int require_on_exit(napi_env env, napi_value value) {
   napi_valuetype type;
-  return napi_typeof(env, value, &type) == napi_ok && type == napi_function;
+  if (napi_typeof(env, value, &type) == napi_ok && type == napi_function) return 1;
+  napi_throw_type_error(env, NULL, "sandgate-spawn: onExit must be a function");
+  return 0;
 }
 
 static napi_value spawn_child(napi_env env, napi_callback_info cbinfo) {
@@ -246,10 +249,7 @@ static napi_value spawn_child(napi_env env, napi_callback_info cbinfo) {
     napi_throw_range_error(env, NULL, "sandgate-spawn: stdioCount must be 0 to 8");
     return NULL;
   }
-  if (!is_function(env, args[4])) {
-    napi_throw_type_error(env, NULL, "sandgate-spawn: onExit must be a function");
-    return NULL;
-  }
+  if (!require_on_exit(env, args[4])) return NULL;
 
   napi_value ret = NULL;
   char *file = NULL, **argv = NULL, **envp = NULL;
@@ -348,10 +348,7 @@ static napi_value spawn_pty(napi_env env, napi_callback_info cbinfo) {
     napi_throw_range_error(env, NULL, "sandgate-spawn: cols and rows must be 1 to 65535");
     return NULL;
   }
-  if (!is_function(env, args[6])) {
-    napi_throw_type_error(env, NULL, "sandgate-spawn: onExit must be a function");
-    return NULL;
-  }
+  if (!require_on_exit(env, args[6])) return NULL;
 
   napi_value ret = NULL;
   char *file = NULL, *cwd = NULL, **argv = NULL, **envp = NULL;
