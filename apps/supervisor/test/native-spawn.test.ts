@@ -202,6 +202,20 @@ describe('a terminal started through posix_spawn (spawnPty, native-pty.ts)', () 
     process.kill(left, 'SIGKILL');
   });
 
+  it('keeps the output it holds while paused: the exit waits for it, however long the pause', async () => {
+    // 2 KiB (less than a terminal buffers, so the process exits while nothing is read), then the
+    // exit; nothing is read for a second.
+    const term = spawnPty('/bin/sh', ['sh', '-c', 'head -c 2048 /dev/zero | tr "\\0" x'], PATH_ONLY, { cwd: '/', cols: 80, rows: 24 });
+    term.pause();
+    const done = ended(term);
+    await new Promise((resolve) => setTimeout(resolve, 1000));
+    expect(fs.existsSync(`/proc/${term.pid}`), 'the process exited (and was reaped) during the pause').toBe(false);
+    term.resume();
+    const { out, exit } = await done;
+    expect(exit).toEqual({ exitCode: 0, signal: 0 });
+    expect(out.length).toBe(2048);
+  });
+
   it('never blocks the event loop on a full terminal: input the process does not read is queued', async () => {
     const term = spawnPty('/bin/sleep', ['sleep', '30'], PATH_ONLY, { cwd: '/', cols: 80, rows: 24 });
     const done = ended(term);

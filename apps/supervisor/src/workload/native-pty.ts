@@ -7,7 +7,9 @@
 // Terminal is what the supervisor uses of a terminal, whichever started it: a NativeTerminal, or
 // node-pty's IPty through fromNodePty. Both report the exit only once the terminal's output has
 // been read to its end, or 200 ms after the exit when something the process left behind still
-// holds the terminal open (node-pty's rule; the exec's tree kill ends such leftovers).
+// holds the terminal open (node-pty's rule; the exec's tree kill ends such leftovers). Unlike
+// node-pty, a NativeTerminal does not count those 200 ms while its reading is paused: the output
+// it holds then has not been taken yet, and is not given up.
 import fs from 'node:fs';
 import { createRequire } from 'node:module';
 import tty from 'node:tty';
@@ -70,6 +72,7 @@ class NativeTerminal implements Terminal {
   private outputEnded = false;
   private reported = false;
   private holdTimer: NodeJS.Timeout | undefined;
+  private paused = false;
   private pending: Buffer[] = [];
   private retryTimer: NodeJS.Timeout | undefined;
 
@@ -129,11 +132,16 @@ class NativeTerminal implements Terminal {
   }
 
   pause(): void {
+    this.paused = true;
+    clearTimeout(this.holdTimer);
+    this.holdTimer = undefined;
     this.master.pause();
   }
 
   resume(): void {
+    this.paused = false;
     this.master.resume();
+    if (this.exitStatus) this.holdAfterExit();
   }
 
   destroy(): void {
@@ -169,6 +177,17 @@ class NativeTerminal implements Terminal {
   private exited(code: number | null, signal: number | null): void {
     this.exitStatus = { exitCode: code ?? 0, signal: signal ?? 0 };
     if (this.outputEnded) return this.report();
+    this.holdAfterExit();
+  }
+
+  /**
+   * The process exited but its terminal is still open: give up on it shortly after, unless the
+   * reading is paused, because what the terminal holds then is output not yet taken (back-pressure
+   * from the client), which giving up would drop. The wait starts again on resume.
+   */
+  private holdAfterExit(): void {
+    if (this.paused || this.reported) return;
+    clearTimeout(this.holdTimer);
     this.holdTimer = setTimeout(() => {
       if (!this.closed) this.master.destroy();
       this.report();
