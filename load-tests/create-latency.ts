@@ -1,5 +1,5 @@
 // Create-to-first-exec latency and sustained creates per second.
-//   node load-tests/create-latency.ts [--iterations 20] [--duration 20] [--concurrency 4] [--docker-iterations 5] [--cache-iterations 20] [--pool-iterations 20]
+//   node load-tests/create-latency.ts [--iterations 20] [--duration 20] [--concurrency 4] [--docker-iterations 5] [--cache-iterations 20] [--pool-iterations 20] [--tty-main]
 //
 // One sandbox = CreateSandbox (unary) → GetSandbox polled every 10 ms until Ready (the
 // supervisor's hello was accepted) → `true` exec'd until it exits 0. Every figure is measured
@@ -38,7 +38,16 @@ export interface CreateLatencyOptions {
   /** Sandboxes per side of the warm pool comparison (0: skip it). */
   poolIterations: number;
   image: string;
+  /**
+   * Create without a command, so that every sandbox gets the default main process (`/bin/bash -l`
+   * on a terminal), instead of `sleep infinity` on pipes.
+   */
+  ttyMain?: boolean;
 }
+
+/** The main process every sandbox of this run is created with ([] = the default, on a terminal). */
+let mainCommand: string[] = ['sleep', 'infinity'];
+const mainDescription = () => (mainCommand.length ? `\`${mainCommand.join(' ')}\` main process` : 'default main process (`/bin/bash -l` on a terminal)');
 
 interface Created {
   name: string;
@@ -137,7 +146,7 @@ async function createToFirstExec(
       labels: { bench: 'create-latency' },
       annotations,
       spec: {
-        command: ['sleep', 'infinity'],
+        command: mainCommand,
         environment: {},
         providers: [],
         ...(image ? { template: { image, labels: {}, annotations: {}, environment: {} } } : {}),
@@ -222,6 +231,7 @@ const latencyRow = (label: string, xs: number[]) => {
 const LATENCY_HEADERS = ['measure (from the CreateSandbox call)', 'n', 'p50', 'p90', 'p99', 'mean'];
 
 export async function run(opts: CreateLatencyOptions): Promise<BenchReport> {
+  mainCommand = opts.ttyMain ? [] : ['sleep', 'infinity'];
   const t0 = now();
   const tag = `cl${process.pid.toString(36)}`;
   const { redis, cluster } = await startEnv({ replicas: 2 });
@@ -237,7 +247,7 @@ export async function run(opts: CreateLatencyOptions): Promise<BenchReport> {
   await createToFirstExec(client, `${tag}-warm`, undefined, live); // first launch pays cold caches
   for (let i = 0; i < opts.iterations; i++) seq.push(await createToFirstExec(client, `${tag}-s${i}`, undefined, live));
   tables.push({
-    caption: `local driver, ${opts.iterations} sandboxes created one after another (after 1 warm-up); \`sleep infinity\` main process; 2 replicas, client on r0`,
+    caption: `local driver, ${opts.iterations} sandboxes created one after another (after 1 warm-up); ${mainDescription()}; 2 replicas, client on r0`,
     headers: LATENCY_HEADERS,
     rows: [
       latencyRow('CreateSandbox returned', seq.map((c) => c.rpcMs)),
@@ -311,7 +321,7 @@ export async function run(opts: CreateLatencyOptions): Promise<BenchReport> {
   return {
     id: 'create-latency',
     title: 'Sandbox create-to-first-exec latency and sustained creates',
-    command: `node load-tests/create-latency.ts --iterations ${opts.iterations} --duration ${opts.durationS} --concurrency ${opts.concurrency} --docker-iterations ${opts.dockerIterations} --cache-iterations ${opts.cacheIterations} --pool-iterations ${opts.poolIterations}`,
+    command: `node load-tests/create-latency.ts --iterations ${opts.iterations} --duration ${opts.durationS} --concurrency ${opts.concurrency} --docker-iterations ${opts.dockerIterations} --cache-iterations ${opts.cacheIterations} --pool-iterations ${opts.poolIterations}${opts.ttyMain ? ' --tty-main' : ''}`,
     tables,
     notes,
     durationMs: now() - t0,
@@ -526,6 +536,7 @@ if (import.meta.main) {
       'cache-iterations': { type: 'string', default: '20' },
       'pool-iterations': { type: 'string', default: '20' },
       image: { type: 'string', default: 'sandgate-sandbox:latest' },
+      'tty-main': { type: 'boolean', default: false },
       ...COMMON_OPTIONS,
     },
   });
@@ -538,6 +549,7 @@ if (import.meta.main) {
       cacheIterations: Number(values['cache-iterations']),
       poolIterations: Number(values['pool-iterations']),
       image: values.image!,
+      ttyMain: values['tty-main'],
     });
     emitReport(report, values['report-json']);
   });
