@@ -250,6 +250,28 @@ describe('a terminal started through posix_spawn (spawnPty, native-pty.ts)', () 
     expect((await firstEnded).exit.signal).toBe(os.constants.signals.SIGHUP);
   });
 
+  it('hangs up its process when destroyed, but signals nothing once the process was reaped (its pid may be reused)', async () => {
+    const running = spawnPty('/bin/sleep', ['sleep', '30'], PATH_ONLY, { cwd: '/', cols: 80, rows: 24 });
+    const hungUp = ended(running);
+    running.destroy();
+    expect((await hungUp).exit.signal).toBe(os.constants.signals.SIGHUP);
+
+    const done = spawnPty('/bin/true', ['true'], PATH_ONLY, { cwd: '/', cols: 80, rows: 24 });
+    await ended(done);
+    const kill = process.kill;
+    const signalled: number[] = [];
+    process.kill = ((pid: number, signal?: string | number) => {
+      signalled.push(pid);
+      return kill.call(process, pid, signal);
+    }) as typeof process.kill;
+    try {
+      done.destroy();
+    } finally {
+      process.kill = kill;
+    }
+    expect(signalled).toEqual([]);
+  });
+
   it('throws what went wrong when the process cannot start, and leaves no descriptor open', () => {
     const before = fs.readdirSync('/proc/self/fd').length;
     let thrown: (Error & { errno?: number }) | undefined;

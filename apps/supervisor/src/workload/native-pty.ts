@@ -146,6 +146,9 @@ class NativeTerminal implements Terminal {
 
   destroy(): void {
     if (!this.closed) this.master.destroy();
+    // Only while the process has not been reaped: the addon reaps it right before exited() runs,
+    // and from then on its pid may belong to another process (another exec's, the netns agent).
+    if (this.exitStatus) return;
     try {
       process.kill(this.pid, 'SIGHUP');
     } catch {
