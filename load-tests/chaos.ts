@@ -29,7 +29,7 @@
 // a negative run. It must fail, and it must fail the invariant that mechanism guards
 // (BREAK_TARGETS): proof that each check can fail. The output says which invariants failed
 // (`failed invariant: ID`) and whether the expected one did.
-import { cpSync, existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { readdir, readFile } from 'node:fs/promises';
 import { spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
@@ -183,6 +183,11 @@ const OWNER_TTL_MS = 6_000;
  * new owner's record, so a longer gap is a lost record.
  */
 const OWNER_GAP_LIMIT_MS = 20_000;
+/**
+ * A session held this long by a running replica must have had its owner record seen (the sampler
+ * looks every 250 ms; a record lives 6 s unless its holder releases it, after closing the session).
+ */
+const OWNER_UNSEEN_LIMIT_MS = 3_000;
 
 interface SshResult {
   code: number | null;
@@ -1290,43 +1295,113 @@ class OwnerSampler {
       await sleep(250);
       await this.sample().catch(() => undefined);
     }
-    await Promise.all(this.pending);
     const now = Date.now();
     for (const [id, since] of this.missingSince) this.noteGap(id, now - since);
+    this.judgeFromLogs();
   }
 
   private readonly last = new Map<string, { replica: string; fence: string; ttl: number } | undefined>();
+  /** When the last sample was taken (0: none yet), and the first. */
+  private lastSampleAt = 0;
+  private firstSampleAt = 0;
+  private judgedSessions = 0;
+  /** Records that vanished well before their TTL could run out: somebody deleted them. */
+  private readonly deletions: { id: string; holder: string; fence: string; atMs: number; holderRunning: boolean }[] = [];
+  /** Per replica, whether it was running (alive and not stopped) at each sample. */
+  private readonly running = new Map<string, { atMs: number; running: boolean }[]>();
+  /** Windows in which records may be lost without anyone deleting them (a Redis restart or failover). */
+  private readonly ignoreWindows: { from: number; to: number }[] = [];
+  private ignoreUntil = 0;
 
-  /**
-   * A record vanished well before its TTL ran out: somebody deleted it. With fencing only its
-   * holder can (releasing a session it closed), so the holder can no longer serve the sandbox;
-   * records lost without a delete (a Redis restart) fall in `ignoreDeletionsUntil`. If the holder,
-   * asked at once, still serves it while no record exists, another replica deleted the live
-   * owner's record: exactly what an unfenced stale release does. Asked at once because the holder
-   * of such a record does not serve it for long (CI, 2026-12-07:
-   * it closed the session 5.5 s after the delete, and a check 5 s after lost that race, so the
-   * `--break fencing` negative run passed it; another run missed it with 3 s).
-   */
-  private checkDeleted(sb: { id: string; name: string }, holder: string, fence: string): void {
-    if (Date.now() < this.ignoreDeletionsUntil) return;
-    const rep = this.cluster.replicas.find((x) => x.id === holder);
-    if (!rep) return;
-    this.pending.push(
-      (async () => {
-        if (Object.keys(await this.r.hgetall(keysFor(this.r).owner(sb.id))).length > 0) return; // claimed anew or renewed
-        const c = openShellClient(rep.grpcAddress);
-        const res = await exec(c, { sandbox_id: sb.id, command: ['true'] });
-        c.close();
-        if (res.error || res.exit !== 0) return;
-        if (Object.keys(await this.r.hgetall(keysFor(this.r).owner(sb.id))).length > 0) return;
-        this.violate(`deleted:${sb.id}|${holder}|${fence}`, `${sb.id}: owner record (${holder}, fence ${fence}) deleted while ${holder} still serves the session`);
-      })().catch(() => undefined),
-    );
+  /** Set around a Redis restart, which may lose records without anyone deleting them. */
+  set ignoreDeletionsUntil(until: number) {
+    const now = Date.now();
+    const open = this.ignoreWindows.at(-1);
+    if (open && open.to >= now) open.to = until;
+    else this.ignoreWindows.push({ from: now, to: until });
+    this.ignoreUntil = until;
   }
 
-  private readonly pending: Promise<void>[] = [];
-  /** Set around a Redis restart, which may lose records without anyone deleting them. */
-  ignoreDeletionsUntil = 0;
+  get ignoreDeletionsUntil(): number {
+    return this.ignoreUntil;
+  }
+
+  private ignored(from: number, to: number): boolean {
+    return this.ignoreWindows.some((w) => w.from <= to && w.to >= from);
+  }
+
+  /**
+   * Judged from the replicas' own logs once the run is over (no race with the chaos): each
+   * replica logs every session it accepts (with its fence) and closes, and closes a session
+   * before it releases its record. With fencing, a record disappears before its TTL only when
+   * its holder released it, so after that holder logged the session closed, and a session that
+   * lives for seconds has its record there to be seen. Two violations, then:
+   * - a record deleted while its holder, running, still held the session (an unfenced stale
+   *   release of another replica's record);
+   * - a session held for OWNER_UNSEEN_LIMIT_MS by a running replica whose record was never
+   *   seen (deleted as soon as it was made).
+   * Earlier this was a probe that asked the holder to exec at once; it lost its race against the
+   * holder closing the session, or against the access rule, which refuses while the record is
+   * missing (CI, 2026-12-07, three times).
+   */
+  private judgeFromLogs(): void {
+    const sessions = this.sessionsFromLogs();
+    this.judgedSessions = sessions.length;
+    for (const d of this.deletions) {
+      if (!d.holderRunning || this.ignored(d.atMs - 1_000, d.atMs)) continue;
+      const s = sessions.find((x) => x.replica === d.holder && x.sandboxId === d.id && x.fence === d.fence);
+      if (!s || (s.closedAt !== null && s.closedAt <= d.atMs + 50)) continue;
+      this.violate(
+        `deleted:${d.id}|${d.holder}|${d.fence}`,
+        `${d.id}: owner record (${d.holder}, fence ${d.fence}) deleted while ${d.holder} held the session (${s.closedAt === null ? 'never closed' : `closed ${s.closedAt - d.atMs} ms later`})`,
+      );
+    }
+    const sampledUntil = this.lastSampleAt;
+    for (const s of sessions) {
+      const end = Math.min(s.closedAt ?? sampledUntil, sampledUntil);
+      if (s.acceptedAt < this.firstSampleAt || end - s.acceptedAt < OWNER_UNSEEN_LIMIT_MS) continue;
+      if (this.ignored(s.acceptedAt, end) || !this.ranThroughout(s.replica, s.acceptedAt, end)) continue;
+      if (this.firstSeen.has(`${s.sandboxId}|${s.replica}|${s.fence}`)) continue;
+      this.violate(
+        `unseen:${s.sandboxId}|${s.replica}|${s.fence}`,
+        `${s.sandboxId}: ${s.replica} held the session (fence ${s.fence}) for ${((end - s.acceptedAt) / 1000).toFixed(1)} s and its owner record was never there`,
+      );
+    }
+  }
+
+  /** Did `replica` run (alive, not stopped) at every sample from `from` to `to`? */
+  private ranThroughout(replica: string, from: number, to: number): boolean {
+    const seen = (this.running.get(replica) ?? []).filter((x) => x.atMs >= from && x.atMs <= to);
+    return seen.length > 0 && seen.every((x) => x.running);
+  }
+
+  /** The pool sandboxes' sessions as each replica logged them: accepted (with its fence), closed. */
+  private sessionsFromLogs(): { replica: string; sandboxId: string; sessionId: string; fence: string; acceptedAt: number; closedAt: number | null }[] {
+    const ids = new Set(this.pool.map((sb) => sb.id));
+    const out: { replica: string; sandboxId: string; sessionId: string; fence: string; acceptedAt: number; closedAt: number | null }[] = [];
+    for (const rep of this.cluster.replicas) {
+      const byId = new Map<string, (typeof out)[number]>();
+      for (const line of rep.logs.join('').split('\n')) {
+        if (!line.startsWith('{')) continue;
+        let rec: { msg?: string; ts?: string; sandboxId?: string; sessionId?: string; fence?: unknown };
+        try {
+          rec = JSON.parse(line) as typeof rec;
+        } catch {
+          continue;
+        }
+        if (!rec.sandboxId || !ids.has(rec.sandboxId) || !rec.sessionId || !rec.ts) continue;
+        if (rec.msg === 'supervisor session accepted') {
+          const s = { replica: rep.id, sandboxId: rec.sandboxId, sessionId: rec.sessionId, fence: String(rec.fence), acceptedAt: Date.parse(rec.ts), closedAt: null };
+          byId.set(rec.sessionId, s);
+          out.push(s);
+        } else if (rec.msg === 'supervisor session closed') {
+          const s = byId.get(rec.sessionId);
+          if (s && s.closedAt === null) s.closedAt = Date.parse(rec.ts);
+        }
+      }
+    }
+    return out;
+  }
 
   /** Pool sandboxes without an owner record at the last sample. */
   openGaps(): number {
@@ -1334,7 +1409,7 @@ class OwnerSampler {
   }
 
   summary(): string {
-    return `${this.violations} violation(s) in ${this.samples} samples; longest gap without a record ${(this.maxGapMs / 1000).toFixed(1)} s (limit ${OWNER_GAP_LIMIT_MS / 1000} s)`;
+    return `${this.violations} violation(s) in ${this.samples} samples; longest gap without a record ${(this.maxGapMs / 1000).toFixed(1)} s (limit ${OWNER_GAP_LIMIT_MS / 1000} s); ${this.judgedSessions} sessions judged from the replicas' logs, ${this.deletions.length} record(s) gone before their TTL`;
   }
 
   private violate(key: string, detail: string): void {
@@ -1355,6 +1430,16 @@ class OwnerSampler {
       const pid = rep.proc && rep.proc.exitCode === null && rep.proc.signalCode === null ? (rep.proc.pid ?? null) : null;
       const cur = this.incarnation.get(rep.id);
       if (!cur || cur.pid !== pid) this.incarnation.set(rep.id, { pid, since: now });
+      // Running: alive and not stopped (SIGSTOP: state T), so able to renew, release, close.
+      let running = false;
+      try {
+        running = pid !== null && readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]?.[0] !== 'T';
+      } catch {
+        running = false;
+      }
+      const list = this.running.get(rep.id) ?? [];
+      list.push({ atMs: now, running });
+      this.running.set(rep.id, list);
     }
     const [records, ttls] = await Promise.all([
       Promise.all(this.pool.map((sb) => this.r.hgetall(keysFor(this.r).owner(sb.id)))),
@@ -1362,11 +1447,18 @@ class OwnerSampler {
     ]);
     this.samples++;
     const late = OWNER_TTL_MS + 3_000;
+    const sinceLast = this.lastSampleAt ? now - this.lastSampleAt : Number.POSITIVE_INFINITY;
+    this.firstSampleAt ||= now;
+    this.lastSampleAt = now;
     this.pool.forEach((sb, k) => {
       const rec = records[k]!;
       const before = this.last.get(sb.id);
       this.last.set(sb.id, rec.replica ? { replica: rec.replica, fence: rec.fence ?? '', ttl: ttls[k]! } : undefined);
-      if (!rec.replica && before && before.ttl > 1_500) this.checkDeleted(sb, before.replica, before.fence);
+      // Gone sooner than its TTL could have run out since it was last seen: deleted, not expired.
+      if (!rec.replica && before && sinceLast < before.ttl - 500) {
+        const holderRunning = this.running.get(before.replica)?.at(-1)?.running ?? false;
+        this.deletions.push({ id: sb.id, holder: before.replica, fence: before.fence, atMs: now, holderRunning });
+      }
       if (!rec.replica) {
         if (!this.missingSince.has(sb.id)) this.missingSince.set(sb.id, now);
         this.noteGap(sb.id, now - this.missingSince.get(sb.id)!);
