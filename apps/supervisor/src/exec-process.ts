@@ -255,6 +255,9 @@ function spawnWrapped(spec: SpawnSpec): ChildProcess {
 export function spawnPty(spec: SpawnSpec, h: ExecProcessHandlers): ExecProcess {
   const term = startTerminal({ ...spec, cols: spec.cols || DEFAULT_COLS, rows: spec.rows || DEFAULT_ROWS });
   term.onData((data) => h.stdout(data));
+  // The leader's own exit, where the terminal tells it (native-pty.ts): what it left behind is
+  // killed at once, as on pipes, even while the client holds the output back.
+  term.onProcessExit?.(() => h.childExited?.());
   // Reported once the terminal has been read to its end (or shortly after, see native-pty.ts).
   term.onExit(({ exitCode, signal }) => h.exit(exitCode, signal ? signal : null));
   let paused = false;

@@ -6,7 +6,9 @@ import fs from 'node:fs';
 import { randomUUID } from 'node:crypto';
 import { afterAll, describe, expect, it } from 'vitest';
 import { createLogger } from '@sandgate/telemetry/log';
-import { ProcessTree, spawnPiped } from '../src/exec-process.ts';
+import { ProcessTree, spawnPiped, spawnPty } from '../src/exec-process.ts';
+import { loadNativePty, type TerminalOptions } from '../src/workload/native-pty.ts';
+import type { WorkloadLauncher } from '../src/workload/launcher.ts';
 import { killTagged, waitFor } from './helpers.ts';
 
 const prefix = `p${process.pid}-${randomUUID().slice(0, 8)}-`;
@@ -118,5 +120,51 @@ describe('ProcessTree: after the leader exited', () => {
     expect(got.stdout).toBe(5);
     expect(at - got.leaderExitAt).toBeGreaterThanOrEqual(150);
     expect(at - got.leaderExitAt).toBeLessThan(2_000);
+  });
+});
+
+describe('ProcessTree on a terminal started through posix_spawn (native-pty.ts)', () => {
+  it("kills what a PTY exec's leader left behind at the leader's exit, while the client holds the output back", async () => {
+    const nativePty = loadNativePty();
+    if (!nativePty) throw new Error('the sandgate-spawn addon was not built (npm install runs apps/supervisor/native/build.sh)');
+    // Terminals as the confined launcher starts them: the command itself here, through the addon.
+    const launcher = { startTerminal: (argv: string[], env: Record<string, string>, opts: TerminalOptions) => nativePty(`/bin/${argv[0]}`, argv, env, opts) } as unknown as WorkloadLauncher;
+    const execId = `${prefix}${++seq}`;
+    const marker = `300.${process.pid}${++seq}`;
+    const tree = new ProcessTree(execId, log);
+    let running = true;
+    const proc = spawnPty(
+      // SIGHUP ignored, as by nohup: the terminal's hangup at the leader's exit does not end it.
+      { argv: ['sh', '-c', `trap "" HUP; sleep ${marker} & exit 0`], cwd: '/', env: { PATH: '/usr/bin:/bin', SANDGATE_EXEC_ID: execId }, cols: 80, rows: 24, launcher },
+      {
+        stdout: () => {},
+        stderr: () => {},
+        childExited: () => tree.leaderExited(() => running),
+        exit: () => {
+          running = false;
+        },
+        spawnError: (err) => {
+          throw err;
+        },
+        stdinDrain: () => {},
+      },
+    );
+    tree.proc = proc;
+    proc.pause(); // the client takes nothing
+    const leftover = () =>
+      fs.readdirSync('/proc').some((e) => {
+        try {
+          return /^\d+$/.test(e) && fs.readFileSync(`/proc/${e}/cmdline`, 'latin1').split('\0')[1] === marker;
+        } catch {
+          return false;
+        }
+      });
+    // Exited and reaped (the addon reaps at once).
+    await waitFor('the leader to exit', () => !fs.existsSync(`/proc/${proc.pid}`), 10_000);
+    // Before the terminal said when its process exited, nothing killed the tree until the exit
+    // was reported, which waits for the held-back output: the sleep lived on.
+    await waitFor('the background sleep killed', () => !leftover(), 5_000);
+    proc.resume();
+    await waitFor('the exit reported', () => !running, 5_000);
   });
 });

@@ -208,8 +208,12 @@ describe('a terminal started through posix_spawn (spawnPty, native-pty.ts)', () 
     const term = spawnPty('/bin/sh', ['sh', '-c', 'head -c 2048 /dev/zero | tr "\\0" x'], PATH_ONLY, { cwd: '/', cols: 80, rows: 24 });
     term.pause();
     const done = ended(term);
+    // The process's own exit is told at once (the exec's tree kill hangs on it), the output held.
+    let processExited = false;
+    term.onProcessExit!(() => (processExited = true));
     await new Promise((resolve) => setTimeout(resolve, 1000));
     expect(fs.existsSync(`/proc/${term.pid}`), 'the process exited (and was reaped) during the pause').toBe(false);
+    expect(processExited).toBe(true);
     term.resume();
     const { out, exit } = await done;
     expect(exit).toEqual({ exitCode: 0, signal: 0 });

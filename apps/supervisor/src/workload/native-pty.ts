@@ -21,6 +21,11 @@ export interface Terminal {
   onData(listener: (data: Buffer) => void): void;
   /** Once: the exit status (`signal` 0 unless a signal ended it), after the output. */
   onExit(listener: (exit: { exitCode: number; signal: number }) => void): void;
+  /**
+   * Once, the moment the process itself exited, its output perhaps not all read yet (what it left
+   * behind can then be killed at once). Absent on node-pty's terminals, which do not tell.
+   */
+  onProcessExit?(listener: () => void): void;
   /** Queued, never blocking; dropped once the terminal is closed. */
   write(data: Buffer | string): void;
   resize(cols: number, rows: number): void;
@@ -68,6 +73,7 @@ class NativeTerminal implements Terminal {
   private readonly master: tty.ReadStream;
   private readonly dataListeners: ((data: Buffer) => void)[] = [];
   private readonly exitListeners: ((exit: { exitCode: number; signal: number }) => void)[] = [];
+  private readonly processExitListeners: (() => void)[] = [];
   private exitStatus: { exitCode: number; signal: number } | null = null;
   private outputEnded = false;
   private reported = false;
@@ -113,6 +119,10 @@ class NativeTerminal implements Terminal {
 
   onExit(listener: (exit: { exitCode: number; signal: number }) => void): void {
     this.exitListeners.push(listener);
+  }
+
+  onProcessExit(listener: () => void): void {
+    this.processExitListeners.push(listener);
   }
 
   write(data: Buffer | string): void {
@@ -179,6 +189,7 @@ class NativeTerminal implements Terminal {
 
   private exited(code: number | null, signal: number | null): void {
     this.exitStatus = { exitCode: code ?? 0, signal: signal ?? 0 };
+    for (const listener of this.processExitListeners) listener();
     if (this.outputEnded) return this.report();
     this.holdAfterExit();
   }
