@@ -252,19 +252,25 @@ export async function startSentinelGroup(opts: SentinelGroupOptions = {}): Promi
       return c;
     },
     async waitReplicated() {
-      const primary = await primaryPort();
-      const p = node(primary);
-      try {
-        const offset = Number(/master_repl_offset:(\d+)/.exec((await p.info('replication')) as string)?.[1]);
-        await waitFor('the replicas to catch up with the primary', async () => {
-          const info = (await p.info('replication')) as string;
-          // Online too: a replica still loading its full resync lists an offset but acknowledges no WAIT.
-          const replicas = [...info.matchAll(/^slave\d+:.*state=(\w+).*offset=(\d+)/gm)].map((m) => ({ state: m[1], offset: Number(m[2]) }));
-          return replicas.length > 0 && replicas.every((r) => r.state === 'online' && r.offset >= offset);
-        });
-      } finally {
-        p.disconnect();
-      }
+      // Each look asks the Sentinels for the primary again, on a fresh client: these clients do
+      // not reconnect (retryStrategy null), and right after a failover the node may drop its
+      // clients (CI, once: "Connection is closed" on every look for 15 s).
+      const look = async (): Promise<string> => {
+        const p = node(await primaryPort());
+        try {
+          return (await p.info('replication')) as string;
+        } finally {
+          p.disconnect();
+        }
+      };
+      let offset: number | undefined;
+      await waitFor('the replicas to catch up with the primary', async () => {
+        const info = await look();
+        offset ??= Number(/master_repl_offset:(\d+)/.exec(info)?.[1]);
+        // Online too: a replica still loading its full resync lists an offset but acknowledges no WAIT.
+        const replicas = [...info.matchAll(/^slave\d+:.*state=(\w+).*offset=(\d+)/gm)].map((m) => ({ state: m[1], offset: Number(m[2]) }));
+        return replicas.length > 0 && replicas.every((r) => r.state === 'online' && r.offset >= offset!);
+      });
     },
     async cutReplication() {
       const p = node(await primaryPort());
