@@ -11,10 +11,9 @@
 // node-pty, a NativeTerminal does not count those 200 ms while its reading is paused: the output
 // it holds then has not been taken yet, and is not given up.
 import fs from 'node:fs';
-import { createRequire } from 'node:module';
 import tty from 'node:tty';
 import type * as pty from 'node-pty';
-import { NATIVE_SPAWN_ADDON } from './native-spawn.ts';
+import { loadAddon, NATIVE_SPAWN_ADDON } from './native-spawn.ts';
 
 export interface Terminal {
   readonly pid: number;
@@ -56,13 +55,8 @@ const WRITE_RETRY_MS = 5;
 
 /** The addon's terminal spawn, or null when it was not built or does not load (node-pty then). */
 export function loadNativePty(file: string = NATIVE_SPAWN_ADDON): NativePtySpawn | null {
-  let addon: PtyAddon;
-  try {
-    addon = createRequire(import.meta.url)(file) as PtyAddon;
-  } catch {
-    return null;
-  }
-  if (typeof addon.spawnPty !== 'function') return null;
+  const addon = loadAddon<PtyAddon>(file);
+  if (typeof addon?.spawnPty !== 'function') return null;
   return (exe, argv, env, opts) => new NativeTerminal(addon, exe, argv, env, opts);
 }
 

@@ -40,14 +40,19 @@ export type NativeSpawn = (file: string, argv: string[], env: Record<string, str
 
 const SIGNAL_NAMES = new Map(Object.entries(os.constants.signals).map(([name, n]) => [n, name as NodeJS.Signals]));
 
-/** The addon's spawn, or null when it is not there or does not load. */
-export function loadNativeSpawn(file: string = NATIVE_SPAWN_ADDON): NativeSpawn | null {
-  let addon: Addon;
+/** The addon module (Node caches it: one load for its every user), or null when it is not there or does not load. */
+export function loadAddon<T>(file: string = NATIVE_SPAWN_ADDON): T | null {
   try {
-    addon = createRequire(import.meta.url)(file) as Addon;
+    return createRequire(import.meta.url)(file) as T;
   } catch {
     return null;
   }
+}
+
+/** The addon's spawn, or null when it is not there or does not load. */
+export function loadNativeSpawn(file: string = NATIVE_SPAWN_ADDON): NativeSpawn | null {
+  const addon = loadAddon<Addon>(file);
+  if (!addon) return null;
   return (exe, argv, env, stdioCount) => new NativeChild(addon, exe, argv, env, stdioCount);
 }
 
