@@ -15,6 +15,11 @@ describe('preflight', () => {
     expect(preflight('/tmp', '/', env)).toEqual({ ok: false, exitCode: 126, message: '/tmp: Is a directory' });
     expect(preflight('sh', '/nope', env)).toEqual({ ok: false, exitCode: 126, message: 'sh: /nope: No such file or directory' });
     expect(preflight('', '/', env)).toMatchObject({ ok: false, exitCode: 127 });
+    expect(preflight('/etc/passwd/x', '/', env)).toEqual({ ok: false, exitCode: 126, message: '/etc/passwd/x: Not a directory' });
+    // PATH entries that miss (absent, or through a file) are passed over; one that exists but
+    // cannot be run is the answer only when nothing later on PATH can.
+    expect(preflight('sh', '/', { PATH: '/nonexistent:/etc/passwd:/bin' })).toEqual({ ok: true });
+    expect(preflight('passwd', '/', { PATH: '/nonexistent:/etc' })).toEqual({ ok: false, exitCode: 126, message: 'passwd: Permission denied' });
     // The exec's PATH decides, not the supervisor's.
     expect(preflight('sh', '/', { PATH: '/nonexistent' })).toMatchObject({ ok: false, exitCode: 127 });
   });
