@@ -28,6 +28,8 @@
  *   the terminal closed it. onExit as for spawn.
  * resizePty(fd, cols, rows): sets the terminal's size (the kernel signals SIGWINCH to its
  *   foreground group).
+ * trimMemory() -> boolean: glibc's malloc_trim(0), which gives the free pages inside the C heap
+ *   back to the kernel (glibc itself only ever returns the heap's top). True if any were.
  *
  * The child is reaped here and nowhere else: libuv waits only for the processes it started. Its
  * exit is seen through a pidfd polled on the event loop (uv_poll), so nothing blocks and no thread
@@ -36,6 +38,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <malloc.h>
 #include <node_api.h>
 #include <signal.h>
 #include <spawn.h>
@@ -431,11 +434,18 @@ static napi_value resize_pty(napi_env env, napi_callback_info cbinfo) {
   return NULL;
 }
 
+static napi_value trim_memory(napi_env env, napi_callback_info cbinfo) {
+  (void)cbinfo;
+  napi_value released;
+  CHECK(napi_get_boolean(env, malloc_trim(0) == 1, &released));
+  return released;
+}
+
 NAPI_MODULE_INIT(/* napi_env env, napi_value exports */) {
   const struct {
     const char *name;
     napi_callback fn;
-  } functions[] = {{"spawn", spawn_child}, {"spawnPty", spawn_pty}, {"resizePty", resize_pty}};
+  } functions[] = {{"spawn", spawn_child}, {"spawnPty", spawn_pty}, {"resizePty", resize_pty}, {"trimMemory", trim_memory}};
   for (size_t i = 0; i < sizeof functions / sizeof functions[0]; i++) {
     napi_value fn;
     if (napi_create_function(env, functions[i].name, NAPI_AUTO_LENGTH, functions[i].fn, NULL, &fn) != napi_ok) return NULL;

@@ -3,6 +3,7 @@
 import { ConfigError, loadProcessConfig } from './config.ts';
 import { createLogger } from '@sandgate/telemetry/log';
 import { Supervisor } from './supervisor.ts';
+import { startIdleTrim } from './memory-trim.ts';
 
 const SHUTDOWN_DEADLINE_MS = 10_000;
 
@@ -60,5 +61,6 @@ export function runSupervisor(): void {
     log.error('cannot confine the workload', { err });
     process.exit(2);
   });
+  startIdleTrim({ log });
 }
 

@@ -288,11 +288,13 @@ export function startSupervisor(opts: {
   credential?: string;
   mainArgv?: string[];
   env?: Record<string, string>;
+  /** Node flags before the entry point (the drivers' SUPERVISOR_NODE_FLAGS, say); none by default. */
+  nodeFlags?: readonly string[];
 }): SupervisorHandle {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sandgate-sup-'));
   const credFile = path.join(dir, 'credential');
   fs.writeFileSync(credFile, (opts.credential ?? 'test-secret') + '\n');
-  const child = spawn(process.execPath, [MAIN_TS, '--', ...(opts.mainArgv ?? ['sleep', '1000'])], {
+  const child = spawn(process.execPath, [...(opts.nodeFlags ?? []), MAIN_TS, '--', ...(opts.mainArgv ?? ['sleep', '1000'])], {
     cwd: REPO_ROOT,
     env: {
       PATH: process.env.PATH ?? '/usr/bin:/bin',

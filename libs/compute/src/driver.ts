@@ -146,9 +146,11 @@ export interface ComputeDriver {
  * Node flags every driver starts the supervisor with: it runs in every sandbox, so its idle memory
  * is multiplied by their number. A young generation of at most 1 MiB (Node lets it grow to 16+)
  * and one V8 worker thread instead of four: idle PSS 43.5 -> 39.4 MiB, with no measured cost to
- * streamed output (BENCHMARKS.md, "The supervisor's V8 flags").
+ * streamed output (BENCHMARKS.md, "The supervisor's V8 flags"). `gc` exposed: an idle supervisor
+ * runs V8's last-resort collection, which gives back the heap's pages an ordinary one keeps
+ * (apps/supervisor/src/memory-trim.ts; BENCHMARKS.md, "An idle supervisor's memory").
  */
-export const SUPERVISOR_NODE_FLAGS = ['--max-semi-space-size=1', '--v8-pool-size=1'] as const;
+export const SUPERVISOR_NODE_FLAGS = ['--max-semi-space-size=1', '--v8-pool-size=1', '--expose-gc'] as const;
 
 /**
  * The capabilities a supervisor needs to confine its workload, whatever runs it (bwrap, a
