@@ -1,9 +1,9 @@
 // An idle supervisor gives back the memory it no longer uses (memory-trim.ts): the addon's
 // malloc_trim, when the supervisor trims and when it leaves itself alone, and a real supervisor
-// started as the drivers start it doing it after its start.
+// started with gc exposed (SUPERVISOR_NODE_FLAGS has it; libs/compute's tests check so) doing it
+// after its start.
 import { spawnSync } from 'node:child_process';
 import { afterEach, describe, expect, it } from 'vitest';
-import { SUPERVISOR_NODE_FLAGS } from '@sandgate/compute';
 import type { Logger } from '@sandgate/telemetry/log';
 import { startIdleTrim } from '../src/memory-trim.ts';
 import { NATIVE_SPAWN_ADDON } from '../src/workload/native-spawn.ts';
@@ -89,10 +89,10 @@ describe('idle memory trim', () => {
     expect(lines[0]?.msg).toMatch(/idle memory trim off/);
   });
 
-  it('a supervisor started with the drivers’ flags returns memory once idle after its start', async () => {
+  it('a supervisor started with gc exposed (as the drivers start it) returns memory once idle after its start', async () => {
     const gw = await new FakeGateway({ heartbeatIntervalMs: 1000 }).start();
     cleanups.push(() => gw.stop());
-    const sup = startSupervisor({ endpoints: [gw.address], sandboxId: 'sb-idle-trim', mainArgv: ['sleep', '1000'], nodeFlags: SUPERVISOR_NODE_FLAGS });
+    const sup = startSupervisor({ endpoints: [gw.address], sandboxId: 'sb-idle-trim', mainArgv: ['sleep', '1000'], nodeFlags: ['--expose-gc'] });
     cleanups.push(() => sup.stop());
     await gw.waitHello(1, 15_000);
     const line = await waitFor('the idle trim', () => sup.logs().find((l) => l.msg === 'idle: unused memory returned to the kernel'), 20_000);

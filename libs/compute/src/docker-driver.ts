@@ -29,7 +29,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import Docker from 'dockerode';
 import type Dockerode from 'dockerode';
 import { NODE_COMPILE_CACHE_VAR, renderSandboxEnvironment, SANDBOX_GID, SANDBOX_UID, type WorkloadIsolation } from '@sandgate/protocols/contract';
-import type { ComputeDriver, ComputeHandle, ComputeState, ComputeUsage, LaunchSpec, ObservedCompute, ResourceLimits } from './driver.ts';
+import { waitForCompileCache, type ComputeDriver, type ComputeHandle, type ComputeState, type ComputeUsage, type LaunchSpec, type ObservedCompute, type ResourceLimits } from './driver.ts';
 import { assertLaunchSpec, assertSandboxId } from './validate.ts';
 import {
   assertLimits,
@@ -125,6 +125,8 @@ export class DockerDriver implements ComputeDriver {
   private readonly useCompileCache: boolean;
   /** The compile cache's host directory once its fill was started (null: off or unusable). */
   private compileCacheDir: string | null | undefined;
+  /** Settles when the fill's container is gone (however its fill ended). */
+  private compileCacheFilled: Promise<void> | undefined;
 
   constructor(opts: DockerDriverOptions) {
     if (!opts.stateDir) throw new Error('DockerDriver: stateDir is required');
@@ -194,6 +196,8 @@ export class DockerDriver implements ComputeDriver {
     const dir = path.join(this.stateDir, 'docker', id);
     const cg = await this.cgroups();
     const compileCacheHostPath = await this.compileCache(rt);
+    // A warm-pool member waits for the fill (driver.ts, COMPILE_CACHE_WAIT_MS): nobody waits for it.
+    if (spec.deferMain && this.compileCacheFilled) await waitForCompileCache(this.compileCacheFilled);
     const dirs = cg ? cg.dirs(id) : [];
     return {
       spec: { ...spec, command, gatewayEndpoints, environment: withImageNodeCompileCache(spec.environment, imageInfo) },
@@ -548,9 +552,14 @@ export class DockerDriver implements ComputeDriver {
     }
     if (this.compileCacheDir !== undefined) return this.compileCacheDir ?? undefined;
     this.compileCacheDir = dir;
-    void this.docker
+    // The container removes itself when the fill ends (AutoRemove); a wait that comes too late
+    // for it fails, which is the same answer.
+    this.compileCacheFilled = this.docker
       .createContainer(buildCompileCacheFillOptions({ image: this.defaultImage, nodeHostPath: rt.nodeHostPath, appHostPath: rt.appHostPath, supervisorRelPath: rt.supervisorRelPath, cacheHostPath: dir }))
-      .then((c) => c.start())
+      .then(async (c) => {
+        await c.start();
+        await c.wait({ condition: 'removed' });
+      })
       .catch(() => undefined);
     return dir;
   }

@@ -150,6 +150,21 @@ export interface ComputeDriver {
  * runs V8's last-resort collection, which gives back the heap's pages an ordinary one keeps
  * (apps/supervisor/src/memory-trim.ts; BENCHMARKS.md, "An idle supervisor's memory").
  */
+/**
+ * How long a warm-pool member's launch waits for the supervisors' compile cache to be filled.
+ * Nobody waits for a member to start; one started before the fill has ended compiles its modules
+ * itself, loads Node's type stripper, and holds about 5 MiB more for its whole life (BENCHMARKS.md,
+ * "An idle supervisor's memory"). A caller's create does not wait: its latency counts more.
+ */
+export const COMPILE_CACHE_WAIT_MS = 15_000;
+
+/** Waits until `filled` settles, at most `maxMs`; never fails (a failed fill only costs speed). */
+export async function waitForCompileCache(filled: Promise<unknown>, maxMs = COMPILE_CACHE_WAIT_MS): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  await Promise.race([filled.catch(() => undefined), new Promise((resolve) => (timer = setTimeout(resolve, maxMs)))]);
+  clearTimeout(timer);
+}
+
 export const SUPERVISOR_NODE_FLAGS = ['--max-semi-space-size=1', '--v8-pool-size=1', '--expose-gc'] as const;
 
 /**

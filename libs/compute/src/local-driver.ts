@@ -23,7 +23,7 @@ import fsp from 'node:fs/promises';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { compileCacheEnvironment, renderSandboxEnvironment, SANDBOX_GID, SANDBOX_UID, type WorkloadIsolation } from '@sandgate/protocols/contract';
-import { SUPERVISOR_NODE_FLAGS, type ComputeDriver, type ComputeHandle, type ComputeState, type ComputeUsage, type LaunchSpec, type ObservedCompute } from './driver.ts';
+import { SUPERVISOR_NODE_FLAGS, waitForCompileCache, type ComputeDriver, type ComputeHandle, type ComputeState, type ComputeUsage, type LaunchSpec, type ObservedCompute } from './driver.ts';
 import { DEFAULT_DISK_BYTES, mountDisk, unmountDisk } from './disk.ts';
 import { buildBwrapArgs, buildSandboxEnv, DEFAULT_PATH, identityFilesFor, SANDBOX_MOUNT, sandboxCgroupDir, type RootEntry } from './bwrap-launch.ts';
 import { assertLimits, Cgroups, type SandboxCgroups } from './cgroups.ts';
@@ -207,6 +207,7 @@ export class LocalDriver implements ComputeDriver {
         cgroupDirs: cgroups.workload.map((c) => sandboxCgroupDir(c.name)),
       };
       const rt = await this.runtime();
+      if (spec.deferMain && rt.compileCacheFilled) await waitForCompileCache(rt.compileCacheFilled);
       const args = buildBwrapArgs({
         sandboxId: spec.sandboxId,
         memoryBytes: spec.limits?.memoryBytes,
@@ -481,9 +482,9 @@ export class LocalDriver implements ComputeDriver {
     for (const p of [nodePath, repoRoot]) {
       if (isWithin(stateRoot, p)) throw new Error(`LocalDriver: ${p} is inside stateDir, which sandboxes cannot see`);
     }
-    const compileCacheDir = this.useCompileCache ? await startCompileCache(stateRoot, nodePath, supervisorEntry) : null;
+    const cache = this.useCompileCache ? await startCompileCache(stateRoot, nodePath, supervisorEntry) : null;
     // The binary alone, not its directory: node in /tmp would otherwise bring the host's /tmp.
-    this.runtimeCache = { nodePath, supervisorEntry, paths: [nodePath, repoRoot], compileCacheDir };
+    this.runtimeCache = { nodePath, supervisorEntry, paths: [nodePath, repoRoot], compileCacheDir: cache?.dir ?? null, compileCacheFilled: cache?.filled ?? null };
     return this.runtimeCache;
   }
 
@@ -546,6 +547,8 @@ interface SupervisorRuntime {
   paths: string[];
   /** Host directory of the supervisors' compile cache; null: none. */
   compileCacheDir: string | null;
+  /** Settles when the cache's fill has ended (however it ended); null: no cache. */
+  compileCacheFilled: Promise<void> | null;
 }
 
 /** The compile cache's directory under the state root (hidden in sandboxes; bound read-only). */
@@ -554,11 +557,13 @@ const COMPILE_CACHE_DIR = 'compile-cache';
 /**
  * Makes the supervisors' compile cache directory and starts filling it: the supervisor's entry
  * loads its modules on the host with `--fill-compile-cache` and writes their compiled code there
- * (about a second, in the background: launches meanwhile simply find less in it). Node checks
+ * (about a second, in the background: a warm-pool member's launch waits for it, see
+ * waitForCompileCache; other launches meanwhile simply find less in it). Node checks
  * each entry against its source, so a cache from an older checkout is refreshed, never misused.
- * null (no cache, supervisors compile for themselves) if the directory cannot be made.
+ * null (no cache, supervisors compile for themselves) if the directory cannot be made. `filled`
+ * settles when the filler has ended, however it ended.
  */
-async function startCompileCache(stateRoot: string, nodePath: string, supervisorEntry: string): Promise<string | null> {
+async function startCompileCache(stateRoot: string, nodePath: string, supervisorEntry: string): Promise<{ dir: string; filled: Promise<void> } | null> {
   const dir = path.join(stateRoot, COMPILE_CACHE_DIR);
   try {
     await fsp.mkdir(dir, { recursive: true, mode: 0o755 });
@@ -572,8 +577,11 @@ async function startCompileCache(stateRoot: string, nodePath: string, supervisor
     stdio: 'ignore',
   });
   // A failed fill only costs the speed-up.
-  filler.on('error', () => {});
-  return dir;
+  const filled = new Promise<void>((resolve) => {
+    filler.once('error', () => resolve());
+    filler.once('exit', () => resolve());
+  });
+  return { dir, filled };
 }
 
 /**

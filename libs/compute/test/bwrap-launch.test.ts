@@ -145,6 +145,8 @@ describe('buildBwrapArgs', () => {
 
   it('ends with node, the supervisor entry, -- and the command verbatim', () => {
     expect(args.slice(-(5 + SUPERVISOR_NODE_FLAGS.length))).toEqual(['/usr/local/bin/node', ...SUPERVISOR_NODE_FLAGS, '/tmp/app/apps/supervisor/src/main.ts', '--', '--looks-like-an-option', 'x']);
+    // The idle supervisor's last-resort collection needs gc exposed (apps/supervisor/src/memory-trim.ts).
+    expect(SUPERVISOR_NODE_FLAGS).toContain('--expose-gc');
     expect(joined).not.toContain('top-secret');
   });
 });

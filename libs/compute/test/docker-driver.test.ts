@@ -435,6 +435,19 @@ describe('docker driver (real dockerd)', () => {
     expect(await off.delete(plain.sandboxId, h3 as any)).toBe(true);
   });
 
+  it('starts a warm-pool member only once the compile cache is filled', async () => {
+    // A fresh driver's first sandbox is a member: its launch waits for the fill's container,
+    // which takes a second here (fixtures/fake-supervisor.mjs), so the member starts with the cache whole.
+    const fresh = fs.mkdtempSync(path.join(os.tmpdir(), 'sg-docker-fill-'));
+    const d = new DockerDriver({ stateDir: fresh, repoRoot, supervisorEntry: fakeSupervisor, network: NETWORK });
+    const member = spec('fill-member', { deferMain: true });
+    const h = (await d.create(member)) as unknown as DockerHandle;
+    expect(fs.existsSync(path.join(fs.realpathSync(fresh), 'docker-compile-cache', 'fake-entry')), 'the fill ended before the member was started').toBe(true);
+    expect((await report(h.container)).compileCacheEntry).toBe('cached');
+    expect(await d.delete(member.sandboxId, h as any)).toBe(true);
+    fs.rmSync(fresh, { recursive: true, force: true });
+  });
+
   it("an image's ENV NODE_COMPILE_CACHE never reaches the supervisor's Node (a cache its workload could write), and still reaches the workload", async () => {
     for (const [label, d, supervisorSees] of [['cache on', driver, '/run/sandgate/compile-cache'], ['cache off', new DockerDriver({ stateDir, repoRoot, supervisorEntry: fakeSupervisor, network: NETWORK, compileCache: false }), '']] as const) {
       // The attack: a workload-writable directory as the cache Node reads compiled code from at

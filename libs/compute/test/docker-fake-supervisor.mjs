@@ -24,8 +24,10 @@ function tryRead(file) {
   }
 }
 
-// The driver's compile cache fill: main.ts --fill-compile-cache writes the cache and exits.
+// The driver's compile cache fill: main.ts --fill-compile-cache writes the cache and exits; after
+// a while (a real fill takes seconds), so a launch that does not wait for the fill starts before it.
 if (process.argv.includes('--fill-compile-cache')) {
+  await new Promise((resolve) => setTimeout(resolve, 1500));
   fs.writeFileSync(`${process.env.SANDGATE_COMPILE_CACHE}/fake-entry`, 'cached');
   process.exit(0);
 }

@@ -230,6 +230,22 @@ describe('LocalDriver input validation', () => {
     expect(await off.delete(plain, h3)).toBe(true);
   }, 30_000);
 
+  it("starts a warm-pool member only once the compile cache is filled; a caller's create does not wait", async () => {
+    // The fake fill takes a second (fixtures/fake-supervisor.mjs). A member started before it
+    // ends would compile its modules itself, and hold more memory for its whole life.
+    // A fresh driver fills again; what an earlier one filled is taken away first.
+    fs.rmSync(path.join(fs.realpathSync(stateDir), 'compile-cache', 'fake-entry'), { force: true });
+    const d = new LocalDriver({ stateDir, supervisorEntry: fakeSupervisor });
+    const plain = `fill-plain-${RUN}`;
+    const member = `fill-member-${RUN}`;
+    const [hPlain, hMember] = await Promise.all([d.create(spec(plain)), d.create(spec(member, { deferMain: true }))]);
+    const rPlain = await waitFor('report.json', () => readReport(plain), 15_000);
+    const rMember = await waitFor('report.json', () => readReport(member), 15_000);
+    expect(rPlain.compileCacheEntry, 'the caller\'s sandbox started at once, before the fill ended').toMatch(/^ERR:/);
+    expect(rMember.compileCacheEntry, 'the member started after the fill').toBe('cached');
+    for (const [i, h] of [[plain, hPlain], [member, hMember]] as const) expect(await d.delete(i, h)).toBe(true);
+  }, 30_000);
+
   it('gives a caller\'s LD_PRELOAD and NODE_OPTIONS to no process of its own: not bwrap (root on the host), not the supervisor', async () => {
     const id = `env-attack-${RUN}`;
     const environment = { LD_PRELOAD: '/nonexistent-sandgate-probe.so', NODE_OPTIONS: '--title=sandgate-env-attack' };
