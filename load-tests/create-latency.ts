@@ -1,5 +1,5 @@
 // Create-to-first-exec latency and sustained creates per second.
-//   node load-tests/create-latency.ts [--iterations 20] [--duration 20] [--concurrency 4] [--docker-iterations 5] [--cache-iterations 20] [--pool-iterations 20] [--tty-main]
+//   node load-tests/create-latency.ts [--iterations 20] [--duration 20] [--concurrency 4] [--docker-iterations 5] [--cache-iterations 20] [--pool-iterations 20] [--pool-idle-seconds 0] [--tty-main]
 //
 // One sandbox = CreateSandbox (unary) → GetSandbox polled every 10 ms until Ready (the
 // supervisor's hello was accepted) → `true` exec'd until it exits 0. Every figure is measured
@@ -9,7 +9,8 @@
 //      (sandboxes stay up: that is what a burst of agents does), creates/s and failures;
 //   1b. the supervisors' compile cache: a replica with it next to one without, alternately;
 //   1c. a warm pool (`sandgate pool set`): creates claiming a member next to cold creates,
-//      alternately (the pool refilled between claims, untimed);
+//      alternately (the pool refilled between claims, untimed; with --pool-idle-seconds N its
+//      members then wait N s more before the claim, as in a pool that waits for its callers);
 //   3. docker (only with a Docker engine AND a gateway that accepts `--driver docker`): the same
 //      sequential figure next to plain `docker run --rm IMAGE true`, interleaved.
 // Deletion is not timed into any create figure; every sandbox is deleted at the end (timed
@@ -37,6 +38,8 @@ export interface CreateLatencyOptions {
   cacheIterations: number;
   /** Sandboxes per side of the warm pool comparison (0: skip it). */
   poolIterations: number;
+  /** Seconds the refilled pool's members wait idle before each claim (untimed; 0: none). */
+  poolIdleSeconds?: number;
   image: string;
   /**
    * Create without a command, so that every sandbox gets the default main process (`/bin/bash -l`
@@ -321,7 +324,7 @@ export async function run(opts: CreateLatencyOptions): Promise<BenchReport> {
   return {
     id: 'create-latency',
     title: 'Sandbox create-to-first-exec latency and sustained creates',
-    command: `node load-tests/create-latency.ts --iterations ${opts.iterations} --duration ${opts.durationS} --concurrency ${opts.concurrency} --docker-iterations ${opts.dockerIterations} --cache-iterations ${opts.cacheIterations} --pool-iterations ${opts.poolIterations}${opts.ttyMain ? ' --tty-main' : ''}`,
+    command: `node load-tests/create-latency.ts --iterations ${opts.iterations} --duration ${opts.durationS} --concurrency ${opts.concurrency} --docker-iterations ${opts.dockerIterations} --cache-iterations ${opts.cacheIterations} --pool-iterations ${opts.poolIterations}${opts.poolIdleSeconds ? ` --pool-idle-seconds ${opts.poolIdleSeconds}` : ''}${opts.ttyMain ? ' --tty-main' : ''}`,
     tables,
     notes,
     durationMs: now() - t0,
@@ -356,6 +359,7 @@ async function poolPhase(opts: CreateLatencyOptions, client: AnyClient, live: Se
   const warm: Created[] = [];
   for (let i = 0; i < opts.poolIterations; i++) {
     await ready();
+    if (opts.poolIdleSeconds) await sleep(opts.poolIdleSeconds * 1000);
     warm.push(await createToFirstExec(client, `${tag}-w${i}`, undefined, live, 60_000, { 'sandgate.dev/pool': pool }));
     cold.push(await createToFirstExec(client, `${tag}-c${i}`, undefined, live));
   }
@@ -363,7 +367,7 @@ async function poolPhase(opts: CreateLatencyOptions, client: AnyClient, live: Se
   const w = summarise(warm.map((c) => c.firstExecMs));
   const c = summarise(cold.map((c) => c.firstExecMs));
   tables.push({
-    caption: `local driver, warm pool (size ${size}) vs cold: ${opts.poolIterations} sandboxes each, alternately, on the same 2 replicas (client on r0); the pool refilled between claims (untimed)`,
+    caption: `local driver, warm pool (size ${size}) vs cold: ${opts.poolIterations} sandboxes each, alternately, on the same 2 replicas (client on r0); the pool refilled between claims (untimed)${opts.poolIdleSeconds ? `, its members then idle ${opts.poolIdleSeconds} s` : ''}`,
     headers: LATENCY_HEADERS,
     rows: [
       latencyRow('warm (claimed): CreateSandbox returned (Ready in the answer)', warm.map((x) => x.rpcMs)),
@@ -535,6 +539,7 @@ if (import.meta.main) {
       'docker-iterations': { type: 'string', default: '5' },
       'cache-iterations': { type: 'string', default: '20' },
       'pool-iterations': { type: 'string', default: '20' },
+      'pool-idle-seconds': { type: 'string', default: '0' },
       image: { type: 'string', default: 'sandgate-sandbox:latest' },
       'tty-main': { type: 'boolean', default: false },
       ...COMMON_OPTIONS,
@@ -548,6 +553,7 @@ if (import.meta.main) {
       dockerIterations: Number(values['docker-iterations']),
       cacheIterations: Number(values['cache-iterations']),
       poolIterations: Number(values['pool-iterations']),
+      poolIdleSeconds: Number(values['pool-idle-seconds']),
       image: values.image!,
       ttyMain: values['tty-main'],
     });

@@ -12,7 +12,10 @@
 // "An idle supervisor's memory"). The supervisor looks every few seconds: when its event loop was
 // idle since the last look, it collects and trims once after its start, and again only when its
 // resident set has grown since, at most every TRIM_AGAIN_AFTER_MS. A busy supervisor is left
-// alone (what it frees it allocates again).
+// alone (what it frees it allocates again). The price is paid by the next command after the
+// idle time: V8 grows its heap again and recompiles what it dropped, about 3 ms on the first exec.
+// A warm-pool member's first exec comes right after its claim, and the claim's latency is what a
+// pool is for, so an unclaimed member only trims its C heap (collectNow).
 import { performance, type EventLoopUtilization } from 'node:perf_hooks';
 import type { Logger } from '@sandgate/telemetry/log';
 import { loadAddon } from './workload/native-spawn.ts';
@@ -30,6 +33,8 @@ export interface IdleTrimOptions {
   log: Logger;
   /** V8's last-resort collection; from `gc` (the supervisor runs with --expose-gc) by default. */
   collect?: (() => void) | null;
+  /** Whether the V8 collection may run now (false: trim the C heap only); always by default. */
+  collectNow?: () => boolean;
   /** glibc's malloc_trim(0); the addon's by default. */
   trim?: (() => boolean) | null;
   checkEveryMs?: number;
@@ -75,14 +80,15 @@ export function startIdleTrim(opts: IdleTrimOptions): { stop(): void } | null {
     const before = process.memoryUsage.rss();
     if (trims > 0 && (before < rssAfterTrim + GROWTH_BYTES || Date.now() - lastTrimAt < againAfterMs)) return;
     const startedAt = performance.now();
-    collect?.();
+    const collected = collect !== null && (opts.collectNow?.() ?? true);
+    if (collected) collect();
     const released = trim?.() ?? false;
     const tookMs = Math.round((performance.now() - startedAt) * 10) / 10;
     rssAfterTrim = process.memoryUsage.rss();
     lastTrimAt = Date.now();
     trims++;
     // The first one (after the start) is logged at info: it says what an idle sandbox saves.
-    const fields = { rss_before_mib: mib(before), rss_after_mib: mib(rssAfterTrim), v8_collected: collect !== null, c_heap_released: released, took_ms: tookMs, trims };
+    const fields = { rss_before_mib: mib(before), rss_after_mib: mib(rssAfterTrim), v8_collected: collected, c_heap_released: released, took_ms: tookMs, trims };
     if (trims === 1) opts.log.info('idle: unused memory returned to the kernel', fields);
     else opts.log.debug('idle: unused memory returned to the kernel', fields);
     // The work of the look itself is not activity.

@@ -61,6 +61,6 @@ export function runSupervisor(): void {
     log.error('cannot confine the workload', { err });
     process.exit(2);
   });
-  startIdleTrim({ log });
+  startIdleTrim({ log, collectNow: () => !supervisor.awaitingClaim });
 }
 

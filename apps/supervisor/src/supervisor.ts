@@ -157,6 +157,11 @@ export class Supervisor {
     this.control.start();
   }
 
+  /** A warm-pool member not claimed yet: it runs no main process until start_main. */
+  get awaitingClaim(): boolean {
+    return this.config.deferMain && !this.mainStarted;
+  }
+
   private startMain(): void {
     this.mainStarted = true;
     this.main.start();

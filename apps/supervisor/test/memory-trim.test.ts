@@ -83,6 +83,24 @@ describe('idle memory trim', () => {
     expect(lines.filter((l) => l.msg === 'idle: unused memory returned to the kernel').map((l) => l.level)).toEqual(['info', 'debug']);
   });
 
+  it('only trims the C heap while the V8 collection may not run (an unclaimed warm-pool member)', async () => {
+    const lines: Line[] = [];
+    let collects = 0;
+    let trims = 0;
+    let claimed = false;
+    const trimmer = startIdleTrim({ log: recordingLog(lines), collect: () => void collects++, trim: () => (trims++, true), collectNow: () => claimed, checkEveryMs: 100, trimAgainAfterMs: 0 });
+    cleanups.push(() => trimmer!.stop());
+    await waitFor('first trim', () => trims === 1, 5_000);
+    expect(collects).toBe(0);
+    expect(lines[0]?.fields).toMatchObject({ v8_collected: false, c_heap_released: true });
+    // Claimed, then grown: the next trim collects too.
+    claimed = true;
+    const grown = Buffer.alloc(8 * 1024 * 1024, 1);
+    await waitFor('second trim', () => trims === 2, 5_000);
+    expect(grown.length).toBe(8 * 1024 * 1024);
+    expect(collects).toBe(1);
+  });
+
   it('does nothing, and says so, with neither gc nor the addon', () => {
     const lines: Line[] = [];
     expect(startIdleTrim({ log: recordingLog(lines), collect: null, trim: null })).toBeNull();
