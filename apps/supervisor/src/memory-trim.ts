@@ -15,7 +15,8 @@
 // alone (what it frees it allocates again). The price is paid by the next command after the
 // idle time: V8 grows its heap again and recompiles what it dropped, about 3 ms on the first exec.
 // A warm-pool member's first exec comes right after its claim, and the claim's latency is what a
-// pool is for, so an unclaimed member only trims its C heap (collectNow).
+// pool is for, so an unclaimed member only trims its C heap (collectNow), and collects at its
+// first idle look after the claim.
 import { performance, type EventLoopUtilization } from 'node:perf_hooks';
 import type { Logger } from '@sandgate/telemetry/log';
 import { loadAddon } from './workload/native-spawn.ts';
@@ -71,6 +72,8 @@ export function startIdleTrim(opts: IdleTrimOptions): { stop(): void } | null {
   let trims = 0;
   let lastTrimAt = 0;
   let rssAfterTrim = 0;
+  /** The V8 collection has run once: a member claimed after its C-heap-only trims still owes one. */
+  let collectedOnce = false;
   let last: EventLoopUtilization = performance.eventLoopUtilization();
   const timer = setInterval(() => {
     const now = performance.eventLoopUtilization();
@@ -78,10 +81,14 @@ export function startIdleTrim(opts: IdleTrimOptions): { stop(): void } | null {
     last = now;
     if (busy >= IDLE_UTILIZATION) return;
     const before = process.memoryUsage.rss();
-    if (trims > 0 && (before < rssAfterTrim + GROWTH_BYTES || Date.now() - lastTrimAt < againAfterMs)) return;
-    const startedAt = performance.now();
     const collected = collect !== null && (opts.collectNow?.() ?? true);
-    if (collected) collect();
+    const owed = collected && !collectedOnce;
+    if (trims > 0 && !owed && (before < rssAfterTrim + GROWTH_BYTES || Date.now() - lastTrimAt < againAfterMs)) return;
+    const startedAt = performance.now();
+    if (collected) {
+      collect();
+      collectedOnce = true;
+    }
     const released = trim?.() ?? false;
     const tookMs = Math.round((performance.now() - startedAt) * 10) / 10;
     rssAfterTrim = process.memoryUsage.rss();
