@@ -87,12 +87,6 @@ export function findExecProcesses(execId: string, pgid?: number, procRoot = '/pr
     return found;
   }
   const group = groupIsOurs(pgid, leaderStartTime, procRoot) ? pgid : undefined;
-  // Every process of the exec is the leader or was started after it, so one started before the
-  // leader is no process of this exec, whatever its environment says: its environ is not read.
-  // That leaves the sandbox's long-lived processes (its init, the netns agent, the main process)
-  // out of every exit-time sweep. Start times are clock ticks; a process started in the leader's
-  // tick is read as before.
-  const leaderTick = leaderStartTime === undefined ? undefined : Number(leaderStartTime);
   for (const entry of entries) {
     if (!/^\d+$/.test(entry)) continue;
     const pid = Number(entry);
@@ -103,7 +97,6 @@ export function findExecProcesses(execId: string, pgid?: number, procRoot = '/pr
       found.set(pid, stat.startTime);
       continue;
     }
-    if (leaderTick !== undefined && Number(stat.startTime) < leaderTick) continue;
     let environ: Buffer;
     try {
       environ = fs.readFileSync(`${procRoot}/${pid}/environ`);
