@@ -150,10 +150,12 @@ export interface ComputeDriver {
  * runs V8's last-resort collection, which gives back the heap's pages an ordinary one keeps
  * (apps/supervisor/src/memory-trim.ts; BENCHMARKS.md, "An idle supervisor's memory").
  */
+export const SUPERVISOR_NODE_FLAGS = ['--max-semi-space-size=1', '--v8-pool-size=1', '--expose-gc'] as const;
+
 /**
  * How long a warm-pool member's launch waits for the supervisors' compile cache to be filled.
  * Nobody waits for a member to start; one started before the fill has ended compiles its modules
- * itself, loads Node's type stripper, and holds about 5 MiB more for its whole life (BENCHMARKS.md,
+ * itself, loads Node's type stripper, and holds several MiB more for its whole life (BENCHMARKS.md,
  * "An idle supervisor's memory"). A caller's create does not wait: its latency counts more.
  */
 export const COMPILE_CACHE_WAIT_MS = 15_000;
@@ -164,8 +166,6 @@ export async function waitForCompileCache(filled: Promise<unknown>, maxMs = COMP
   await Promise.race([filled.catch(() => undefined), new Promise((resolve) => (timer = setTimeout(resolve, maxMs)))]);
   clearTimeout(timer);
 }
-
-export const SUPERVISOR_NODE_FLAGS = ['--max-semi-space-size=1', '--v8-pool-size=1', '--expose-gc'] as const;
 
 /**
  * The capabilities a supervisor needs to confine its workload, whatever runs it (bwrap, a

@@ -578,7 +578,8 @@ async function startCompileCache(stateRoot: string, nodePath: string, supervisor
   });
   // A failed fill only costs the speed-up.
   const filled = new Promise<void>((resolve) => {
-    filler.once('error', () => resolve());
+    // 'on', not 'once': a second 'error' (a failed kill, say) must not go unhandled.
+    filler.on('error', () => resolve());
     filler.once('exit', () => resolve());
   });
   return { dir, filled };
