@@ -83,7 +83,7 @@ describe('the native spawn (posix_spawn through the sandgate-spawn addon)', () =
     try {
       // The masks are read by the shell itself (a builtin loop, no child): dash blocks every
       // signal while it vforks a command, so a grep of the shell's status could catch it so.
-      const child = sh('while IFS= read -r l; do case "$l" in SigIgn*|SigBlk*) echo "$l";; esac; done < /proc/$$/status; echo "sid $(cut -d" " -f6 /proc/$$/stat) pgid $(cut -d" " -f5 /proc/$$/stat)"; ls -l /proc/$$/fd | sed -n "s/.* \\([0-9]*\\) -> \\(.*\\)/fd \\1 \\2/p"; env', {
+      const child = sh('while IFS= read -r l; do case "$l" in SigIgn*|SigBlk*) echo "$l";; esac; done < /proc/$$/status; echo "sid $(cut -d" " -f6 /proc/$$/stat) pgid $(cut -d" " -f5 /proc/$$/stat)"; ls -l /proc/$$/fd; env', {
         PATH: '/usr/bin:/bin',
         ONLY: 'this',
       });
@@ -96,7 +96,12 @@ describe('the native spawn (posix_spawn through the sandgate-spawn addon)', () =
       expect(r.out).toMatch(/^SigBlk:\s+0+$/m);
       const lines = r.out.split('\n');
       // 0-2 are the sockets; dash keeps one descriptor of its own (251, as under Node's spawn).
-      const fds = lines.filter((l) => l.startsWith('fd '));
+      // ls runs alone, not in a pipeline: while the shell sets a pipeline up it holds the pipe
+      // itself, and its first command could list it.
+      const fds = lines.flatMap((l) => {
+        const link = / (\d+) -> (.*)$/.exec(l);
+        return link && l.startsWith('l') ? [`fd ${link[1]} ${link[2]}`] : [];
+      });
       expect(fds.filter((l) => l.includes('socket:')).map((l) => l.split(' ')[1])).toEqual(['0', '1', '2']);
       expect(fds.filter((l) => !l.includes('socket:') && !/^fd \d+ \/dev\/(null|pts\/\d+|tty)$/.test(l) && !l.endsWith('/bin/sh') && !l.startsWith('fd 251 '))).toEqual([]);
       expect(r.out).not.toContain('/etc/hostname');
