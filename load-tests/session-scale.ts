@@ -10,7 +10,7 @@
 // (the gateway default, 2000 ms, as in production). Its sandbox record is written straight into
 // Redis (SandboxStore.create with the credential's SHA-256, phase Provisioning): no compute.
 // Sessions are spread round-robin over the replicas, `--per-channel` sessions per gRPC channel
-// (one TCP connection each: grpc.use_local_subchannel_pool), all in this one process.
+// (one HTTP/2 connection each: a supervisor client is one connection), all in this one process.
 //
 // At each level, once every session has its hello_ack and `--settle` seconds have passed, a
 // `--window`-second window measures, per replica: VmRSS (median of 1 s samples) minus the idle
@@ -23,11 +23,10 @@
 // primaries, and a table gives each primary's share of the commands (the spread of the load).
 import { randomBytes, randomUUID } from 'node:crypto';
 import { parseArgs } from 'node:util';
-import type { ClientDuplexStream, ServiceError } from '@grpc/grpc-js';
 import { SandboxPhase, type GatewayMessage, type SupervisorMessage } from '@sandgate/protocols';
 import { SandboxStore, WorkspaceStore, keysFor } from '@sandgate/store';
 import type { RedisClient } from '@sandgate/store';
-import { callMetadata, createGatewayClient, type GatewayClient } from '@sandgate/supervisor';
+import { callMetadata, createGatewayClient, type CallError, type GatewayCall, type GatewayClient } from '@sandgate/supervisor';
 import { hashCredential } from '@sandgate/gateway';
 import type { ReplicaProcess } from '../test/harness/cluster.ts';
 import { sleep } from '../test/harness/wait.ts';
@@ -66,7 +65,7 @@ interface SimSession {
   sandboxId: string;
   secret: string;
   replica: number;
-  call?: ClientDuplexStream<SupervisorMessage, GatewayMessage>;
+  call?: GatewayCall<SupervisorMessage, GatewayMessage>;
   helloAt: number;
   ackMs?: number;
   ackedReplica?: string;
@@ -152,7 +151,7 @@ class Fleet {
           this.gatewayHeartbeats++;
         }
       });
-      call.on('error', (err: ServiceError) => fail(`error ${err.code}: ${(err.details || err.message).slice(0, 80)}`));
+      call.on('error', (err: CallError) => fail(`error ${err.code}: ${(err.details || err.message).slice(0, 80)}`));
       call.on('end', () => fail('ended by gateway'));
       call.write({ hello: { sandbox_id: s.sandboxId, instance_id: randomUUID(), supervisor_version: 'bench', main_pid: 1 } });
     });

@@ -2,10 +2,9 @@
 // heartbeats, hand `open_exec` requests to the exec layer, and reconnect forever (rotating through
 // the endpoints, with backoff) whenever the stream ends, errors or goes silent. The gateway being
 // unavailable is never a reason for the supervisor to exit.
-import type * as grpc from '@grpc/grpc-js';
 import type { ExecStart, GatewayMessage, StartMain, SupervisorMessage, TcpOpen } from '@sandgate/protocols';
 import { backoffDelay, DEFAULT_BACKOFF, type BackoffOptions } from './backoff.ts';
-import { callMetadata, createGatewayClient, type GatewayClient, type GatewayTls } from './gateway-client.ts';
+import { callMetadata, createGatewayClient, type CallError, type CallMetadata, type GatewayCall, type GatewayClient, type GatewayTls } from './gateway-client.ts';
 import type { Logger } from '@sandgate/telemetry/log';
 
 /** `policy_update` (sandgate.proto GatewayMessage field 8). */
@@ -19,7 +18,7 @@ export interface GatewayConnection {
   readonly replicaId: string;
   /** Aborted when this control session dies: every exec using it must consider its path broken. */
   readonly signal: AbortSignal;
-  metadata(): grpc.Metadata;
+  metadata(): CallMetadata;
 }
 
 export interface ControlSessionOptions {
@@ -64,7 +63,7 @@ const DEFAULT_HELLO_TIMEOUT_MS = 10_000;
 interface Attempt {
   readonly endpoint: string;
   readonly client: GatewayClient;
-  readonly call: grpc.ClientDuplexStream<SupervisorMessage, GatewayMessage>;
+  readonly call: GatewayCall<SupervisorMessage, GatewayMessage>;
   readonly abort: AbortController;
   conn: GatewayConnection | undefined;
   lastSeen: number;
@@ -167,8 +166,8 @@ export class ControlSession {
     this.nextEndpoint = (this.nextEndpoint + 1) % endpoints.length;
 
     let client: GatewayClient | undefined;
-    let call: grpc.ClientDuplexStream<SupervisorMessage, GatewayMessage>;
-    let md: grpc.Metadata;
+    let call: GatewayCall<SupervisorMessage, GatewayMessage>;
+    let md: CallMetadata;
     try {
       md = callMetadata(this.opts.sandboxId, this.opts.credential());
       // A new client (channel) per attempt: a reconnect must be free to reach another replica.
@@ -206,7 +205,7 @@ export class ControlSession {
         this.log.error('control message handler failed', { err });
       }
     });
-    call.on('error', (err: grpc.ServiceError) => this.drop(attempt, 'control stream error', err));
+    call.on('error', (err: CallError) => this.drop(attempt, 'control stream error', err));
     call.on('end', () => this.drop(attempt, 'control stream ended by gateway'));
 
     attempt.timers.push(
@@ -225,7 +224,7 @@ export class ControlSession {
     });
   }
 
-  private onMessage(attempt: Attempt, msg: GatewayMessage, md: grpc.Metadata): void {
+  private onMessage(attempt: Attempt, msg: GatewayMessage, md: CallMetadata): void {
     if (attempt.closed) return;
     attempt.lastSeen = Date.now();
     if (msg.hello_ack) {
@@ -238,7 +237,7 @@ export class ControlSession {
         sessionId: ack.session_id ?? '',
         replicaId: ack.replica_id ?? '',
         signal: attempt.abort.signal,
-        metadata: () => md.clone(),
+        metadata: () => md,
       };
       this.failures = 0;
       if (ack.tracing) this.opts.onTracing?.();

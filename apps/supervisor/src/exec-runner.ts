@@ -2,7 +2,7 @@
 // stdin/resize/signal frames, enforce the timeout, report the exit. If the call ends before we
 // reported the exit, the path to the client is broken and the exec's whole process tree is killed:
 // nobody is left to see its output or its exit.
-import type * as grpc from '@grpc/grpc-js';
+import type { CallError, CallStatus, GatewayCall } from './gateway-client.ts';
 import { EXIT_TIMEOUT, normaliseExit } from '@sandgate/core';
 import type { ExecExit, ExecFrame, ExecStart } from '@sandgate/protocols';
 import { EXEC_ID_ENV, stripSupervisorEnv } from './config.ts';
@@ -48,7 +48,7 @@ export class ExecRunner {
   private readonly opts: ExecRunnerOptions;
   private readonly log: Logger;
   private state: State = 'running';
-  private call: grpc.ClientDuplexStream<ExecFrame, ExecFrame> | undefined;
+  private call: GatewayCall<ExecFrame, ExecFrame> | undefined;
   private readonly tree: ProcessTree;
   private stdinEnded = false;
   private timedOut = false;
@@ -103,10 +103,10 @@ export class ExecRunner {
     try {
       const call = conn.client.ExecChannel(conn.metadata());
       this.call = call;
-      call.on('error', (err: grpc.ServiceError) => this.breakPath('exec channel error', err));
+      call.on('error', (err: CallError) => this.breakPath('exec channel error', err));
       call.on('end', () => this.breakPath('exec channel ended by gateway'));
       // 'status' fires as soon as the call is over, even while reading is paused (stdin back-pressure).
-      call.on('status', (status: grpc.StatusObject) => this.breakPath(`exec channel closed (status ${status.code})`));
+      call.on('status', (status: CallStatus) => this.breakPath(`exec channel closed (status ${status.code})`));
       call.on('data', (frame: ExecFrame) => this.onFrame(frame));
       if (conn.signal.aborted) {
         this.breakPath('control session lost');

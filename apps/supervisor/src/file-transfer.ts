@@ -13,7 +13,7 @@
 //   Any failure -> one `error` frame (the worker's gRPC code and message), then the call ends.
 import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
-import type * as grpc from '@grpc/grpc-js';
+import type { GatewayCall } from './gateway-client.ts';
 import type { FileInfo, PathError, TcpFrame, TcpOpen } from '@sandgate/protocols';
 import { Code } from '@sandgate/core';
 import type { Logger } from '@sandgate/telemetry/log';
@@ -23,7 +23,7 @@ import { SAFE_PATH, type WorkloadLauncher } from './workload/launcher.ts';
 import { REPORT_PREFIX, type WorkerReport, type WorkerSpec } from './file-paths.ts';
 import type { PipedChild } from './workload/native-spawn.ts';
 
-type TcpChannelCall = grpc.ClientDuplexStream<TcpFrame, TcpFrame>;
+type TcpChannelCall = GatewayCall<TcpFrame, TcpFrame>;
 
 function once(fn: () => void): () => void {
   let called = false;
@@ -34,7 +34,6 @@ function once(fn: () => void): () => void {
     }
   };
 }
-type TcpCapableClient = { TcpChannel(metadata: grpc.Metadata): TcpChannelCall };
 
 const WORKER_ENTRY = fileURLToPath(new URL('./file-worker.ts', import.meta.url));
 
@@ -63,7 +62,7 @@ export interface FileTransferDeps {
 export function openFileChannel(open: TcpOpen, conn: GatewayConnection, deps: FileTransferDeps): void {
   const channelId = open.channel_id ?? '';
   const target = open.file ?? {};
-  const call = (conn.client as unknown as TcpCapableClient).TcpChannel(conn.metadata());
+  const call = conn.client.TcpChannel(conn.metadata());
   call.write({ attach: { channel_id: channelId, session_id: conn.sessionId } });
   const spec: WorkerSpec = {
     op: target.write ? 'write' : 'read',

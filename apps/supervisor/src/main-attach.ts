@@ -1,7 +1,7 @@
 // A client attached to the main process over one ExecChannel: it gets the journal's replay, then
 // live output, then — once the gateway has durably recorded the exit — the exit itself. Going
 // away only detaches: the main process is never killed by an attach channel ending.
-import type * as grpc from '@grpc/grpc-js';
+import type { GatewayCall } from './gateway-client.ts';
 import type { ExecFrame, ExecStart } from '@sandgate/protocols';
 import type { GatewayConnection } from './control-session.ts';
 import { JournalFollower } from './journal-follower.ts';
@@ -25,7 +25,7 @@ export class MainAttach {
   readonly delivered: Promise<void>;
   private resolveDelivered!: () => void;
   private readonly opts: MainAttachOptions;
-  private call: grpc.ClientDuplexStream<ExecFrame, ExecFrame> | undefined;
+  private call: GatewayCall<ExecFrame, ExecFrame> | undefined;
   private follower: JournalFollower | undefined;
   private closed = false;
 

@@ -21,7 +21,7 @@ describe('main.ts --fill-compile-cache', () => {
     const r = spawnSync(process.execPath, [MAIN_TS, '--fill-compile-cache'], { env: { PATH: process.env.PATH, SANDGATE_COMPILE_CACHE: dir }, encoding: 'utf8', timeout: 30_000 });
     expect(r.status, r.stderr).toBe(0);
     expect(r.stdout + r.stderr).toBe(''); // no configuration read, no log line: nothing started
-    // One entry per compiled module: the supervisor's own and its dependencies' (grpc-js, protobufjs…).
+    // One entry per compiled module: the supervisor's own and its dependencies' (protobufjs, ssh2…).
     expect(filesUnder(dir).length).toBeGreaterThan(100);
   });
 

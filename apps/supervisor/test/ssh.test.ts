@@ -45,7 +45,7 @@ describe('loopback targets', () => {
   });
 });
 
-/** Enough of a grpc-js client duplex call for ChannelSocket. */
+/** Enough of a gateway call (GatewayCall) for ChannelSocket. */
 class FakeCall extends EventEmitter {
   written: TcpFrame[] = [];
   ended = false;

@@ -4,11 +4,11 @@
 // what the SSH server (or the TCP target) then sees as the connection going away. Back-pressure
 // both ways: a full call stops our writers, a full reader stops the call.
 import { Duplex } from 'node:stream';
-import type * as grpc from '@grpc/grpc-js';
+import type { GatewayCall } from '../gateway-client.ts';
 import type { TcpFrame } from '@sandgate/protocols';
 import { Code } from '@sandgate/core';
 
-export type TcpChannelCall = grpc.ClientDuplexStream<TcpFrame, TcpFrame>;
+export type TcpChannelCall = GatewayCall<TcpFrame, TcpFrame>;
 
 /** After we closed our side, how long the gateway has to finish the call before it is cancelled. */
 const CLOSE_GRACE_MS = 5_000;

@@ -3,16 +3,12 @@
 // target — the in-process SSH server, or a loopback port inside the sandbox (its own network
 // namespace when isolated: see workload/dial.ts). Nothing listens on the network: the SSH server
 // is only reachable this way.
-import type * as grpc from '@grpc/grpc-js';
 import type { TcpFrame, TcpOpen } from '@sandgate/protocols';
 import type { GatewayConnection } from '../control-session.ts';
 import type { Logger } from '@sandgate/telemetry/log';
 import { ChannelSocket, type TcpChannelCall } from './channel-socket.ts';
 import { loopbackHost, validPort } from './loopback.ts';
 import { directDial, type Dialer } from '../workload/dial.ts';
-
-/** The generic client has every service method; the typed interface lists only the exec ones. */
-type TcpCapableClient = { TcpChannel(metadata: grpc.Metadata): grpc.ClientDuplexStream<TcpFrame, TcpFrame> };
 
 export interface TcpChannelDeps {
   /** Takes an SSH connection's socket. */
@@ -30,7 +26,7 @@ export interface TcpChannelDeps {
 }
 
 function attach(open: TcpOpen, conn: GatewayConnection): ChannelSocket {
-  const call: TcpChannelCall = (conn.client as unknown as TcpCapableClient).TcpChannel(conn.metadata());
+  const call: TcpChannelCall = conn.client.TcpChannel(conn.metadata());
   call.write({ attach: { channel_id: open.channel_id, session_id: conn.sessionId } });
   const socket = new ChannelSocket(call);
   // The control session dying breaks every path through it, as it does for execs: the channel
