@@ -2,8 +2,9 @@
 // processes side by side, as on a host full of sandboxes, each started with the supervisor's
 // flags (SUPERVISOR_NODE_FLAGS) and a warm compile cache, each holding one connection to an HTTP/2
 // server like a supervisor's control session, with more of the supervisor's start loaded in each
-// kind: a bare Node, then node:http2, grpc-js, protobufjs with sandgate's descriptor, pino and the
-// logger, all of the supervisor's modules, and those over TLS (as `sandgate up` runs). Per kind:
+// kind: a bare Node, then node:http2, protobufjs with sandgate's descriptor, pino and the logger,
+// all of the supervisor's modules, and those over TLS (as `sandgate up` runs); and the same with
+// grpc-js, which the supervisor used before fcebe7f. Per kind:
 // the proportional set size (PSS, /proc/PID/smaps_rollup) and its anonymous part after they
 // idled, and the start (from the process's beginning to its modules loaded and its connection
 // up). Kinds are started round-robin, one process at a time, so their starts are side by side
@@ -46,17 +47,22 @@ interface Kind {
   connect: boolean;
   tls?: boolean;
 }
-// Each kind adds to the one before, in the order the supervisor's start loads them.
+// Each kind adds to the one before, in the order the supervisor's start loads them. The
+// supervisor speaks gRPC over node:http2 itself (since fcebe7f); the last kind is the one before,
+// with a grpc-js channel instead of the plain session, for the comparison in the same run.
+const PROTOCOLS_LOGGER_SUPERVISOR = ['@sandgate/protocols', '@sandgate/telemetry/log', SUPERVISOR_MAIN];
 const KINDS: Kind[] = [
   { label: 'Node alone, no connection', modules: [], connect: false },
   { label: '+ an HTTP/2 session (node:http2)', modules: [], connect: true },
-  { label: '+ grpc-js (a connected channel instead)', modules: ['@grpc/grpc-js'], connect: true },
-  { label: '+ protobufjs and the descriptor (@sandgate/protocols)', modules: ['@grpc/grpc-js', '@sandgate/protocols'], connect: true },
-  { label: '+ pino and the logger (@sandgate/telemetry/log)', modules: ['@grpc/grpc-js', '@sandgate/protocols', '@sandgate/telemetry/log'], connect: true },
-  { label: "+ the rest of the supervisor's modules (supervisor-main.ts)", modules: ['@grpc/grpc-js', '@sandgate/protocols', '@sandgate/telemetry/log', SUPERVISOR_MAIN], connect: true },
+  { label: '+ protobufjs and the descriptor (@sandgate/protocols)', modules: ['@sandgate/protocols'], connect: true },
+  { label: '+ pino and the logger (@sandgate/telemetry/log)', modules: ['@sandgate/protocols', '@sandgate/telemetry/log'], connect: true },
+  { label: "+ the rest of the supervisor's modules (supervisor-main.ts)", modules: PROTOCOLS_LOGGER_SUPERVISOR, connect: true },
   // `sandgate up` serves TLS, so its supervisors dial it over TLS.
-  { label: '+ TLS on the connection (as `sandgate up` runs)', modules: ['@grpc/grpc-js', '@sandgate/protocols', '@sandgate/telemetry/log', SUPERVISOR_MAIN], connect: true, tls: true },
+  { label: '+ TLS on the connection (as `sandgate up` runs): the supervisor', modules: PROTOCOLS_LOGGER_SUPERVISOR, connect: true, tls: true },
+  { label: 'the same with grpc-js (its channel instead of the session), as before fcebe7f', modules: ['@grpc/grpc-js', ...PROTOCOLS_LOGGER_SUPERVISOR], connect: true, tls: true },
 ];
+/** The kind that models today's supervisor: the agent shape loads the same. */
+const SUPERVISOR_KIND = 5;
 
 interface Started {
   kind: number;
@@ -121,6 +127,7 @@ async function main(): Promise<void> {
 
   // Fill the cache (under the same flags, as the drivers do), then start every kind round-robin.
   const fullest = KINDS[KINDS.length - 1]!;
+  const supervisorKind = KINDS[SUPERVISOR_KIND]!;
   const fill = spawnSync(process.execPath, childArgs('fill', fullest), { env: { PATH: process.env.PATH, NODE_COMPILE_CACHE: cacheDir }, stdio: 'inherit' });
   if (fill.status !== 0) throw new Error(`filling the compile cache failed (${fill.status ?? fill.signal})`);
   for (let i = 0; i < perKind; i++) {
@@ -129,7 +136,7 @@ async function main(): Promise<void> {
   // The other shape: one process with the whole supervisor loaded, holding a TLS connection for
   // each of many sandboxes, as one agent per host would. A lower bound for such an agent: it
   // holds none of a sandbox's other state (output journals, exec channels).
-  const agent = await startChild(fullest, servers, cacheDir, agentConnections);
+  const agent = await startChild(supervisorKind, servers, cacheDir, agentConnections);
   children.push({ kind: -1, ...agent });
   await new Promise((r) => setTimeout(r, settleSeconds * 1000));
   const agentPss = await smapsRollup(agent.child.pid!);
@@ -139,7 +146,7 @@ async function main(): Promise<void> {
 
   const signed = (v: number, format: (x: number) => string) => `${v < 0 ? '−' : '+'}${format(Math.abs(v))}`;
   let previous: { pss: number; ready: number } | undefined;
-  let lastPss = NaN;
+  let supervisorPss = NaN;
   const rows = KINDS.map((kind, k) => {
     const mine = prints.filter((p) => p.kind === k);
     const pss = summarise(mine.map((p) => p.pss)).p50;
@@ -147,7 +154,7 @@ async function main(): Promise<void> {
     const ready = summarise(mine.map((p) => p.readyMs)).p50;
     const row = [kind.label, mib(pss), mib(anon), previous ? signed(pss - previous.pss, mib) : '', ms(ready), previous ? signed(ready - previous.ready, ms) : ''];
     previous = { pss, ready };
-    lastPss = pss;
+    if (k === SUPERVISOR_KIND) supervisorPss = pss;
     return row;
   });
   const report: BenchReport = {
@@ -161,9 +168,9 @@ async function main(): Promise<void> {
         rows,
       },
       {
-        caption: `One process with the whole supervisor loaded holding ${agentConnections} TLS connections (each its own grpc-js channel), as one agent per host serving ${agentConnections} sandboxes would; started with the others, same flags and cache`,
-        headers: ['process', 'PSS', 'per connection', 'against one process per sandbox (last row above)'],
-        rows: [[`${agentConnections} connections in one process`, mib(agentPss), mib(agentPss / agentConnections), fixed(agentPss / agentConnections / lastPss, 3)]],
+        caption: `One process with the whole supervisor loaded holding ${agentConnections} TLS connections (each its own HTTP/2 session), as one agent per host serving ${agentConnections} sandboxes would; started with the others, same flags and cache`,
+        headers: ['process', 'PSS', 'per connection', "against one process per sandbox (the supervisor's row above)"],
+        rows: [[`${agentConnections} connections in one process`, mib(agentPss), mib(agentPss / agentConnections), fixed(agentPss / agentConnections / supervisorPss, 3)]],
       },
     ],
     notes: [`the issue's target is 15 MiB for all of a sandbox's processes besides its workload; the native netns agent, the spare exec wrapper and bwrap add ~0.5 MiB (pool-footprint)`],
