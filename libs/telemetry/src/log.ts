@@ -3,13 +3,13 @@
 // merge and filter alike. The shape operators and tests read:
 //   {"level":"info","ts":"<ISO 8601>",<bound fields>,["trace_id","span_id",]<fields>,"msg":"…"}
 // `level` is the level's name (not pino's number); `trace_id`/`span_id` appear on every line
-// written inside an active span (read through @opentelemetry/api only: whether spans are recorded
-// is the tracing setup's business, not the logger's); every Error in the fields, under any key,
-// goes through serialiseError().
+// written inside an active span (read through the reader tracing.ts installs: whether spans are
+// recorded is the tracing setup's business, not the logger's); every Error in the fields, under
+// any key, goes through serialiseError().
 //
 // This file is published on its own (`@sandgate/telemetry/log`) so the supervisor, which runs in
-// every sandbox and must stay small, loads pino and the OTel API but none of the SDKs.
-import { isSpanContextValid, trace } from '@opentelemetry/api';
+// every sandbox and must stay small, loads pino but neither the OTel SDKs nor, until the gateway
+// turns tracing on, the OTel API.
 import { pino, type Logger as PinoLogger } from 'pino';
 
 export const LOG_LEVELS = ['debug', 'info', 'warn', 'error'] as const;
@@ -91,12 +91,17 @@ function serialiseFields(fields: LogFields): LogFields {
   return out ?? fields;
 }
 
-/** The active span's ids, or nothing outside a span (or inside a non-sampled placeholder with no ids). */
-function traceFields(): LogFields {
-  const span = trace.getActiveSpan();
-  if (!span) return {};
-  const ctx = span.spanContext();
-  return isSpanContextValid(ctx) ? { trace_id: ctx.traceId, span_id: ctx.spanId } : {};
+let activeTraceFields: () => LogFields = () => ({});
+
+/**
+ * Where a line finds the ids of the span it is written in. tracing.ts, this package's one user of
+ * the OTel API, installs its reader when it is loaded, and every process that makes spans loads
+ * it. Until then there can be no active span, and the API is not loaded for nothing: the
+ * supervisor loads tracing.ts only once the gateway turns tracing on (BENCHMARKS.md, "The
+ * supervisor's gRPC client").
+ */
+export function readTraceIdsWith(reader: () => LogFields): void {
+  activeTraceFields = reader;
 }
 
 /**
@@ -117,7 +122,7 @@ export function createLogger(base: LogFields, level: LogLevel = 'info', opts: Lo
       },
       // Errors are serialised above, under every key; pino's own `err` serialiser would redo it.
       serializers: { err: (v: unknown) => v },
-      mixin: traceFields,
+      mixin: () => activeTraceFields(),
     },
     opts.destination ?? process.stderr,
   );

@@ -14,9 +14,20 @@ import {
   type Link,
   type Span,
   type TextMapGetter,
+  isSpanContextValid,
 } from '@opentelemetry/api';
+import { readTraceIdsWith } from './log.ts';
 
 export { SpanKind, SpanStatusCode, context as otelContext, trace as otelTrace, type Span, type Context, type Attributes };
+
+// Log lines written inside an active span carry its ids (nothing outside a span, nor inside a
+// non-sampled placeholder with no ids).
+readTraceIdsWith(() => {
+  const span = trace.getActiveSpan();
+  if (!span) return {};
+  const ctx = span.spanContext();
+  return isSpanContextValid(ctx) ? { trace_id: ctx.traceId, span_id: ctx.spanId } : {};
+});
 
 /** The tracer every sandgate span comes from. */
 export const TRACER_NAME = 'sandgate';

@@ -9,6 +9,8 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLogger, parseLogLevel, serialiseError, type LogLevel } from '../src/log.ts';
+// tracing.ts installs the logger's reader of the active span, as in every process that makes spans.
+import '../src/tracing.ts';
 
 function capture(base: Record<string, unknown>, level: LogLevel = 'debug') {
   const lines: string[] = [];
@@ -155,11 +157,13 @@ describe('a process logging on its real stderr', () => {
     // A separate Node process with the default destination (process.stderr) and the tracing
     // setup's pieces registered globally, as a replica or supervisor with tracing on has them.
     const logTs = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../src/log.ts');
+    const tracingTs = path.resolve(path.dirname(logTs), 'tracing.ts');
     const script = `
       import { context, trace } from '@opentelemetry/api';
       import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
       import { TracerProvider } from '@opentelemetry/sdk-trace';
       import { createLogger } from ${JSON.stringify(logTs)};
+      import ${JSON.stringify(tracingTs)};
       context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable());
       trace.setGlobalTracerProvider(new TracerProvider());
       const log = createLogger({ component: 'probe' }, 'info');
@@ -181,5 +185,24 @@ describe('a process logging on its real stderr', () => {
     expect(inside).toMatchObject({ level: 'warn', component: 'probe', trace_id: span.traceId, span_id: span.spanId, msg: 'inside', err: { type: 'Error', message: 'boom' } });
     expect(span.traceId).toMatch(/^[0-9a-f]{32}$/);
     expect(lines[1]).toMatch(/^\{"level":"warn","ts":"[^"]+","component":"probe","trace_id":"[0-9a-f]{32}","span_id":"[0-9a-f]{16}",/);
+  });
+});
+
+describe('the logger alone', () => {
+  it('loads no OTel module, and its lines carry no ids until tracing.ts is loaded', () => {
+    // What a supervisor with tracing off loads: every module a process resolves is recorded.
+    const logTs = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../src/log.ts');
+    const script = `
+      import { registerHooks } from 'node:module';
+      const loaded = [];
+      registerHooks({ resolve(spec, ctx, next) { const r = next(spec, ctx); loaded.push(r.url); return r; } });
+      const { createLogger } = await import(${JSON.stringify(logTs)});
+      createLogger({ component: 'probe' }, 'info').info('plain');
+      process.stdout.write(JSON.stringify(loaded.filter((u) => u.includes('opentelemetry'))));
+    `;
+    const r = spawnSync(process.execPath, ['--input-type=module', '-e', script], { cwd: path.dirname(logTs), encoding: 'utf8', timeout: 20_000 });
+    expect(r.status, r.stderr).toBe(0);
+    expect(JSON.parse(r.stdout)).toEqual([]);
+    expect(JSON.parse(r.stderr.trim())).toEqual({ level: 'info', ts: expect.any(String), component: 'probe', msg: 'plain' });
   });
 });
