@@ -2,7 +2,7 @@
 // environment (SANDGATE_* variables) and its own argv (the main process after `--`). Every other
 // environment variable is the sandbox's environment and is handed to the main process and execs.
 import fs from 'node:fs';
-import { DebugBreakError, parseDebugBreaks, type DebugBreak } from '@sandgate/core';
+import { DebugBreakError, parseDebugBreaks, type DebugBreak } from '@sandgate/core/debug-breaks';
 import { parseSandboxEnvironment, parseSupervisorEnvironment, SupervisorEnv, withoutSupervisorEnv, type WorkloadIsolation } from '@sandgate/protocols';
 import { parseLogLevel, type LogLevel } from '@sandgate/telemetry/log';
 

@@ -3,13 +3,13 @@
 // reported the exit, the path to the client is broken and the exec's whole process tree is killed:
 // nobody is left to see its output or its exit.
 import type { CallError, CallStatus, GatewayCall } from './gateway-client.ts';
-import { EXIT_TIMEOUT, normaliseExit } from '@sandgate/core';
+import { EXIT_TIMEOUT, normaliseExit } from '@sandgate/core/exit-codes';
 import type { ExecExit, ExecFrame, ExecStart } from '@sandgate/protocols';
 import { EXEC_ID_ENV, stripSupervisorEnv } from './config.ts';
 import type { GatewayConnection } from './control-session.ts';
 import { ProcessTree, spawnPiped, spawnPty, termSize, type ExecProcess, type ExecProcessHandlers } from './exec-process.ts';
 import type { KillTreeOptions } from './kill-tree.ts';
-import type { DebugBreak } from '@sandgate/core';
+import type { DebugBreak } from '@sandgate/core/debug-breaks';
 import type { Logger } from '@sandgate/telemetry/log';
 import { exitCodeForSpawnError, preflight, reasonOf } from './preflight.ts';
 import { isValidSignal } from './signals.ts';

@@ -15,7 +15,7 @@ import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import type { GatewayCall } from './gateway-client.ts';
 import type { FileInfo, PathError, TcpFrame, TcpOpen } from '@sandgate/protocols';
-import { Code } from '@sandgate/core';
+import { Code } from '@sandgate/core/status';
 import type { Logger } from '@sandgate/telemetry/log';
 import type { GatewayConnection } from './control-session.ts';
 import { launchCommand } from './exec-process.ts';

@@ -13,7 +13,7 @@ import * as http2 from 'node:http2';
 import { connect as netConnect, type Socket } from 'node:net';
 import { connect as tlsConnect } from 'node:tls';
 import { Duplex } from 'node:stream';
-import { Code } from '@sandgate/core';
+import { Code } from '@sandgate/core/status';
 import { MetadataKey, serviceDefinition } from '@sandgate/protocols';
 import type { ExecFrame, GatewayMessage, SupervisorMessage, TcpFrame } from '@sandgate/protocols';
 

@@ -4,7 +4,7 @@
 // does not end the supervisor: execs must keep working afterwards.
 import { spawn } from 'node:child_process';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { normaliseExit } from '@sandgate/core';
+import { normaliseExit } from '@sandgate/core/exit-codes';
 import type { Logger } from '@sandgate/telemetry/log';
 import { launchCommand, startTerminal } from './exec-process.ts';
 import { preflight } from './preflight.ts';

@@ -3,7 +3,7 @@
 // Its lifetime is the channel's: the process exiting ends the channel (data, EOF, exit-status,
 // close), and the channel going away — closed by the client, or its whole connection dropped —
 // kills the process's tree with the exec kill procedure. Channel EOF only closes stdin.
-import { normaliseExit } from '@sandgate/core';
+import { normaliseExit } from '@sandgate/core/exit-codes';
 import type { ServerChannel } from 'ssh2';
 import { EXEC_ID_ENV } from '../config.ts';
 import { ProcessTree, spawnPiped, spawnPty, termSize, type ExecProcess, type ExecProcessHandlers } from '../exec-process.ts';

@@ -6,7 +6,7 @@
 import { Duplex } from 'node:stream';
 import type { GatewayCall } from '../gateway-client.ts';
 import type { TcpFrame } from '@sandgate/protocols';
-import { Code } from '@sandgate/core';
+import { Code } from '@sandgate/core/status';
 
 export type TcpChannelCall = GatewayCall<TcpFrame, TcpFrame>;
 

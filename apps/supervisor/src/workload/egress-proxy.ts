@@ -17,7 +17,7 @@
 import dns from 'node:dns/promises';
 import net from 'node:net';
 import os from 'node:os';
-import { decideEgress, formatIp, parseIp, type EgressPolicy } from '@sandgate/core';
+import { decideEgress, formatIp, parseIp, type EgressPolicy } from '@sandgate/core/egress';
 import { decodeMessage, messageType } from '@sandgate/protocols';
 import type { Logger } from '@sandgate/telemetry/log';
 
