@@ -13,7 +13,7 @@ import * as http2 from 'node:http2';
 import { connect as netConnect, type Socket } from 'node:net';
 import { connect as tlsConnect } from 'node:tls';
 import { Duplex } from 'node:stream';
-import { Code } from '@sandgate/core/status';
+import { Code, codeName } from '@sandgate/core/status';
 import { MetadataKey, serviceDefinition } from '@sandgate/protocols';
 import type { ExecFrame, GatewayMessage, SupervisorMessage, TcpFrame } from '@sandgate/protocols';
 
@@ -49,10 +49,8 @@ const KEEPALIVE: Keepalive = { intervalMs: 10_000, timeoutMs: 5_000 };
 const MAX_RECEIVED_MESSAGE_BYTES = 4 * 1024 * 1024;
 const FRAME_HEADER_BYTES = 5;
 
-const STATUS_NAMES = Object.fromEntries(Object.entries(Code).map(([name, code]) => [code, name])) as Record<number, string>;
-
 function callError(status: CallStatus): CallError {
-  return Object.assign(new Error(`${status.code} ${STATUS_NAMES[status.code] ?? 'UNKNOWN'}: ${status.details}`), status);
+  return Object.assign(new Error(`${status.code} ${codeName(status.code)}: ${status.details}`), status);
 }
 
 /** An HTTP status that is not 200 and came without a gRPC status, as gRPC's spec maps it. */

@@ -20,6 +20,13 @@ export const Code = {
 } as const;
 export type Code = (typeof Code)[keyof typeof Code];
 
+const CODE_NAMES = Object.fromEntries(Object.entries(Code).map(([name, code]) => [code, name])) as Record<number, string>;
+
+/** `UNAVAILABLE` for 14: a status's name, `UNKNOWN` for a number outside the spec's. */
+export function codeName(code: number): string {
+  return CODE_NAMES[code] ?? 'UNKNOWN';
+}
+
 /** An error meant for the client: a status code and a message that says what to fix. */
 export class GatewayError extends Error {
   readonly code: Code;
