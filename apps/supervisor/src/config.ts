@@ -3,13 +3,13 @@
 // environment variable is the sandbox's environment and is handed to the main process and execs.
 import fs from 'node:fs';
 import { DebugBreakError, parseDebugBreaks, type DebugBreak } from '@sandgate/core/debug-breaks';
-import { parseSandboxEnvironment, parseSupervisorEnvironment, SupervisorEnv, withoutSupervisorEnv, type WorkloadIsolation } from '@sandgate/protocols';
+import { parseSandboxEnvironment, parseSupervisorEnvironment, SupervisorEnv, withoutSupervisorEnv, type WorkloadIsolation } from '@sandgate/protocols/contract';
 import { parseLogLevel, type LogLevel } from '@sandgate/telemetry/log';
 
 export const ENV_PREFIX = SupervisorEnv.prefix;
 /** Tag carried by every process of an exec, so its tree can be found even after it left its group. */
 export const EXEC_ID_ENV = SupervisorEnv.execId;
-export { parseEndpoints } from '@sandgate/protocols';
+export { parseEndpoints } from '@sandgate/protocols/contract';
 
 export interface SupervisorConfig {
   endpoints: string[];

@@ -14,7 +14,8 @@ import { connect as netConnect, type Socket } from 'node:net';
 import { connect as tlsConnect } from 'node:tls';
 import { Duplex } from 'node:stream';
 import { Code, codeName } from '@sandgate/core/status';
-import { MetadataKey, serviceDefinition } from '@sandgate/protocols';
+import { MetadataKey } from '@sandgate/protocols/contract';
+import { supervisorGateway, type WireMethod } from '@sandgate/protocols/supervisor-wire';
 import type { ExecFrame, GatewayMessage, SupervisorMessage, TcpFrame } from '@sandgate/protocols';
 
 /** Request metadata: lower-case header names to ASCII values. */
@@ -247,34 +248,6 @@ export class GatewayCall<Req, Res> extends Duplex {
   }
 }
 
-interface Method<Req, Res> {
-  path: string;
-  serialize: (message: Req) => Buffer;
-  deserialize: (bytes: Buffer) => Res;
-}
-
-type Methods = {
-  Control: Method<SupervisorMessage, GatewayMessage>;
-  ExecChannel: Method<ExecFrame, ExecFrame>;
-  TcpChannel: Method<TcpFrame, TcpFrame>;
-};
-
-let methods: Methods | undefined;
-
-function supervisorGatewayMethods(): Methods {
-  if (methods) return methods;
-  const definition = serviceDefinition('sandgate.v1.SupervisorGateway');
-  // The .proto's message types are the ones Methods names (sandgate-types.ts mirrors the .proto).
-  const method = <Req, Res>(name: keyof Methods): Method<Req, Res> => {
-    const m = definition[name];
-    if (!m) throw new Error(`sandgate.v1.SupervisorGateway has no method ${name}`);
-    return { path: m.path, serialize: m.requestSerialize, deserialize: m.responseDeserialize };
-  };
-  const all: Methods = { Control: method('Control'), ExecChannel: method('ExecChannel'), TcpChannel: method('TcpChannel') };
-  methods = all;
-  return all;
-}
-
 export class GatewayClient {
   private readonly session: http2.ClientHttp2Session;
   private readonly socket: Socket;
@@ -311,15 +284,15 @@ export class GatewayClient {
   }
 
   Control(metadata: CallMetadata): GatewayCall<SupervisorMessage, GatewayMessage> {
-    return this.call(supervisorGatewayMethods().Control, metadata);
+    return this.call(supervisorGateway.Control, metadata);
   }
 
   ExecChannel(metadata: CallMetadata): GatewayCall<ExecFrame, ExecFrame> {
-    return this.call(supervisorGatewayMethods().ExecChannel, metadata);
+    return this.call(supervisorGateway.ExecChannel, metadata);
   }
 
   TcpChannel(metadata: CallMetadata): GatewayCall<TcpFrame, TcpFrame> {
-    return this.call(supervisorGatewayMethods().TcpChannel, metadata);
+    return this.call(supervisorGateway.TcpChannel, metadata);
   }
 
   /** Lets the calls in flight finish, then closes the connection; new calls fail UNAVAILABLE. */
@@ -328,7 +301,7 @@ export class GatewayClient {
     if (!this.session.closed && !this.session.destroyed) this.session.close();
   }
 
-  private call<Req, Res>(method: Method<Req, Res>, metadata: CallMetadata): GatewayCall<Req, Res> {
+  private call<Req, Res>(method: WireMethod<Req, Res>, metadata: CallMetadata): GatewayCall<Req, Res> {
     return new GatewayCall<Req, Res>(
       () => {
         const stream = this.session.request({
@@ -345,8 +318,8 @@ export class GatewayClient {
         });
         return stream;
       },
-      method.serialize,
-      method.deserialize,
+      method.request.encode,
+      method.response.decode,
     );
   }
 

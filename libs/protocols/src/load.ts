@@ -4,24 +4,11 @@
 import protobuf from 'protobufjs';
 import type { ServiceDefinition, MethodDefinition } from '@grpc/grpc-js';
 import { loadDescriptor } from './descriptor.ts';
+import { TO_OBJECT, type Codec } from './codec.ts';
+
+export type { Codec } from './codec.ts';
 
 export const root = loadDescriptor();
-
-/**
- * How decoded messages look in TypeScript: snake_case keys as in the .proto, int64 as JS numbers
- * (all our int64s are millisecond timestamps or counters far below 2^53), enums as numbers,
- * bytes as Buffers, absent scalars left undefined (so explicit presence stays visible), and
- * repeated/map fields always present.
- */
-const TO_OBJECT: protobuf.IConversionOptions = {
-  longs: Number,
-  enums: Number,
-  bytes: Buffer,
-  defaults: false,
-  arrays: true,
-  objects: true,
-  oneofs: false,
-};
 
 export function messageType(fullName: string): protobuf.Type {
   return root.lookupType(fullName);
@@ -38,11 +25,6 @@ export function decodeMessage<T>(type: protobuf.Type, bytes: Uint8Array): T {
 }
 
 /** A codec for one message type, by full name (e.g. `openshell.v1.Sandbox`). */
-export interface Codec<T> {
-  encode(value: T): Buffer;
-  decode(bytes: Uint8Array): T;
-}
-
 export function codec<T extends object>(fullName: string): Codec<T> {
   const type = messageType(fullName);
   return {

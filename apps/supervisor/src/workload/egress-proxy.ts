@@ -18,7 +18,7 @@ import dns from 'node:dns/promises';
 import net from 'node:net';
 import os from 'node:os';
 import { decideEgress, formatIp, parseIp, type EgressPolicy } from '@sandgate/core/egress';
-import { decodeMessage, messageType } from '@sandgate/protocols';
+import { sandboxPolicyCodec } from '@sandgate/protocols/supervisor-wire';
 import type { Logger } from '@sandgate/telemetry/log';
 
 const MAX_HEAD_BYTES = 16 * 1024;
@@ -28,12 +28,12 @@ const LOOKUP_TIMEOUT_MS = 10_000;
 /** Connections the proxy serves at once: a workload opening sockets in a loop must not exhaust the supervisor's descriptors. */
 export const MAX_PROXY_CONNECTIONS = 1024;
 
-const policyType = messageType('openshell.sandbox.v1.SandboxPolicy');
+const policyCodec = sandboxPolicyCodec<EgressPolicy>();
 
 /** Decodes SandboxPolicy bytes (empty: no policy, which denies everything). Throws on bad bytes. */
 export function decodePolicy(bytes: Uint8Array): EgressPolicy {
   if (bytes.byteLength === 0) return {};
-  return decodeMessage<EgressPolicy>(policyType, bytes);
+  return policyCodec.decode(bytes);
 }
 
 export interface Target {
