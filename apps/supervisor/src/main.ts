@@ -17,6 +17,7 @@
 import module from 'node:module';
 import { SupervisorEnv } from '@sandgate/protocols/contract';
 import { bootCompileCacheDir } from './boot-env.ts';
+import './without-long.ts';
 
 const cacheDir = bootCompileCacheDir();
 // A cache that cannot be used only costs the speed-up: never a reason not to start.
