@@ -140,6 +140,8 @@ export interface ComputeDriver {
    * cannot tell). Cheap enough to call for every owned sandbox every few seconds.
    */
   usage?(sandboxId: string, handle: ComputeHandle | null): Promise<ComputeUsage | null>;
+  /** Gives back what the driver keeps ready for later creates (its process is shutting down). */
+  close?(): Promise<void>;
 }
 
 /**
