@@ -29,6 +29,20 @@ let tmp: string;
 
 const docker = (...args: string[]) => execFileSync('docker', args, { encoding: 'utf8' }).trim();
 const containerOf = (id: string) => docker('ps', '-q', '--filter', `label=sandgate.sandbox-id=${id}`);
+/**
+ * What holds a sandbox container's network namespace: the container itself when it has its own
+ * endpoint on the sandbox network, or the holder it was started in (a namespace the replica kept
+ * ready, libs/compute/src/docker/netns-holders.ts), which must then be named for that sandbox
+ * and be on the sandbox network: never another sandbox's, never the host's.
+ */
+function networkHolderOf(id: string, container: string): string {
+  const mode = docker('inspect', '-f', '{{.HostConfig.NetworkMode}}', container);
+  if (mode === DEFAULT_DOCKER_NETWORK) return container;
+  expect(mode).toMatch(/^container:[0-9a-f]{64}$/);
+  const holder = mode.slice('container:'.length);
+  expect(docker('inspect', '-f', '{{.Name}} {{.HostConfig.NetworkMode}}', holder)).toBe(`/sandgate-netns-${id} ${DEFAULT_DOCKER_NETWORK}`);
+  return holder;
+}
 const gw = () => cluster.replicas[0]!.grpcAddress;
 
 interface SandboxJson {
@@ -99,7 +113,7 @@ describe('docker sandboxes hold their workload in', () => {
     const a = await create('dki-a', ['--', 'sleep', 'infinity']);
     const c = containerOf(a.metadata.id);
     const hc = JSON.parse(docker('inspect', '-f', '{{json .HostConfig}}', c)) as Record<string, any>;
-    expect(hc.NetworkMode).toBe(DEFAULT_DOCKER_NETWORK);
+    networkHolderOf(a.metadata.id, c);
     expect(hc.NetworkMode).not.toBe('host');
     expect(hc.CapDrop).toEqual(['ALL']);
     expect([...hc.CapAdd].sort()).toEqual(['CAP_DAC_READ_SEARCH', 'CAP_KILL', 'CAP_NET_ADMIN', 'CAP_SETGID', 'CAP_SETUID', 'CAP_SYS_ADMIN', 'CAP_SYS_PTRACE']);
@@ -137,10 +151,18 @@ describe('docker sandboxes hold their workload in', () => {
   });
 
   it('connections to Redis, the replicas and another sandbox are refused from inside; the sandbox loopback works', async () => {
+    // Each replica keeps two network namespaces ready from its start (made in about a second; the
+    // replicas started well before this test): B is created in one, the path most creates take.
+    await waitFor('the replicas’ spare namespaces', () => docker('ps', '-q', '--filter', 'label=sandgate.managed=netns-holder', '--filter', 'name=sandgate-netns-spare-').split('\n').filter(Boolean).length >= 2, 60_000);
     await create('dki-b', ['--', 'sleep', 'infinity']);
+    expect(docker('inspect', '-f', '{{.HostConfig.NetworkMode}}', containerOf(ids[ids.length - 1]!))).toMatch(/^container:/);
     // A server in sandbox B's container (its supervisor's side, as root): the host reaches it, A must not.
     const b = containerOf(ids[ids.length - 1]!);
-    const ipB = docker('inspect', '-f', `{{ (index .NetworkSettings.Networks "${DEFAULT_DOCKER_NETWORK}").IPAddress }}`, b);
+    const ipB = docker('inspect', '-f', `{{ (index .NetworkSettings.Networks "${DEFAULT_DOCKER_NETWORK}").IPAddress }}`, networkHolderOf(ids[ids.length - 1]!, b));
+    expect(ipB).toMatch(/^\d+\.\d+\.\d+\.\d+$/);
+    // A's namespace is not B's.
+    const a = ids.find((id) => containerOf(id) && id !== ids[ids.length - 1]);
+    if (a) expect(networkHolderOf(a, containerOf(a))).not.toBe(networkHolderOf(ids[ids.length - 1]!, b));
     spawnSync('docker', ['exec', '-d', b, '/opt/sandgate/node/bin/node', '-e', "require('net').createServer((s)=>{s.on('error',()=>{});s.end('B\\n')}).listen(7000,'0.0.0.0')"]);
     await waitFor('B serving to the host', () => spawnSync('bash', ['-c', `exec 3<>/dev/tcp/${ipB}/7000`]).status === 0, 15_000);
 

@@ -100,7 +100,14 @@ async function listenForDockerSupervisors(server: Server, driver: ComputeDriver,
   }
 }
 
-export function createDriver(config: Pick<ReplicaConfig, 'driver' | 'stateDir' | 'dockerImage' | 'supervisorCompileCache'>): ComputeDriver {
+/**
+ * `role`: a replica's docker driver keeps `dockerNetnsSpares` network namespaces ready
+ * (docker/netns-holders.ts); the worker's none, since it only restarts sandboxes, which keep theirs.
+ */
+export function createDriver(
+  config: Pick<ReplicaConfig, 'driver' | 'stateDir' | 'dockerImage' | 'supervisorCompileCache'> & Partial<Pick<ReplicaConfig, 'dockerNetnsSpares'>>,
+  role: 'replica' | 'worker' = 'replica',
+): ComputeDriver {
   if (config.driver === 'local') return new LocalDriver({ stateDir: config.stateDir, supervisorEntry, compileCache: config.supervisorCompileCache });
   if (config.driver === 'docker') {
     return new DockerDriver({
@@ -110,6 +117,7 @@ export function createDriver(config: Pick<ReplicaConfig, 'driver' | 'stateDir' |
       repoRoot: path.resolve(path.dirname(supervisorEntry), '../../..'),
       defaultImage: config.dockerImage || undefined,
       compileCache: config.supervisorCompileCache,
+      netnsSpares: role === 'replica' ? (config.dockerNetnsSpares ?? 0) : 0,
     });
   }
   throw new Error(`unknown driver '${config.driver}': use local or docker`);
@@ -429,6 +437,7 @@ export async function startReplica(config: ReplicaConfig, opts: { authenticator?
     peerPort.close();
     await Promise.all([shutdownGrpc(publicServer), http.close()]);
     redis.disconnect();
+    await driver.close?.().catch(() => undefined);
     await metrics.shutdown();
   };
 
