@@ -59,6 +59,7 @@ describe('resolveReplicaConfig', () => {
       sshMaxConnectionsPerToken: 3,
       sshMaxConnectionsPerSandbox: 20,
       dockerImage: '',
+      dockerNetnsSpares: 2,
       peerSecret: '',
       tlsCert: '',
       tlsKey: '',
@@ -130,6 +131,10 @@ describe('resolveReplicaConfig', () => {
       peerSecret: 's3cret',
       logLevel: 'error',
     });
+    expect(resolveReplicaConfig([], { SANDGATE_DOCKER_NETNS_SPARES: '0' }, facts).dockerNetnsSpares).toBe(0);
+    expect(resolveReplicaConfig([], { SANDGATE_DOCKER_NETNS_SPARES: '64' }, facts).dockerNetnsSpares).toBe(64);
+    expect(() => resolveReplicaConfig([], { SANDGATE_DOCKER_NETNS_SPARES: '65' }, facts)).toThrow(/SANDGATE_DOCKER_NETNS_SPARES must be between 0 and 64, got '65'/);
+    expect(() => resolveReplicaConfig([], { SANDGATE_DOCKER_NETNS_SPARES: 'two' }, facts)).toThrow(/SANDGATE_DOCKER_NETNS_SPARES must be a whole number from 0 to 64/);
     expect(resolveReplicaConfig([], { SANDGATE_SSH_SESSION_TTL_SECONDS: '60' }, facts).sshSessionTtlSeconds).toBe(60);
     expect(() => resolveReplicaConfig([], { SANDGATE_SSH_SESSION_TTL_SECONDS: '-1' }, facts)).toThrow(/SANDGATE_SSH_SESSION_TTL_SECONDS must be a whole number/);
     expect(() => resolveReplicaConfig([], { SANDGATE_SSH_SESSION_TTL_SECONDS: '1.5' }, facts)).toThrow(/whole number/);

@@ -16,6 +16,7 @@ import type { LaunchSpec } from '../src/driver.ts';
 import { DockerDriver, type DockerHandle } from '../src/docker-driver.ts';
 import { DEFAULT_IMAGE, NODE_IN_CONTAINER } from '../src/docker/launch.ts';
 import { ensureSandboxNetwork } from '../src/docker/network.ts';
+import { connectFrom } from './docker-probe.ts';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const repoRoot = path.resolve(here, '../../..');
@@ -56,21 +57,6 @@ async function listen(host: string): Promise<number> {
     srv.listen(0, host, resolve);
   });
   return (srv.address() as net.AddressInfo).port;
-}
-
-/**
- * Tries a TCP connection from inside the container as `user`, with the bind-mounted node binary;
- * returns 'connected', an errno such as ECONNREFUSED, or 'timeout'.
- */
-function connectFrom(container: string, user: string, host: string, port: number, timeoutMs = 2_000): string {
-  const script =
-    `const s=require('net').connect({host:${JSON.stringify(host)},port:${port}});` +
-    `const t=setTimeout(()=>{console.log('timeout');process.exit(0)},${timeoutMs});` +
-    `s.on('connect',()=>{console.log('connected');process.exit(0)});` +
-    `s.on('error',e=>{console.log(e.code||e.message);process.exit(0)});`;
-  const r = spawnSync('docker', ['exec', '--user', user, container, NODE_IN_CONTAINER, '-e', script], { encoding: 'utf8' });
-  if (r.status !== 0) throw new Error(`probe in ${container} failed (${r.status}): ${r.stderr}`);
-  return r.stdout.trim();
 }
 
 async function waitFor<T>(what: string, fn: () => Promise<T | null | undefined | false> | T | null | undefined | false, timeoutMs = 15_000): Promise<T> {

@@ -14,6 +14,7 @@ import type { LaunchSpec } from '../src/driver.ts';
 import { DockerDriver, type DockerHandle } from '../src/docker-driver.ts';
 import { DEFAULT_IMAGE, NODE_IN_CONTAINER } from '../src/docker/launch.ts';
 import { buildHolderCreateOptions, holderName, MANAGED_NETNS_HOLDER, SPARE_MAX_AGE_MS } from '../src/docker/netns-holders.ts';
+import { connectFrom } from './docker-probe.ts';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const repoRoot = path.resolve(here, '../../..');
@@ -52,18 +53,6 @@ async function holders(): Promise<Map<string, Docker.ContainerInfo>> {
 /** This test's driver's running spares (it names no one else's network). */
 async function spares(): Promise<Docker.ContainerInfo[]> {
   return [...(await holders())].filter(([name, c]) => name.startsWith('sandgate-netns-spare-') && c.State === 'running' && c.HostConfig.NetworkMode === NETWORK).map(([, c]) => c);
-}
-
-/** A TCP connection from inside `container` as `user`: 'connected', an errno, or 'timeout'. */
-function connectFrom(container: string, user: string, host: string, port: number): string {
-  const script =
-    `const s=require('net').connect({host:${JSON.stringify(host)},port:${port}});` +
-    `const t=setTimeout(()=>{console.log('timeout');process.exit(0)},2000);` +
-    `s.on('connect',()=>{console.log('connected');process.exit(0)});` +
-    `s.on('error',e=>{console.log(e.code||e.message);process.exit(0)});`;
-  const r = spawnSync('docker', ['exec', '--user', user, container, NODE_IN_CONTAINER, '-e', script], { encoding: 'utf8' });
-  if (r.status !== 0) throw new Error(`probe in ${container} failed (${r.status}): ${r.stderr}`);
-  return r.stdout.trim();
 }
 
 async function ipOf(containerOrHolder: string): Promise<string> {
