@@ -686,7 +686,6 @@ export class DockerDriver implements ComputeDriver {
    * sandbox's holder when it has one (started again if it stopped). null: the bridge.
    */
   private async holderFor(sandboxId: string, fresh: boolean): Promise<string | null> {
-    this.holders.warm();
     if (!fresh) {
       const kept = await this.inspectContainer(holderName(sandboxId));
       if (kept) {

@@ -32,6 +32,13 @@ export const LABEL_HOLDER_BORN = 'sandgate.netns-holder-born';
 /** Any driver removes a spare older than this; its own driver stops claiming it at half. */
 export const SPARE_MAX_AGE_MS = 10 * 60_000;
 const SWEEP_EVERY_MS = 60_000;
+/**
+ * A claimed spare is replaced this long after the claim, not at once: making a holder is a
+ * container start (~0.3 s of the engine's CPU), which on a small host would otherwise compete
+ * with the very sandbox that claimed it, whose container and supervisor are starting then
+ * (BENCHMARKS.md, "Network namespaces kept ready").
+ */
+export const REFILL_AFTER_CLAIM_MS = 1_000;
 const SPARE_PREFIX = 'sandgate-netns-spare-';
 const CLAIMED_PREFIX = 'sandgate-netns-';
 
@@ -90,6 +97,7 @@ export class NetnsHolders {
   private readonly spares: Spare[] = [];
   private refilling: Promise<void> | null = null;
   private sweeper: NodeJS.Timeout | null = null;
+  private refillTimer: NodeJS.Timeout | null = null;
   private failed = false;
   private closed = false;
   private readonly now: () => number;
@@ -129,7 +137,7 @@ export class NetnsHolders {
       }
       try {
         await this.docker.getContainer(spare.id).rename({ name: holderName(sandboxId) });
-        this.warm();
+        this.warmLater();
         return spare.id;
       } catch (err) {
         if (statusOf(err) === 409) {
@@ -143,14 +151,23 @@ export class NetnsHolders {
         void this.remove(spare.id);
       }
     }
-    this.warm();
+    this.warmLater();
     return null;
+  }
+
+  private warmLater(): void {
+    if (this.refillTimer || this.closed) return;
+    this.refillTimer = setTimeout(() => {
+      this.refillTimer = null;
+      this.warm();
+    }, REFILL_AFTER_CLAIM_MS).unref();
   }
 
   /** Removes this driver's spares (a replica shutting down); later claims find none. */
   async close(): Promise<void> {
     this.closed = true;
     if (this.sweeper) clearInterval(this.sweeper);
+    if (this.refillTimer) clearTimeout(this.refillTimer);
     await this.refilling?.catch(() => undefined);
     await Promise.all(this.spares.splice(0).map((s) => this.remove(s.id)));
   }
