@@ -463,33 +463,63 @@ async function dockerPhase(opts: CreateLatencyOptions, tables: BenchTable[]): Pr
   onCleanup('docker grpc client', () => client.close());
   const clientNoCache = openShellClient(gwNoCache.grpcAddress);
   onCleanup('docker grpc client (cache off)', () => clientNoCache.close());
+  // A third replica that keeps no network namespaces ready (SANDGATE_DOCKER_NETNS_SPARES=0):
+  // every container gets its own endpoint on the bridge, as before they were kept.
+  const stateDirNoSpares = mkdtempSync(path.join(os.tmpdir(), 'sg-bench-docker-'));
+  onCleanup('docker state dir (no spares)', () => rmSync(stateDirNoSpares, { recursive: true, force: true }));
+  const gwNoSpares = await startGateway({ redisUrl, driver: 'docker', stateDir: stateDirNoSpares, replicaId: 'rdocker-nospares', env: { SANDGATE_DOCKER_NETNS_SPARES: '0' } });
+  onCleanup('docker gateway (no spares)', () => gwNoSpares.stop());
+  const clientNoSpares = openShellClient(gwNoSpares.grpcAddress);
+  onCleanup('docker grpc client (no spares)', () => clientNoSpares.close());
   const live = new Set<string>();
   onCleanup('docker benchmark sandboxes', () => deleteAll(client, live));
   const tag = `cd${process.pid.toString(36)}`;
   const driver: Created[] = [];
   const driverWarm: Created[] = [];
   const driverNoCache: Created[] = [];
+  const driverNoSpares: Created[] = [];
   const dockerPool = 'bench-docker';
   await unaryCall(client, 'SetPool', { name: dockerPool, size: 1, image: opts.image });
   onCleanup('docker benchmark pool', () => unaryCall(client, 'DeletePool', { name: dockerPool }).catch(() => undefined));
   const plain: number[] = [];
   const detached: number[] = [];
+  /** Until the two replicas that keep spare namespaces (2 each) have them all running. */
+  const sparesReady = async () => {
+    const deadline = now() + 30_000;
+    while (now() < deadline) {
+      const ps = await run0(['docker', 'ps', '-q', '--filter', 'label=sandgate.managed=netns-holder', '--filter', 'name=sandgate-netns-spare-', '--filter', 'status=running']);
+      if (ps.out.split('\n').filter((l) => l.trim()).length >= 4) return;
+      await sleep(50);
+    }
+    throw new Error('the replicas did not have their 4 spare network namespaces again within 30 s');
+  };
   const notes: string[] = [];
   try {
     await createToFirstExec(client, `${tag}-warm`, opts.image, live, 120_000);
     await createToFirstExec(clientNoCache, `${tag}-warm-nc`, opts.image, live, 120_000);
+    await createToFirstExec(clientNoSpares, `${tag}-warm-ns`, opts.image, live, 120_000);
     await run0(['docker', 'run', '--rm', opts.image, 'true']);
     for (let i = 0; i < opts.dockerIterations; i++) {
+      // A claimed spare namespace is replaced 1 s after its claim, and that container start would
+      // land on whichever measurement comes next: each one waits (untimed) until both replicas
+      // that keep spares have theirs again, so every arm starts on an idle engine.
+      await sparesReady();
+      driverNoSpares.push(await createToFirstExec(clientNoSpares, `${tag}-${i}-ns`, opts.image, live, 120_000));
+      await sparesReady();
       driver.push(await createToFirstExec(client, `${tag}-${i}`, opts.image, live, 120_000));
+      await sparesReady();
       driverNoCache.push(await createToFirstExec(clientNoCache, `${tag}-${i}-nc`, opts.image, live, 120_000));
       // A claim from a warm pool of the same image (refilled before it, untimed).
       await poolRefilled(client, dockerPool, 1);
+      await sparesReady();
       driverWarm.push(await createToFirstExec(client, `${tag}-${i}-w`, undefined, live, 120_000, { 'sandgate.dev/pool': dockerPool }));
+      await sparesReady();
       const t = now();
       const r = await run0(['docker', 'run', '--rm', opts.image, 'true']);
       if (r.code !== 0) throw new Error(`docker run failed: ${r.out.trim().slice(0, 200)}`);
       plain.push(now() - t);
       // Issue 16's docker baseline: a container started detached, then one exec in it.
+      await sparesReady();
       const t2 = now();
       const started = await run0(['docker', 'run', '-d', opts.image, 'sleep', 'infinity']);
       if (started.code !== 0) throw new Error(`docker run -d failed: ${started.out.trim().slice(0, 200)}`);
@@ -510,7 +540,7 @@ async function dockerPhase(opts: CreateLatencyOptions, tables: BenchTable[]): Pr
     const p = summarise(plain);
     const dx = summarise(detached);
     tables.push({
-      caption: `docker driver (image ${opts.image}), ${driver.length} sandboxes one after another, interleaved with as many claimed from a warm pool of 1 (refilled before each claim, untimed), as many made by a second replica whose supervisors have no compile cache, and with plain \`docker run --rm ${opts.image} true\` and \`docker run -d ${opts.image} sleep infinity\` + \`docker exec <c> true\``,
+      caption: `docker driver (image ${opts.image}), ${driver.length} sandboxes one after another, interleaved with as many claimed from a warm pool of 1 (refilled before each claim, untimed), as many made by a second replica whose supervisors have no compile cache and by a third that keeps no network namespaces ready (SANDGATE_DOCKER_NETNS_SPARES=0; the first keeps 2), each measurement starting once the spare namespaces are all running again (untimed), and with plain \`docker run --rm ${opts.image} true\` and \`docker run -d ${opts.image} sleep infinity\` + \`docker exec <c> true\``,
       headers: LATENCY_HEADERS,
       rows: [
         latencyRow('docker driver: CreateSandbox returned', driver.map((c) => c.rpcMs)),
@@ -519,10 +549,12 @@ async function dockerPhase(opts: CreateLatencyOptions, tables: BenchTable[]): Pr
         latencyRow('docker driver, warm pool (claimed): first `true` exited 0', driverWarm.map((c) => c.firstExecMs)),
         latencyRow('docker driver, compile cache off: phase Ready', driverNoCache.map((c) => c.readyMs)),
         latencyRow('docker driver, compile cache off: first `true` exited 0', driverNoCache.map((c) => c.firstExecMs)),
+        latencyRow('docker driver, no network namespaces kept ready: first `true` exited 0', driverNoSpares.map((c) => c.firstExecMs)),
         latencyRow('plain `docker run --rm IMAGE true`', plain),
         latencyRow('plain `docker run -d IMAGE sleep infinity` + `docker exec <c> true`', detached),
         ['ratio driver first exec / docker run', '', fixed(d.p50 / p.p50, 2), fixed(d.p90 / p.p90, 2), fixed(d.p99 / p.p99, 2), fixed(d.mean / p.mean, 2)],
         ...(driverNoCache.length ? [((nc) => ['ratio first exec, compile cache on / off', '', fixed(d.p50 / nc.p50, 2), fixed(d.p90 / nc.p90, 2), fixed(d.p99 / nc.p99, 2), fixed(d.mean / nc.mean, 2)])(summarise(driverNoCache.map((c) => c.firstExecMs)))] : []),
+        ...(driverNoSpares.length ? [((ns) => ['ratio first exec, namespaces kept ready / none', '', fixed(d.p50 / ns.p50, 2), fixed(d.p90 / ns.p90, 2), fixed(d.p99 / ns.p99, 2), fixed(d.mean / ns.mean, 2)])(summarise(driverNoSpares.map((c) => c.firstExecMs)))] : []),
         ['ratio driver first exec / (run -d + exec) (issue 16: ≤ 1.1)', '', fixed(d.p50 / dx.p50, 2), fixed(d.p90 / dx.p90, 2), fixed(d.p99 / dx.p99, 2), fixed(d.mean / dx.mean, 2)],
       ],
     });

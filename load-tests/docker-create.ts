@@ -7,6 +7,12 @@
 //   … unlabelled    the same from IMAGE with its sandgate.sandbox-owner label cleared (a derived
 //                   image, built here): the driver then gives /sandbox to the workload itself,
 //                   through an archive upload, as for any image that does not declare its owner
+//   … netns spares  the same with a driver that keeps two network namespaces ready
+//                   (docker/netns-holders.ts, as the gateway's replicas do): the create claims
+//                   one instead of giving its container an endpoint of its own on the bridge.
+//                   The spare is made again 1 s after the claim; the iteration then waits 2.5 s,
+//                   so that work lands on no measured path (in a burst, creates find no spare
+//                   and take the bridge path, the `driver` row)
 //   driver → dial   driver.create() → the supervisor's first "dialling gateway" log line (Node up,
 //                   supervisor loaded: what a gateway would see as the earliest possible hello)
 //   docker run      `docker run --rm IMAGE true` (create + start + run + exit + remove)
@@ -94,16 +100,23 @@ async function main() {
     supervisorEntry: path.join(repoRoot, 'apps', 'supervisor', 'src', 'main.ts'),
     defaultImage: image,
   });
+  const withSpares = new DockerDriver({
+    stateDir,
+    repoRoot,
+    supervisorEntry: path.join(repoRoot, 'apps', 'supervisor', 'src', 'main.ts'),
+    defaultImage: image,
+    netnsSpares: 2,
+  });
   const tag = `bench${process.pid}`;
   // The same image with the owner label cleared (Docker keeps a label whose value is empty).
   const unlabelled = `sandgate-bench-unlabelled:${process.pid}`;
   const built = await run(['sh', '-c', `printf 'FROM %s\\nLABEL sandgate.sandbox-owner=""\\n' '${image}' | docker build -q -t ${unlabelled} -`]);
   if (built.code !== 0) throw new Error(`could not build ${unlabelled}: ${built.out}`);
-  const samples = { driver: [] as number[], dial: [] as number[], unlabelled: [] as number[], run: [] as number[], runExec: [] as number[] };
+  const samples = { driver: [] as number[], dial: [] as number[], unlabelled: [] as number[], spares: [] as number[], run: [] as number[], runExec: [] as number[] };
   /** driver.create() → `docker exec true` succeeds (and the supervisor's dialling line), ms. */
-  const createThroughDriver = async (id: string, from: string): Promise<{ exec: number; dial: number }> => {
+  const createThroughDriver = async (id: string, from: string, through = driver): Promise<{ exec: number; dial: number }> => {
     const t0 = now();
-    await driver.create({
+    await through.create({
       sandboxId: id,
       command: ['sleep', 'infinity'],
       tty: false,
@@ -115,7 +128,7 @@ async function main() {
     });
     const name = `sandgate-${id}`;
     const [tExec, tDial] = await Promise.all([firstExec(name), logLine(name, '"msg":"dialling gateway"')]);
-    await driver.delete(id, null);
+    await through.delete(id, null);
     return { exec: tExec - t0, dial: tDial - t0 };
   };
   try {
@@ -131,6 +144,10 @@ async function main() {
         samples.dial.push(b.dial);
         samples.unlabelled.push(u.exec);
       }
+      // 1b. the same image through a driver with network namespaces kept ready
+      const sp = await createThroughDriver(`${tag}-s${i}`, image, withSpares);
+      if (record) samples.spares.push(sp.exec);
+      await new Promise((r) => setTimeout(r, 2500));
 
       // 2. plain docker run --rm IMAGE true
       const t1 = now();
@@ -149,12 +166,14 @@ async function main() {
     }
   } finally {
     for (const o of await driver.list()) if (o.sandboxId.startsWith(tag)) await driver.delete(o.sandboxId, o.handle).catch(() => {});
+    await withSpares.close();
     fs.rmSync(stateDir, { recursive: true, force: true });
     await run(['docker', 'rmi', unlabelled]);
   }
   const s = {
     unlabelled: summarise(samples.unlabelled),
     driver: summarise(samples.driver),
+    spares: summarise(samples.spares),
     dial: summarise(samples.dial),
     run: summarise(samples.run),
     runExec: summarise(samples.runExec),
@@ -174,11 +193,14 @@ async function main() {
         row('driver: create → docker exec true', s.driver),
         row('driver: create → supervisor dialling', s.dial),
         row('driver, image without its owner label: create → docker exec true', s.unlabelled),
+        row('driver with netns spares: create → docker exec true', s.spares),
         row('plain: docker run --rm IMAGE true', s.run),
         row('plain: docker run -d → docker exec true', s.runExec),
         ratio('ratio driver / driver without the owner label', s.driver, s.unlabelled),
         ratio('ratio driver / docker run --rm', s.driver, s.run),
         ratio('ratio driver / run -d + exec', s.driver, s.runExec),
+        ratio('ratio driver with netns spares / driver', s.spares, s.driver),
+        ratio('ratio driver with netns spares / run -d + exec', s.spares, s.runExec),
       ],
     ),
   );
