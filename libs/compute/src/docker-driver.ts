@@ -689,12 +689,9 @@ export class DockerDriver implements ComputeDriver {
     if (!fresh) {
       const kept = await this.inspectContainer(holderName(sandboxId));
       if (kept) {
-        try {
-          if (!kept.State.Running) await this.docker.getContainer(kept.Id).start();
-          return kept.Id;
-        } catch {
-          await this.removeHolder(sandboxId);
-        }
+        const id = await this.runHolder(kept);
+        if (id) return id;
+        await this.removeHolder(sandboxId);
       }
     }
     return this.holders.claim(sandboxId);
@@ -705,7 +702,11 @@ export class DockerDriver implements ComputeDriver {
     const mode = (info.HostConfig as Dockerode.HostConfig).NetworkMode ?? '';
     if (!mode.startsWith('container:')) return null;
     const holder = await this.inspectContainer(mode.slice('container:'.length));
-    if (!holder || holder.Name.replace(/^\//, '') !== holderName(sandboxId)) return null;
+    return holder && holder.Name.replace(/^\//, '') === holderName(sandboxId) ? this.runHolder(holder) : null;
+  }
+
+  /** `holder`'s id once it runs (started again if it stopped); null when it cannot run. */
+  private async runHolder(holder: Dockerode.ContainerInspectInfo): Promise<string | null> {
     try {
       if (!holder.State.Running) await this.docker.getContainer(holder.Id).start();
       return holder.Id;

@@ -88,9 +88,6 @@ export interface NetnsHoldersOptions {
   image: string;
   /** The sandbox network's name, once known. */
   network: () => Promise<string>;
-  now?: () => number;
-  /** Told once when spares cannot be made (creates go on without them). */
-  onError?: (err: unknown) => void;
 }
 
 export class NetnsHolders {
@@ -100,14 +97,12 @@ export class NetnsHolders {
   private refillTimer: NodeJS.Timeout | null = null;
   private failed = false;
   private closed = false;
-  private readonly now: () => number;
   private readonly docker: Dockerode;
   private readonly opts: NetnsHoldersOptions;
 
   constructor(docker: Dockerode, opts: NetnsHoldersOptions) {
     this.docker = docker;
     this.opts = opts;
-    this.now = opts.now ?? Date.now;
   }
 
   /** Starts making spares (and sweeping stale ones) in the background, if there are to be any. */
@@ -129,7 +124,7 @@ export class NetnsHolders {
    * uses the bridge).
    */
   async claim(sandboxId: string): Promise<string | null> {
-    const fresh = this.now() - SPARE_MAX_AGE_MS / 2;
+    const fresh = Date.now() - SPARE_MAX_AGE_MS / 2;
     for (let spare = this.spares.pop(); spare; spare = this.spares.pop()) {
       if (spare.bornMs < fresh) {
         void this.remove(spare.id);
@@ -176,7 +171,7 @@ export class NetnsHolders {
     try {
       const network = await this.opts.network();
       while (!this.closed && this.spares.length < this.opts.size) {
-        const bornMs = this.now();
+        const bornMs = Date.now();
         const name = `${SPARE_PREFIX}${randomBytes(6).toString('hex')}`;
         const container = await this.docker.createContainer(buildHolderCreateOptions({ image: this.opts.image, network, name, bornMs }));
         try {
@@ -188,18 +183,18 @@ export class NetnsHolders {
         if (this.closed) await this.remove(container.id);
         else this.spares.push({ id: container.id, bornMs });
       }
-    } catch (err) {
-      // Not retried until the next sweep: an image without `sleep` must not make a container a second.
+    } catch {
+      // Creates go on without spares (the bridge). Not retried until the next sweep: an image
+      // without `sleep` must not make a container a second.
       this.failed = true;
-      this.opts.onError?.(err);
     }
   }
 
   /** Removes every driver's spares older than SPARE_MAX_AGE_MS, and this one's past claiming. */
   private async sweep(): Promise<void> {
     this.failed = false;
-    const oldest = this.now() - SPARE_MAX_AGE_MS;
-    const fresh = this.now() - SPARE_MAX_AGE_MS / 2;
+    const oldest = Date.now() - SPARE_MAX_AGE_MS;
+    const fresh = Date.now() - SPARE_MAX_AGE_MS / 2;
     for (let i = this.spares.length - 1; i >= 0; i--) {
       if (this.spares[i]!.bornMs < fresh) void this.remove(this.spares.splice(i, 1)[0]!.id);
     }
