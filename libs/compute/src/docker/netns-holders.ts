@@ -79,6 +79,8 @@ export function buildHolderCreateOptions(h: { image: string; network: string; na
 interface Spare {
   id: string;
   bornMs: number;
+  /** When it was running and added: a list of containers begun after this shows it running. */
+  readyMs: number;
 }
 
 export interface NetnsHoldersOptions {
@@ -181,7 +183,7 @@ export class NetnsHolders {
           throw err;
         }
         if (this.closed) await this.remove(container.id);
-        else this.spares.push({ id: container.id, bornMs });
+        else this.spares.push({ id: container.id, bornMs, readyMs: Date.now() });
       }
     } catch {
       // Creates go on without spares (the bridge). Not retried until the next sweep: an image
@@ -198,6 +200,7 @@ export class NetnsHolders {
     for (let i = this.spares.length - 1; i >= 0; i--) {
       if (this.spares[i]!.bornMs < fresh) void this.remove(this.spares.splice(i, 1)[0]!.id);
     }
+    const listedAt = Date.now();
     let holders: Dockerode.ContainerInfo[];
     try {
       holders = await this.docker.listContainers({ all: true, filters: { label: [`${LABEL_MANAGED}=${MANAGED_NETNS_HOLDER}`] } });
@@ -209,10 +212,11 @@ export class NetnsHolders {
       const born = Number(h.Labels?.[LABEL_HOLDER_BORN]);
       if (spare && !(born >= oldest)) await this.remove(h.Id);
     }
-    // Ours that stopped (an engine restart stops every container): replaced, never claimed.
+    // Ours that stopped (an engine restart stops every container): replaced, never claimed. Not
+    // one the refill added while the list was being read: the list may not show it running.
     const running = new Set(holders.filter((h) => h.State === 'running').map((h) => h.Id));
     for (let i = this.spares.length - 1; i >= 0; i--) {
-      if (!running.has(this.spares[i]!.id)) void this.remove(this.spares.splice(i, 1)[0]!.id);
+      if (this.spares[i]!.readyMs < listedAt && !running.has(this.spares[i]!.id)) void this.remove(this.spares.splice(i, 1)[0]!.id);
     }
   }
 
