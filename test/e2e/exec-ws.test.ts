@@ -11,7 +11,7 @@ import { Cluster, runCli } from '../harness/cluster.ts';
 import { startRedis, type TestRedis } from '../harness/redis.ts';
 import { createSandbox, ownerOf, rssBytes, type CreatedSandbox } from '../harness/sandbox.ts';
 import { execIdOf, expectTreeGone as expectTreeGoneFrom, treeProcs } from '../harness/proc-tree.ts';
-import { sleep, waitFor, waitForStalledWrites } from '../harness/wait.ts';
+import { sleep, tcpConnectionHoldMiB, waitFor, waitForStalledWrites } from '../harness/wait.ts';
 import { openShellClient } from '../harness/grpc-client.ts';
 import { expectOwnedOperationsServed } from '../harness/openapi-coverage.ts';
 import { LINK_SILENCE_LIMIT_MS } from '@sandgate/relay';
@@ -350,10 +350,14 @@ describe('back-pressure', () => {
     const exec = run(['sleep', `611.${tok}`]);
     await exec.opened;
     const execId = await execIdOf(tok);
-    const total = 64 * 1024 * 1024;
+    // What may leave the client: the kernel buffers of its WebSocket connection and of the peer
+    // link (tcpConnectionHoldMiB each), a few MiB of 64 KiB pieces and HTTP/2 windows. It sends
+    // 32 MiB past that; the replica's heap is the RSS bound below.
+    const boundBytes = (2 * tcpConnectionHoldMiB() + 8) * 2 ** 20;
+    const total = boundBytes + 32 * 2 ** 20;
     const frame = Buffer.alloc(256 * 1024, 7);
     for (let sent = 0; sent < total; sent += frame.length) exec.ws.send(frame, { binary: true });
-    // The client's send buffer stops draining: the server stopped reading well before 64 MiB.
+    // The client's send buffer stops draining: the server stopped reading well before the total.
     let last = -1;
     const stuck = await waitFor('the client send buffer to stop draining', async () => {
       const now = exec.ws.bufferedAmount;
@@ -364,7 +368,7 @@ describe('back-pressure', () => {
     }, 30_000, 0);
     const rssGrowth = (await rssBytes(replicaPid)) - rssBefore;
     console.log(`exec-ws stdin back-pressure: ${((total - stuck) / 2 ** 20).toFixed(1)} MiB left the client before it stalled; entry replica RSS grew ${(rssGrowth / 2 ** 20).toFixed(1)} MiB`);
-    expect(total - stuck).toBeLessThan(40 * 1024 * 1024);
+    expect(total - stuck).toBeLessThan(boundBytes);
     expect(rssGrowth).toBeLessThan(64 * 1024 * 1024);
     // The client dies while the server is not reading: the server's probe (a ping each second
     // while paused) meets a reset, and the exec is cancelled like any other.
@@ -383,20 +387,23 @@ describe('back-pressure', () => {
       call.on('error', () => undefined);
       call.write({ start: { sandbox_id: sbx.id, command: ['sleep', `612.${tok}`], environment: {} } });
       const execId = await execIdOf(tok);
-      // 64 MiB in messages as large as gRPC takes (4 MiB with its framing): the buffers on the way
-      // count messages, so until stdin was cut into 64 KiB pieces at the entry and its call read
-      // one message ahead, 16 queued messages per hop let all of it into the replicas (a probe on
+      // Messages as large as gRPC takes (4 MiB with its framing): the buffers on the way count
+      // messages, so until stdin was cut into 64 KiB pieces at the entry and its call read one
+      // message ahead, 16 queued messages per hop let all of it into the replicas (a probe on
       // 2026-12-04: 196 MiB direct, 344 MiB relayed before the client stalled). Now the rest waits
-      // in the client's own write buffer.
+      // in the client's own write buffer. What may leave it: three messages at the entry (being
+      // decoded, read ahead, in pieces), the peer link's kernel buffers, a few MiB of pieces and
+      // HTTP/2 windows; the client sends 8 messages past that.
+      const boundMiB = 3 * 4 + tcpConnectionHoldMiB() + 4;
       const frame = Buffer.alloc(4 * 1024 * 1024 - 1024, 7);
-      const FRAMES = 16;
+      const FRAMES = Math.ceil(boundMiB / 4) + 8;
       for (let i = 0; i < FRAMES; i++) call.write({ stdin: frame });
       const last = await waitForStalledWrites(call as unknown as { writableLength: number }).catch((err: unknown) => {
         throw new Error(`${String(err)}\n${cluster.logs()}`);
       });
       const leftMiB = ((FRAMES - last) * frame.length) / 2 ** 20;
-      console.log(`exec-interactive stdin back-pressure: ${FRAMES - last} of ${FRAMES} 4 MiB messages (${leftMiB.toFixed(1)} MiB) left the client before it stalled`);
-      expect(leftMiB, 'stdin held between the client and a process that does not read it').toBeLessThan(32);
+      console.log(`exec-interactive stdin back-pressure: ${FRAMES - last} of ${FRAMES} 4 MiB messages (${leftMiB.toFixed(1)} MiB) left the client before it stalled (bound ${boundMiB.toFixed(1)} MiB)`);
+      expect(leftMiB, 'stdin held between the client and a process that does not read it').toBeLessThan(boundMiB);
       call.cancel();
       await expectTreeGone(tok, execId, 5_000);
     } finally {

@@ -1,4 +1,5 @@
 // Polling helpers: tests wait for conditions with a deadline instead of sleeping fixed times.
+import { readFileSync } from 'node:fs';
 export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
 export async function waitFor<T>(what: string, probe: () => Promise<T | undefined | null | false> | T | undefined | null | false, timeoutMs = 15_000, intervalMs = 100): Promise<T> {
@@ -37,4 +38,23 @@ export async function waitForStalledWrites(stream: { writableLength: number }, t
     throw new Error(`${String(err)}: messages still queued in the client, every 500 ms: ${seen.join(' ')}`);
   });
   return last;
+}
+
+/**
+ * The largest buffer TCP autotuning gives one socket (`net.ipv4.<name>`'s third field), in MiB.
+ * A back-pressure test counts what left its client before it stalled; on a plain TCP hop whose
+ * reader paused (a peer link, a WebSocket), the kernel keeps up to tcp_wmem's maximum at the
+ * sender and tcp_rmem's maximum at the receiver, which autotunes while it still reads: how much
+ * of that fills depends on the run's timing (48 MiB left once under CI's load, 16 MiB on a quiet
+ * machine). So those tests derive their bounds from these.
+ */
+export function tcpBufferMaxMiB(name: 'tcp_rmem' | 'tcp_wmem'): number {
+  const max = Number(readFileSync(`/proc/sys/net/ipv4/${name}`, 'utf8').trim().split(/\s+/)[2]);
+  if (!(max > 0)) throw new Error(`cannot read net.ipv4.${name}`);
+  return max / 2 ** 20;
+}
+
+/** What the kernel may hold on one loopback TCP connection whose reader paused, in MiB. */
+export function tcpConnectionHoldMiB(): number {
+  return tcpBufferMaxMiB('tcp_wmem') + tcpBufferMaxMiB('tcp_rmem');
 }
