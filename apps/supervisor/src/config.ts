@@ -4,7 +4,7 @@
 import fs from 'node:fs';
 import { DebugBreakError, parseDebugBreaks, type DebugBreak } from '@sandgate/core/debug-breaks';
 import { parseSandboxEnvironment, parseSupervisorEnvironment, SupervisorEnv, withoutSupervisorEnv, type WorkloadIsolation } from '@sandgate/protocols/contract';
-import { parseLogLevel, type LogLevel } from '@sandgate/telemetry/log';
+import { parseLogLevel, type LogLevel } from '@sandgate/telemetry/line-log';
 
 export const ENV_PREFIX = SupervisorEnv.prefix;
 /** Tag carried by every process of an exec, so its tree can be found even after it left its group. */

@@ -1,7 +1,7 @@
 // The in-sandbox supervisor's process: configuration, logging, signals, then the Supervisor.
 // Started by main.ts (the entry point), which loads it through the compile cache first.
 import { ConfigError, loadProcessConfig } from './config.ts';
-import { createLogger } from '@sandgate/telemetry/log';
+import { createLineLogger } from '@sandgate/telemetry/line-log';
 import { Supervisor } from './supervisor.ts';
 import { startIdleTrim } from './memory-trim.ts';
 
@@ -17,14 +17,14 @@ export function runSupervisor(): void {
     config = loadProcessConfig();
   } catch (err) {
     if (err instanceof ConfigError) {
-      createLogger({ sandbox_id: err.sandboxId }, err.logLevel).error('invalid configuration', { err: err.message });
+      createLineLogger({ sandbox_id: err.sandboxId }, err.logLevel).error('invalid configuration', { err: err.message });
       process.exit(2);
     }
     throw err;
   }
   // Every line names the sandbox: the driver sends our stderr to the sandbox log, and those logs are
   // aggregated across sandboxes.
-  const log = createLogger({ sandbox_id: config.sandboxId }, config.logLevel);
+  const log = createLineLogger({ sandbox_id: config.sandboxId }, config.logLevel);
 
   process.on('uncaughtException', (err) => log.error('uncaught exception (continuing)', { err }));
   process.on('unhandledRejection', (err) => log.error('unhandled rejection (continuing)', { err }));

@@ -4,10 +4,11 @@ import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 
 // A supervisor runs once per sandbox, so what it loads is paid per sandbox (BENCHMARKS.md, "The
-// supervisor's gRPC client" and "Static codecs in the supervisor"). These libraries are the
-// gateway's; one imported into the supervisor again by a value import would pass every other test.
+// supervisor's gRPC client", "Static codecs in the supervisor", "The supervisor's log lines
+// without pino"). These libraries are the gateway's; one imported into the supervisor again by a
+// value import would pass every other test.
 describe('the supervisor’s modules', () => {
-  it('include neither grpc-js, protobufjs’ reflection, long.js, nor the OTel API', () => {
+  it('include neither grpc-js, protobufjs’ reflection, long.js, pino, nor the OTel API', () => {
     const src = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../src');
     const script = `
       import { registerHooks } from 'node:module';
@@ -30,7 +31,7 @@ describe('the supervisor’s modules', () => {
       expect(loaded.some((url) => url.endsWith(module)), `${module} is loaded`).toBe(true);
     }
     const unwanted = loaded.filter(
-      (url) => url.includes('@grpc/') || url.includes('@opentelemetry/') || url.endsWith('protobufjs/index.js') || url.endsWith('protobufjs/src/type.js') || url.endsWith('protocols/src/load.ts') || url.includes('/node_modules/long/'),
+      (url) => url.includes('@grpc/') || url.includes('@opentelemetry/') || url.endsWith('protobufjs/index.js') || url.endsWith('protobufjs/src/type.js') || url.endsWith('protocols/src/load.ts') || url.includes('/node_modules/long/') || url.includes('/node_modules/pino/'),
     );
     expect(unwanted).toEqual([]);
   });

@@ -16,7 +16,7 @@ import {
   type TextMapGetter,
   isSpanContextValid,
 } from '@opentelemetry/api';
-import { readTraceIdsWith } from './log.ts';
+import { readTraceIdsWith } from './log-core.ts';
 
 export { SpanKind, SpanStatusCode, context as otelContext, trace as otelTrace, type Span, type Context, type Attributes };
 

@@ -1,6 +1,7 @@
-// The one logger: JSON lines with the fields operators and tests read, one error serialiser under
-// every key, and the active span's ids on lines written inside a span (a real tracer provider
-// and the async-hooks context manager, as the tracing setup installs them).
+// The log lines: JSON with the fields operators and tests read, one error serialiser under every
+// key, and the active span's ids on lines written inside a span (a real tracer provider and the
+// async-hooks context manager, as the tracing setup installs them). The same checks run on both
+// writers: pino's (log.ts: replica, worker, CLI) and the supervisor's own (line-log.ts).
 import { context, ROOT_CONTEXT, trace } from '@opentelemetry/api';
 import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
 import { InMemorySpanExporter, SimpleSpanProcessor, TracerProvider } from '@opentelemetry/sdk-trace';
@@ -9,12 +10,19 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLogger, parseLogLevel, serialiseError, type LogLevel } from '../src/log.ts';
+import { createLineLogger } from '../src/line-log.ts';
 // tracing.ts installs the logger's reader of the active span, as in every process that makes spans.
 import '../src/tracing.ts';
 
-function capture(base: Record<string, unknown>, level: LogLevel = 'debug') {
+const WRITERS = [
+  { name: 'pino (log.ts)', create: createLogger, file: 'log.ts', factory: 'createLogger' },
+  { name: 'the supervisor\'s (line-log.ts)', create: createLineLogger, file: 'line-log.ts', factory: 'createLineLogger' },
+] as const;
+type Writer = (typeof WRITERS)[number];
+
+function capture(writer: Writer, base: Record<string, unknown>, level: LogLevel = 'debug') {
   const lines: string[] = [];
-  const log = createLogger(base, level, { destination: { write: (l: string) => lines.push(l) } });
+  const log = writer.create(base, level, { destination: { write: (l: string) => lines.push(l) } });
   const records = () =>
     lines.map((l) => {
       expect(l.endsWith('\n')).toBe(true);
@@ -24,9 +32,9 @@ function capture(base: Record<string, unknown>, level: LogLevel = 'debug') {
   return { log, lines, records };
 }
 
-describe('createLogger', () => {
+describe.each(WRITERS)('$name', (writer) => {
   it('writes one JSON line per event: level name, ISO ts, msg, base and child fields, filtered by level', () => {
-    const { log, lines, records } = capture({ sandbox_id: 'sb' }, 'info');
+    const { log, lines, records } = capture(writer, { sandbox_id: 'sb' }, 'info');
     log.debug('hidden');
     log.child({ exec_id: 'e1' }).warn('boom', { n: 1 });
     log.error('bad');
@@ -41,7 +49,7 @@ describe('createLogger', () => {
   });
 
   it('never throws: circular fields, throwing getters', () => {
-    const { log, records } = capture({});
+    const { log, records } = capture(writer, {});
     const circular: Record<string, unknown> = {};
     circular.self = circular;
     expect(() => log.info('circular', { circular })).not.toThrow();
@@ -62,9 +70,9 @@ describe('createLogger', () => {
   });
 });
 
-describe('error serialiser', () => {
+describe.each(WRITERS)('error serialiser, $name', (writer) => {
   it('serialises an Error the same way under any key, in fields, child bindings and the base', () => {
-    const { log, records } = capture({ boot: new Error('at boot') });
+    const { log, records } = capture(writer, { boot: new Error('at boot') });
     const cause = Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:1'), { code: 'ECONNREFUSED' });
     const err = new Error('dial failed', { cause });
     log.child({ first: new TypeError('typed') }).error('x', { err, whatever: err, plain: 'text' });
@@ -101,7 +109,7 @@ describe('error serialiser', () => {
   });
 });
 
-describe('trace correlation', () => {
+describe.each(WRITERS)('trace correlation, $name', (writer) => {
   const exporter = new InMemorySpanExporter();
   const provider = new TracerProvider({ spanProcessors: [new SimpleSpanProcessor({ exporter })] });
   const contextManager = new AsyncLocalStorageContextManager();
@@ -116,7 +124,7 @@ describe('trace correlation', () => {
   });
 
   it('puts trace_id and span_id on lines inside an active span, across awaits, and not outside', async () => {
-    const { log, records } = capture({ component: 'test' });
+    const { log, records } = capture(writer, { component: 'test' });
     const tracer = provider.getTracer('log-test');
     log.info('before');
     await tracer.startActiveSpan('outer', async (span) => {
@@ -152,17 +160,17 @@ describe('trace correlation', () => {
   });
 });
 
-describe('a process logging on its real stderr', () => {
+describe.each(WRITERS)('a process logging on its real stderr, $name', (writer) => {
   it('writes the ids of the span a line is written in, and only those lines carry them', () => {
     // A separate Node process with the default destination (process.stderr) and the tracing
     // setup's pieces registered globally, as a replica or supervisor with tracing on has them.
-    const logTs = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../src/log.ts');
+    const logTs = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../src', writer.file);
     const tracingTs = path.resolve(path.dirname(logTs), 'tracing.ts');
     const script = `
       import { context, trace } from '@opentelemetry/api';
       import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
       import { TracerProvider } from '@opentelemetry/sdk-trace';
-      import { createLogger } from ${JSON.stringify(logTs)};
+      import { ${writer.factory} as createLogger } from ${JSON.stringify(logTs)};
       import ${JSON.stringify(tracingTs)};
       context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable());
       trace.setGlobalTracerProvider(new TracerProvider());
@@ -188,21 +196,21 @@ describe('a process logging on its real stderr', () => {
   });
 });
 
-describe('the logger alone', () => {
-  it('loads no OTel module, and its lines carry no ids until tracing.ts is loaded', () => {
-    // What a supervisor with tracing off loads: every module a process resolves is recorded.
-    const logTs = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../src/log.ts');
+describe.each(WRITERS)('the logger alone, $name', (writer) => {
+  it('loads no OTel module (the supervisor\'s: no pino either), and its lines carry no ids until tracing.ts is loaded', () => {
+    // What a process with tracing off loads: every module a process resolves is recorded.
+    const logTs = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../src', writer.file);
     const script = `
       import { registerHooks } from 'node:module';
       const loaded = [];
       registerHooks({ resolve(spec, ctx, next) { const r = next(spec, ctx); loaded.push(r.url); return r; } });
-      const { createLogger } = await import(${JSON.stringify(logTs)});
+      const { ${writer.factory}: createLogger } = await import(${JSON.stringify(logTs)});
       createLogger({ component: 'probe' }, 'info').info('plain');
-      process.stdout.write(JSON.stringify(loaded.filter((u) => u.includes('opentelemetry'))));
+      process.stdout.write(JSON.stringify({ otel: loaded.filter((u) => u.includes('opentelemetry')), pino: loaded.some((u) => u.includes('/pino/')) }));
     `;
     const r = spawnSync(process.execPath, ['--input-type=module', '-e', script], { cwd: path.dirname(logTs), encoding: 'utf8', timeout: 20_000 });
     expect(r.status, r.stderr).toBe(0);
-    expect(JSON.parse(r.stdout)).toEqual([]);
+    expect(JSON.parse(r.stdout)).toEqual({ otel: [], pino: writer.file === 'log.ts' });
     expect(JSON.parse(r.stderr.trim())).toEqual({ level: 'info', ts: expect.any(String), component: 'probe', msg: 'plain' });
   });
 });
