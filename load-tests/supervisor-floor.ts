@@ -50,12 +50,14 @@ interface Kind {
 // Each kind adds to the one before, in the order the supervisor's start loads them. The
 // supervisor speaks gRPC over node:http2 itself (since fcebe7f); the last kind is the one before,
 // with a grpc-js channel instead of the plain session, for the comparison in the same run.
-const PROTOCOLS_LOGGER_SUPERVISOR = ['@sandgate/protocols', '@sandgate/telemetry/log', SUPERVISOR_MAIN];
+// Since 2026-12-07 the supervisor's codecs are static (no protobufjs reflection, no descriptor)
+// and its logger writes its lines without pino.
+const PROTOCOLS_LOGGER_SUPERVISOR = ['@sandgate/protocols/supervisor-wire', '@sandgate/telemetry/line-log', SUPERVISOR_MAIN];
 const KINDS: Kind[] = [
   { label: 'Node alone, no connection', modules: [], connect: false },
   { label: '+ an HTTP/2 session (node:http2)', modules: [], connect: true },
-  { label: '+ protobufjs and the descriptor (@sandgate/protocols)', modules: ['@sandgate/protocols'], connect: true },
-  { label: '+ pino and the logger (@sandgate/telemetry/log)', modules: ['@sandgate/protocols', '@sandgate/telemetry/log'], connect: true },
+  { label: "+ the supervisor's static codecs (@sandgate/protocols/supervisor-wire)", modules: ['@sandgate/protocols/supervisor-wire'], connect: true },
+  { label: "+ the supervisor's logger (@sandgate/telemetry/line-log)", modules: ['@sandgate/protocols/supervisor-wire', '@sandgate/telemetry/line-log'], connect: true },
   { label: "+ the rest of the supervisor's modules (supervisor-main.ts)", modules: PROTOCOLS_LOGGER_SUPERVISOR, connect: true },
   // `sandgate up` serves TLS, so its supervisors dial it over TLS.
   { label: '+ TLS on the connection (as `sandgate up` runs): the supervisor', modules: PROTOCOLS_LOGGER_SUPERVISOR, connect: true, tls: true },
