@@ -11,8 +11,6 @@
 import fs from 'node:fs';
 
 const [target = '-', ...modules] = process.argv.slice(2);
-// As the supervisor's main.ts does first: protobufjs without long.js.
-if (modules.some((m) => m.includes('supervisor'))) await import('../apps/supervisor/src/without-long.ts');
 for (const m of modules) await import(m);
 if (target === 'fill') {
   (await import('node:module')).flushCompileCache();

@@ -50,14 +50,17 @@ interface Kind {
 // Each kind adds to the one before, in the order the supervisor's start loads them. The
 // supervisor speaks gRPC over node:http2 itself (since fcebe7f); the last kind is the one before,
 // with a grpc-js channel instead of the plain session, for the comparison in the same run.
-// Since 2026-12-07 the supervisor's codecs are static (no protobufjs reflection, no descriptor)
-// and its logger writes its lines without pino.
-const PROTOCOLS_LOGGER_SUPERVISOR = ['@sandgate/protocols/supervisor-wire', '@sandgate/telemetry/line-log', SUPERVISOR_MAIN];
+// Since 2026-12-07 the supervisor's codecs are static (no protobufjs reflection, no descriptor),
+// loaded as its main.ts loads them (protobufjs without long.js: without-long.ts first), and its
+// logger writes its lines without pino.
+const WITHOUT_LONG = path.join(here, '..', 'apps', 'supervisor', 'src', 'without-long.ts');
+const CODECS = [WITHOUT_LONG, '@sandgate/protocols/supervisor-wire'];
+const PROTOCOLS_LOGGER_SUPERVISOR = [...CODECS, '@sandgate/telemetry/line-log', SUPERVISOR_MAIN];
 const KINDS: Kind[] = [
   { label: 'Node alone, no connection', modules: [], connect: false },
   { label: '+ an HTTP/2 session (node:http2)', modules: [], connect: true },
-  { label: "+ the supervisor's static codecs (@sandgate/protocols/supervisor-wire)", modules: ['@sandgate/protocols/supervisor-wire'], connect: true },
-  { label: "+ the supervisor's logger (@sandgate/telemetry/line-log)", modules: ['@sandgate/protocols/supervisor-wire', '@sandgate/telemetry/line-log'], connect: true },
+  { label: "+ the supervisor's static codecs (@sandgate/protocols/supervisor-wire)", modules: CODECS, connect: true },
+  { label: "+ the supervisor's logger (@sandgate/telemetry/line-log)", modules: [...CODECS, '@sandgate/telemetry/line-log'], connect: true },
   { label: "+ the rest of the supervisor's modules (supervisor-main.ts)", modules: PROTOCOLS_LOGGER_SUPERVISOR, connect: true },
   // `sandgate up` serves TLS, so its supervisors dial it over TLS.
   { label: '+ TLS on the connection (as `sandgate up` runs): the supervisor', modules: PROTOCOLS_LOGGER_SUPERVISOR, connect: true, tls: true },
