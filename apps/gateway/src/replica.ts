@@ -107,6 +107,7 @@ async function listenForDockerSupervisors(server: Server, driver: ComputeDriver,
 export function createDriver(
   config: Pick<ReplicaConfig, 'driver' | 'stateDir' | 'dockerImage' | 'supervisorCompileCache'> & Partial<Pick<ReplicaConfig, 'dockerNetnsSpares'>>,
   role: 'replica' | 'worker' = 'replica',
+  log?: Logger,
 ): ComputeDriver {
   if (config.driver === 'local') return new LocalDriver({ stateDir: config.stateDir, supervisorEntry, compileCache: config.supervisorCompileCache });
   if (config.driver === 'docker') {
@@ -118,6 +119,7 @@ export function createDriver(
       defaultImage: config.dockerImage || undefined,
       compileCache: config.supervisorCompileCache,
       netnsSpares: role === 'replica' ? (config.dockerNetnsSpares ?? 0) : 0,
+      warn: log ? (msg, fields) => log.warn(msg, fields) : undefined,
     });
   }
   throw new Error(`unknown driver '${config.driver}': use local or docker`);
@@ -149,7 +151,7 @@ export async function startReplica(config: ReplicaConfig, opts: { authenticator?
   const execSlots = new WorkspaceExecSlots(redis);
   const ownership = new OwnershipStore(redis, config.ownerTtlMs, { fencing: !config.debugBreaks.has('fencing') });
   const replicas = new ReplicaRegistry(redis, config.ownerTtlMs);
-  const driver = createDriver(config);
+  const driver = createDriver(config, 'replica', log);
   // On `redis`, the connection every acknowledged write goes through (WAIT counts per connection).
   const replication = new ReplicationGuard(redis, {
     minReplicas: config.debugBreaks.has('redis-wait') ? 0 : config.redisMinReplicas,

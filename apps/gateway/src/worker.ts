@@ -54,7 +54,7 @@ export async function startWorker(config: WorkerConfig): Promise<RunningStandalo
   const store = new SandboxStore(redis);
   const ownership = new OwnershipStore(redis, config.ownerTtlMs);
   const replicas = new ReplicaRegistry(redis, config.ownerTtlMs);
-  const driver = createDriver(config, 'worker');
+  const driver = createDriver(config, 'worker', log);
   const scheduler = new JobScheduler(config.redisUrl, { connectionName: jobConnectionNames(config.workerId).scheduler, enabled: config.jobsEnabled, redisTlsCa });
   // It holds no supervisor session: the router always finds the owner replica in Redis and kills
   // execs there (Peer.KillExec).

@@ -97,6 +97,11 @@ export interface DockerDriverOptions {
    * container gets its own endpoint); the gateway keeps 2.
    */
   netnsSpares?: number;
+  /**
+   * Where the driver says what failed in work nobody waits on (making network namespaces ready).
+   * Default: nowhere.
+   */
+  warn?: (msg: string, fields: Record<string, unknown>) => void;
 }
 
 /** The docker driver's handle, as persisted by the gateway. */
@@ -166,7 +171,15 @@ export class DockerDriver implements ComputeDriver {
     this.useCompileCache = opts.compileCache ?? true;
     const spares = opts.netnsSpares ?? 0;
     if (!Number.isInteger(spares) || spares < 0 || spares > 64) throw new Error(`DockerDriver: netnsSpares must be an integer from 0 to 64 (got ${spares})`);
-    this.holders = new NetnsHolders(this.docker, { size: spares, image: this.defaultImage, network: async () => (await this.network()).name });
+    const warn = opts.warn;
+    this.holders = new NetnsHolders(this.docker, {
+      size: spares,
+      image: this.defaultImage,
+      network: async () => (await this.network()).name,
+      onRefillFailed: warn
+        ? (err, retryInMs) => warn('docker: a network namespace could not be made ready; creates take the sandbox network until the next try', { err, image: this.defaultImage, retry_in_s: retryInMs / 1000 })
+        : undefined,
+    });
     // Ready before the first create, not after it.
     this.holders.warm();
   }

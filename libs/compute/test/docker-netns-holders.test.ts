@@ -189,15 +189,40 @@ describe('network namespaces kept ready (real dockerd)', () => {
     await driver.delete(s.sandboxId, h as never);
   }, 90_000);
 
+  it('spares that cannot be made are reported, and creates take the bridge', async () => {
+    // A default image the engine does not have: every holder's create fails.
+    const missing = `sandgate-no-such-image-${process.pid}:never`;
+    const warnings: Array<{ msg: string; fields: Record<string, unknown> }> = [];
+    const broken = new DockerDriver({ stateDir, repoRoot, supervisorEntry: fakeSupervisor, network: NETWORK, netnsSpares: 1, defaultImage: missing, compileCache: false, warn: (msg, fields) => warnings.push({ msg, fields }) });
+    const s = spec('no-spare');
+    try {
+      const h = (await broken.create(s)) as unknown as DockerHandle;
+      expect((await docker.getContainer(h.containerId).inspect()).HostConfig.NetworkMode).toBe(NETWORK);
+      expect((await holders()).has(holderName(s.sandboxId))).toBe(false);
+      const warning = await waitFor('the failure reported', () => warnings[0]);
+      expect(warning.msg).toMatch(/network namespace could not be made ready/);
+      expect(warning.fields).toMatchObject({ image: missing, retry_in_s: 60 });
+      expect(String((warning.fields.err as Error).message)).toMatch(/no such image/i);
+      // Not retried before the next sweep: one failure, one line.
+      await sleep(1500);
+      expect(warnings).toHaveLength(1);
+    } finally {
+      await broken.delete(s.sandboxId, null).catch(() => false);
+      await broken.close();
+    }
+  }, 90_000);
+
   it('spares have a bounded life: another driver’s stale one is removed, a fresh one is left, and close() removes a driver’s own', async () => {
     const network = NETWORK;
-    const make = async (name: string, bornMs: number) => {
+    const make = async (name: string, bornMs: number, start = true) => {
       const ctr = await docker.createContainer(buildHolderCreateOptions({ image: DEFAULT_IMAGE, network, name, bornMs }));
-      await ctr.start();
+      if (start) await ctr.start();
       return ctr.id;
     };
-    // As a replica killed with spares would leave them: one past the limit, one young.
-    const stale = await make(`sandgate-netns-spare-stale${process.pid}`, Date.now() - SPARE_MAX_AGE_MS - 1000);
+    // As a replica killed with spares would leave them: one past the limit, one young. The stale
+    // one is not started: the suite's driver may sweep it away at any moment, and a start racing
+    // that removal failed once ("cannot start a stopped process"); a sweep removes it either way.
+    const stale = await make(`sandgate-netns-spare-stale${process.pid}`, Date.now() - SPARE_MAX_AGE_MS - 1000, false);
     const young = await make(`sandgate-netns-spare-young${process.pid}`, Date.now());
     const known = new Set([young, ...(await spares()).map((x) => x.Id)]);
     try {

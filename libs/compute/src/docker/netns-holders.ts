@@ -90,6 +90,11 @@ export interface NetnsHoldersOptions {
   image: string;
   /** The sandbox network's name, once known. */
   network: () => Promise<string>;
+  /**
+   * Told when making spares failed (an image without `sleep`, an engine error): creates then take
+   * the bridge until the next sweep tries again, so an operator should hear why.
+   */
+  onRefillFailed?: (err: unknown, retryInMs: number) => void;
 }
 
 export class NetnsHolders {
@@ -185,10 +190,11 @@ export class NetnsHolders {
         if (this.closed) await this.remove(container.id);
         else this.spares.push({ id: container.id, bornMs, readyMs: Date.now() });
       }
-    } catch {
+    } catch (err) {
       // Creates go on without spares (the bridge). Not retried until the next sweep: an image
       // without `sleep` must not make a container a second.
       this.failed = true;
+      if (!this.closed) this.opts.onRefillFailed?.(err, SWEEP_EVERY_MS);
     }
   }
 
