@@ -30,6 +30,20 @@ export const SUPERVISOR_MESSAGES = [
   'openshell.sandbox.v1.SandboxPolicy',
 ] as const;
 
+/**
+ * Of the policy, a supervisor reads only what its egress proxy enforces (libs/core/src/egress.ts:
+ * `network_policies[*].endpoints[*]` `host`, `port`/`ports`, `allowed_ips`); the gateway refuses a
+ * policy that sets anything else (libs/core/src/policy.ts, unsupportedPolicyFields), and protobuf
+ * decoders skip the fields their type lacks. So the supervisor's SandboxPolicy type has these
+ * fields only: the L7, middleware, GraphQL and MCP types would be ~90 KB of code in its heap,
+ * decoding fields that are never set. The supervisor decodes policies; it never encodes one.
+ */
+export const POLICY_FIELDS_READ: Readonly<Record<string, readonly string[]>> = {
+  'openshell.sandbox.v1.SandboxPolicy': ['network_policies'],
+  'openshell.sandbox.v1.NetworkPolicyRule': ['name', 'endpoints'],
+  'openshell.sandbox.v1.NetworkEndpoint': ['host', 'port', 'allowed_ips', 'ports'],
+};
+
 /** The full names of `roots` and of every message and enum they reach through their fields. */
 function reachable(root: protobuf.Root, roots: readonly string[]): Set<string> {
   const seen = new Set<string>();
@@ -49,9 +63,16 @@ function reachable(root: protobuf.Root, roots: readonly string[]): Set<string> {
   return seen;
 }
 
-/** The descriptor cut down to `SUPERVISOR_MESSAGES` and what they reference, without services. */
+/**
+ * The descriptor cut down to `SUPERVISOR_MESSAGES` and what they reference, without services, its
+ * policy types to POLICY_FIELDS_READ.
+ */
 export function supervisorDescriptor(): protobuf.Root {
   const root = parseProtoFiles();
+  for (const [typeName, read] of Object.entries(POLICY_FIELDS_READ)) {
+    const type = root.lookupType(typeName);
+    for (const field of [...type.fieldsArray]) if (!read.includes(field.name)) type.remove(field);
+  }
   const keep = reachable(root, SUPERVISOR_MESSAGES);
   const prune = (namespace: protobuf.NamespaceBase): void => {
     for (const nested of [...namespace.nestedArray]) {
