@@ -3,7 +3,7 @@
 // exec; pino and what it loads (thread-stream, sonic-boom, worker_threads) cost each one about
 // 0.7 MiB of anonymous memory and 14 ms of its start (BENCHMARKS.md, "The supervisor's log
 // lines without pino"). The replicas, which log far more, keep pino.
-import { LOG_LEVELS, serialiseFields, traceFields, type LogFields, type Logger, type LoggerOptions, type LogLevel } from './log-core.ts';
+import { LOG_LEVELS, loggerOver, serialiseFields, traceFields, type LogFields, type Logger, type LoggerOptions, type LogLevel } from './log-core.ts';
 
 export * from './log-core.ts';
 
@@ -11,24 +11,15 @@ export * from './log-core.ts';
 export function createLineLogger(base: LogFields, level: LogLevel = 'info', opts: LoggerOptions = {}): Logger {
   const least = Math.max(0, LOG_LEVELS.indexOf(level));
   const destination = opts.destination ?? process.stderr;
-  const make = (bound: LogFields): Logger => {
-    const write = (lvl: LogLevel, msg: string, fields?: LogFields) => {
-      if (LOG_LEVELS.indexOf(lvl) < least) return;
-      try {
-        const record = { level: lvl, ts: new Date().toISOString(), ...bound, ...traceFields(), ...(fields ? serialiseFields(fields) : {}), msg };
+  const make = (bound: LogFields): Logger =>
+    loggerOver(
+      (level, msg, fields) => {
+        if (LOG_LEVELS.indexOf(level) < least) return;
+        const record = { level, ts: new Date().toISOString(), ...bound, ...traceFields(), ...(fields ? serialiseFields(fields) : {}), msg };
         destination.write(`${safeJson(record)}\n`);
-      } catch {
-        // A throwing getter in the fields or a dead stderr: logging must never take the caller down.
-      }
-    };
-    return {
-      debug: (msg, fields) => write('debug', msg, fields),
-      info: (msg, fields) => write('info', msg, fields),
-      warn: (msg, fields) => write('warn', msg, fields),
-      error: (msg, fields) => write('error', msg, fields),
-      child: (fields) => make({ ...bound, ...serialiseFields(fields) }),
-    };
-  };
+      },
+      (fields) => make({ ...bound, ...serialiseFields(fields) }),
+    );
   return make(serialiseFields(base));
 }
 

@@ -106,3 +106,23 @@ export function readTraceIdsWith(reader: () => LogFields): void {
   activeTraceFields = reader;
 }
 
+/**
+ * A Logger whose lines `write` makes. Logging must never take its caller down: whatever `write`
+ * throws (a throwing getter in the fields, a dead stderr) is dropped with its line.
+ */
+export function loggerOver(write: (level: LogLevel, msg: string, fields?: LogFields) => void, child: (fields: LogFields) => Logger): Logger {
+  const line = (level: LogLevel, msg: string, fields?: LogFields) => {
+    try {
+      write(level, msg, fields);
+    } catch {
+      // dropped: see above
+    }
+  };
+  return {
+    debug: (msg, fields) => line('debug', msg, fields),
+    info: (msg, fields) => line('info', msg, fields),
+    warn: (msg, fields) => line('warn', msg, fields),
+    error: (msg, fields) => line('error', msg, fields),
+    child,
+  };
+}

@@ -7,7 +7,7 @@
 // writes the same lines without pino (`@sandgate/telemetry/line-log`; BENCHMARKS.md, "The
 // supervisor's log lines without pino").
 import { pino, type Logger as PinoLogger } from 'pino';
-import { LOG_LEVELS, serialiseFields, traceFields, type LogFields, type Logger, type LoggerOptions, type LogLevel } from './log-core.ts';
+import { LOG_LEVELS, loggerOver, serialiseFields, traceFields, type LogFields, type Logger, type LoggerOptions, type LogLevel } from './log-core.ts';
 
 export * from './log-core.ts';
 
@@ -37,19 +37,9 @@ export function createLogger(base: LogFields, level: LogLevel = 'info', opts: Lo
 }
 
 function wrap(p: PinoLogger): Logger {
-  const write = (lvl: LogLevel, msg: string, fields?: LogFields) => {
-    try {
-      p[lvl](fields ?? {}, msg);
-    } catch {
-      // A throwing getter in the fields or a dead stderr: logging must never take the caller down.
-    }
-  };
-  return {
-    debug: (msg, fields) => write('debug', msg, fields),
-    info: (msg, fields) => write('info', msg, fields),
-    warn: (msg, fields) => write('warn', msg, fields),
-    error: (msg, fields) => write('error', msg, fields),
+  return loggerOver(
+    (level, msg, fields) => p[level](fields ?? {}, msg),
     // Bound fields are serialised once here: pino skips its formatters for a child's bindings.
-    child: (fields) => wrap(p.child(serialiseFields(fields))),
-  };
+    (fields) => wrap(p.child(serialiseFields(fields))),
+  );
 }
