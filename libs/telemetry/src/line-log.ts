@@ -13,9 +13,9 @@ export function createLineLogger(base: LogFields, level: LogLevel = 'info', opts
   const destination = opts.destination ?? process.stderr;
   const make = (bound: LogFields): Logger =>
     loggerOver(
-      (level, msg, fields) => {
-        if (LOG_LEVELS.indexOf(level) < least) return;
-        const record = { level, ts: new Date().toISOString(), ...bound, ...traceFields(), ...(fields ? serialiseFields(fields) : {}), msg };
+      (lineLevel, msg, fields) => {
+        if (LOG_LEVELS.indexOf(lineLevel) < least) return;
+        const record = { level: lineLevel, ts: new Date().toISOString(), ...bound, ...traceFields(), ...(fields ? serialiseFields(fields) : {}), msg };
         destination.write(`${safeJson(record)}\n`);
       },
       (fields) => make({ ...bound, ...serialiseFields(fields) }),
@@ -32,7 +32,7 @@ function safeJson(value: object): string {
   // the holder of each key as `this`, so whatever is above the holder is done and is dropped.
   const ancestors: unknown[] = [];
   return JSON.stringify(value, function (this: unknown, _key: string, v: unknown) {
-    if (typeof v === 'bigint') return Number(v);
+    if (typeof v === 'bigint') return (JSON as unknown as { rawJSON(text: string): unknown }).rawJSON(v.toString());
     if (typeof v !== 'object' || v === null) return v;
     while (ancestors.length > 0 && ancestors[ancestors.length - 1] !== this) ancestors.pop();
     if (ancestors.includes(v)) return '[Circular]';

@@ -62,6 +62,12 @@ describe.each(WRITERS)('$name', (writer) => {
     expect(records()[0]).toMatchObject({ msg: 'circular', circular: { self: '[Circular]' } });
   });
 
+  it('writes a bigint as its exact digits', () => {
+    const { log, lines } = capture(writer, {});
+    log.info('big', { n: 2n ** 70n });
+    expect(lines[0]).toContain('"n":1180591620717411303424');
+  });
+
   it('SANDGATE_LOG_LEVEL values: any case, anything else is info', () => {
     expect(parseLogLevel(' DEBUG ')).toBe('debug');
     expect(parseLogLevel('warn')).toBe('warn');
