@@ -11,7 +11,7 @@ import { Cluster, runCli } from '../harness/cluster.ts';
 import { startRedis, type TestRedis } from '../harness/redis.ts';
 import { createSandbox, ownerOf, rssBytes, type CreatedSandbox } from '../harness/sandbox.ts';
 import { execIdOf, expectTreeGone as expectTreeGoneFrom, treeProcs } from '../harness/proc-tree.ts';
-import { sleep, tcpConnectionHoldMiB, waitFor, waitForStalledWrites } from '../harness/wait.ts';
+import { relayedCallHoldMiB, sleep, tcpConnectionHoldMiB, waitFor, waitForStalledWrites } from '../harness/wait.ts';
 import { openShellClient } from '../harness/grpc-client.ts';
 import { expectOwnedOperationsServed } from '../harness/openapi-coverage.ts';
 import { LINK_SILENCE_LIMIT_MS } from '@sandgate/relay';
@@ -391,10 +391,9 @@ describe('back-pressure', () => {
       // messages, so until stdin was cut into 64 KiB pieces at the entry and its call read one
       // message ahead, 16 queued messages per hop let all of it into the replicas (a probe on
       // 2026-12-04: 196 MiB direct, 344 MiB relayed before the client stalled). Now the rest waits
-      // in the client's own write buffer. What may leave it: three messages at the entry (being
-      // decoded, read ahead, in pieces), the peer link's kernel buffers, a few MiB of pieces and
-      // HTTP/2 windows; the client sends 8 messages past that.
-      const boundMiB = 3 * 4 + tcpConnectionHoldMiB() + 4;
+      // in the client's own write buffer. What may leave it is relayedCallHoldMiB; the client
+      // sends 8 messages past that.
+      const boundMiB = relayedCallHoldMiB();
       const frame = Buffer.alloc(4 * 1024 * 1024 - 1024, 7);
       const FRAMES = Math.ceil(boundMiB / 4) + 8;
       for (let i = 0; i < FRAMES; i++) call.write({ stdin: frame });

@@ -16,7 +16,7 @@ import { startRedis, type TestRedis } from '../harness/redis.ts';
 import { openShellClient, unaryCall, type AnyClient } from '../harness/grpc-client.ts';
 import { createSandbox, ownerOf, pidsMatching, rssBytes, type CreatedSandbox } from '../harness/sandbox.ts';
 import { freePort } from '../harness/ports.ts';
-import { tcpBufferMaxMiB, tcpConnectionHoldMiB, waitFor, waitForStalledWrites } from '../harness/wait.ts';
+import { relayedCallHoldMiB, tcpBufferMaxMiB, waitFor, waitForStalledWrites } from '../harness/wait.ts';
 import { cliEnv } from '../harness/credentials.ts';
 
 let redis: TestRedis;
@@ -492,13 +492,10 @@ describe('SSH session tokens', () => {
       call.write({ init: { sandbox_id: other.id, tcp: { host: '127.0.0.1', port }, authorization_token: token, service_id: 'test' } });
       // Until data was cut into 64 KiB pieces at the entry and the call read one message ahead,
       // the queues on the way held 16 messages each, whatever their size: every message left.
-      // What may leave now before the client stalls, however the run is timed (MiB):
-      //  * the entry replica: the message being decoded, the one read ahead, the one in pieces;
-      //  * a relayed channel's peer link is plain TCP: what its kernel buffers hold
-      //    (tcpConnectionHoldMiB, 36 MiB on this machine);
-      //  * the target's socket: the supervisor's send buffer, up to tcp_wmem's maximum;
-      //  * queues of 64 KiB pieces and HTTP/2 windows on the other hops: a few.
-      const boundMiB = 3 * 4 + tcpConnectionHoldMiB() + tcpBufferMaxMiB('tcp_wmem') + 4;
+      // What may leave now before the client stalls, however the run is timed: what a relayed
+      // call holds (relayedCallHoldMiB), and the target's socket, the supervisor's send buffer, up
+      // to tcp_wmem's maximum.
+      const boundMiB = relayedCallHoldMiB() + tcpBufferMaxMiB('tcp_wmem');
       const frame = Buffer.alloc(4 * 1024 * 1024 - 1024, 7);
       // Enough that a path without back-pressure lets through well past the bound.
       const FRAMES = Math.ceil(boundMiB / 4) + 8;

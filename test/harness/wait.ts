@@ -58,3 +58,13 @@ export function tcpBufferMaxMiB(name: 'tcp_rmem' | 'tcp_wmem'): number {
 export function tcpConnectionHoldMiB(): number {
   return tcpBufferMaxMiB('tcp_wmem') + tcpBufferMaxMiB('tcp_rmem');
 }
+
+/**
+ * What may leave a gRPC client sending `messageMiB` messages on a relayed call (exec stdin,
+ * ForwardTcp data) to something that does not read, before it stalls, in MiB: three messages at
+ * the entry replica (being decoded, read ahead, cut into pieces), the peer link's kernel buffers,
+ * and a few MiB of 64 KiB pieces and HTTP/2 windows on the other hops.
+ */
+export function relayedCallHoldMiB(messageMiB = 4): number {
+  return 3 * messageMiB + tcpConnectionHoldMiB() + 4;
+}
