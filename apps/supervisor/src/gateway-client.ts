@@ -11,12 +11,15 @@
 // a throw.
 import * as http2 from 'node:http2';
 import { connect as netConnect, type Socket } from 'node:net';
-import { connect as tlsConnect } from 'node:tls';
 import { Duplex } from 'node:stream';
 import { Code, codeName } from '@sandgate/core/status';
 import { MetadataKey } from '@sandgate/protocols/contract';
 import { supervisorGateway, type WireMethod } from '@sandgate/protocols/supervisor-wire';
 import type { ExecFrame, GatewayMessage, SupervisorMessage, TcpFrame } from '@sandgate/protocols';
+// Not `import … from 'node:tls'`: an ES module's view of a builtin reads every export, and
+// tls.rootCertificates then copies Node's ~150 bundled root certificates into the heap (0.15 MiB
+// per supervisor), which the supervisor never uses (the gateway's CA replaces them).
+const { connect: tlsConnect } = process.getBuiltinModule('node:tls');
 
 /** Request metadata: lower-case header names to ASCII values. */
 export type CallMetadata = Readonly<Record<string, string>>;

@@ -4,6 +4,8 @@ import { ConfigError, loadProcessConfig } from './config.ts';
 import { createLineLogger } from '@sandgate/telemetry/line-log';
 import { Supervisor } from './supervisor.ts';
 import { startIdleTrim } from './memory-trim.ts';
+// Not an ES import of node:tls: see gateway-client.ts.
+const { setDefaultCACertificates } = process.getBuiltinModule('node:tls');
 
 const SHUTDOWN_DEADLINE_MS = 10_000;
 
@@ -25,6 +27,13 @@ export function runSupervisor(): void {
   // Every line names the sandbox: the driver sends our stderr to the sandbox log, and those logs are
   // aggregated across sandboxes.
   const log = createLineLogger({ sandbox_id: config.sandboxId }, config.logLevel);
+  // The only TLS peer a supervisor has is the gateway, and it dials it with the gateway's CA
+  // (gateway-client.ts). Node still builds a process-wide store of default roots at the first TLS
+  // connection: under --use-openssl-ca (SUPERVISOR_NODE_FLAGS) from the system's bundle, about
+  // 0.7 MiB kept for the supervisor's life. Made the gateway's CA alone, that store costs nothing
+  // and trusts nothing else (BENCHMARKS.md, "The compile cache's entries and the bundled root
+  // certificates").
+  if (config.gatewayTls) setDefaultCACertificates([config.gatewayTls.ca]);
 
   process.on('uncaughtException', (err) => log.error('uncaught exception (continuing)', { err }));
   process.on('unhandledRejection', (err) => log.error('unhandled rejection (continuing)', { err }));

@@ -134,6 +134,8 @@ export interface FakeGatewayOptions {
   heartbeatIntervalMs?: number;
   /** Whether the gateway sends its own heartbeats (the supervisor treats silence as death). */
   sendHeartbeats?: boolean;
+  /** Serve TLS with this certificate (PEM) instead of plaintext. */
+  tls?: { key: string; cert: string };
 }
 
 /** A minimal gateway: acks hellos, optionally heartbeats, and records everything it receives. */
@@ -157,7 +159,7 @@ export class FakeGateway {
 
   async start(): Promise<this> {
     this.port = await new Promise<number>((resolve, reject) =>
-      this.server.bindAsync(`127.0.0.1:${this.opts.port ?? 0}`, grpc.ServerCredentials.createInsecure(), (err, port) =>
+      this.server.bindAsync(`127.0.0.1:${this.opts.port ?? 0}`, this.credentials(), (err, port) =>
         err ? reject(err) : resolve(port),
       ),
     );
@@ -166,6 +168,11 @@ export class FakeGateway {
 
   get address(): string {
     return `127.0.0.1:${this.port}`;
+  }
+
+  private credentials(): grpc.ServerCredentials {
+    const tls = this.opts.tls;
+    return tls ? grpc.ServerCredentials.createSsl(null, [{ private_key: Buffer.from(tls.key), cert_chain: Buffer.from(tls.cert) }], false) : grpc.ServerCredentials.createInsecure();
   }
 
   private onControl(call: grpc.ServerDuplexStream<SupervisorMessage, GatewayMessage>): void {

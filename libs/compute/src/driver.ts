@@ -151,8 +151,13 @@ export interface ComputeDriver {
  * streamed output (BENCHMARKS.md, "The supervisor's V8 flags"). `gc` exposed: an idle supervisor
  * runs V8's last-resort collection, which gives back the heap's pages an ordinary one keeps
  * (apps/supervisor/src/memory-trim.ts; BENCHMARKS.md, "An idle supervisor's memory").
+ * `--use-openssl-ca`: loading node:tls (which node:http2 loads) otherwise parses Node's ~150 bundled
+ * root certificates on a thread of its own and keeps them, about 0.7 MiB per idle supervisor. The
+ * supervisor always names the gateway's CA, which replaces any roots, so it never uses them
+ * (libs/compute/test/supervisor-tls-trust.test.ts attacks that with a CA planted in the system
+ * store; BENCHMARKS.md, "The compile cache's entries and the bundled root certificates").
  */
-export const SUPERVISOR_NODE_FLAGS = ['--max-semi-space-size=1', '--v8-pool-size=1', '--expose-gc'] as const;
+export const SUPERVISOR_NODE_FLAGS = ['--max-semi-space-size=1', '--v8-pool-size=1', '--expose-gc', '--use-openssl-ca'] as const;
 
 /**
  * How long a warm-pool member's launch waits for the supervisors' compile cache to be filled.
