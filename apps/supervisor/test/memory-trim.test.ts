@@ -3,11 +3,15 @@
 // started with gc exposed (SUPERVISOR_NODE_FLAGS has it; libs/compute's tests check so) doing it
 // after its start.
 import { spawnSync } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { SupervisorEnv } from '@sandgate/protocols/contract';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { Logger } from '@sandgate/telemetry/log';
 import { startIdleTrim } from '../src/memory-trim.ts';
 import { NATIVE_SPAWN_ADDON } from '../src/workload/native-spawn.ts';
-import { FakeGateway, startSupervisor, waitFor } from './helpers.ts';
+import { FakeGateway, MAIN_TS, REPO_ROOT, startSupervisor, waitFor } from './helpers.ts';
 
 type Line = { level: string; msg: string; fields?: Record<string, unknown> };
 
@@ -57,7 +61,15 @@ describe('idle memory trim', () => {
     const lines: Line[] = [];
     let collects = 0;
     let trims = 0;
-    const trimmer = startIdleTrim({ log: recordingLog(lines), collect: () => void collects++, trim: () => (trims++, true), checkEveryMs: 100, trimAgainAfterMs: 0 });
+    const order: string[] = [];
+    const trimmer = startIdleTrim({
+      log: recordingLog(lines),
+      collect: () => void (collects++, order.push('collect')),
+      dropCompileCache: () => void order.push('drop compile cache'),
+      trim: () => (trims++, order.push('trim'), true),
+      checkEveryMs: 100,
+      trimAgainAfterMs: 0,
+    });
     expect(trimmer).not.toBeNull();
     cleanups.push(() => trimmer!.stop());
     // Busy from the start: every look sees the loop occupied, so nothing is done.
@@ -72,7 +84,9 @@ describe('idle memory trim', () => {
     expect(collects).toBe(1);
     const first = lines.find((l) => l.msg === 'idle: unused memory returned to the kernel');
     expect(first?.level).toBe('info');
-    expect(first?.fields).toMatchObject({ v8_collected: true, c_heap_released: true, trims: 1 });
+    expect(first?.fields).toMatchObject({ v8_collected: true, c_heap_released: true, compile_cache_dropped: true, trims: 1 });
+    // The compile cache's entries are freed before the C heap's trim, which gives their pages back.
+    expect(order).toEqual(['collect', 'drop compile cache', 'trim']);
     // Idle, but nothing grew: no second trim.
     await sleep(500);
     expect(trims).toBe(1);
@@ -120,4 +134,25 @@ describe('idle memory trim', () => {
     expect(line).toMatchObject({ level: 'info', v8_collected: true, c_heap_released: true, trims: 1 });
     expect(line.rss_after_mib as number).toBeLessThan(line.rss_before_mib as number);
   }, 30_000);
+
+  it('a supervisor started from a filled compile cache drops the entries it read, at its idle trim', async () => {
+    // As the drivers run it: the cache filled first by --fill-compile-cache, then a supervisor
+    // started from it. Node says when it drops the entries it read (NODE_DEBUG_NATIVE).
+    const cache = fs.mkdtempSync(path.join(os.tmpdir(), 'sg-trim-cache-'));
+    cleanups.push(() => fs.rmSync(cache, { recursive: true, force: true }));
+    const cacheEnv = { [SupervisorEnv.compileCache]: cache, NODE_COMPILE_CACHE: cache };
+    const fill = spawnSync(process.execPath, ['--expose-gc', MAIN_TS, '--fill-compile-cache'], { cwd: REPO_ROOT, encoding: 'utf8', timeout: 60_000, env: { PATH: process.env.PATH ?? '/usr/bin:/bin', ...cacheEnv } });
+    expect(fill.status, fill.stderr).toBe(0);
+    const gw = await new FakeGateway({ heartbeatIntervalMs: 1000 }).start();
+    cleanups.push(() => gw.stop());
+    const sup = startSupervisor({ endpoints: [gw.address], sandboxId: 'sb-cache-drop', mainArgv: ['sleep', '1000'], nodeFlags: ['--expose-gc'], env: { ...cacheEnv, NODE_DEBUG_NATIVE: 'COMPILE_CACHE' } });
+    cleanups.push(() => sup.stop());
+    await gw.waitHello(1, 15_000);
+    // Read from the cache, not compiled here: the entries exist to be dropped.
+    expect(sup.stderr()).toMatch(/\[compile cache\] reading cache from .*supervisor\.ts\.\.\..*success/);
+    expect(sup.stderr()).not.toMatch(/Clear deserialized cache/);
+    const line = await waitFor('the idle trim', () => sup.logs().find((l) => l.msg === 'idle: unused memory returned to the kernel'), 20_000);
+    expect(line).toMatchObject({ compile_cache_dropped: true });
+    await waitFor('the entries dropped', () => /Clear deserialized cache/.test(sup.stderr()), 5_000);
+  }, 60_000);
 });
