@@ -35,7 +35,7 @@ export function redisPrimaries(redis: RedisClient): Redis[] {
 
 const supervisorEntry = path.join(repoRoot, 'apps/supervisor/src/main.ts');
 
-export async function startEnv(opts: { replicas: number; env?: Record<string, string>; redis?: 'single' | 'cluster' }): Promise<BenchEnv> {
+export async function startEnv(opts: { replicas: number; env?: Record<string, string>; redis?: 'single' | 'cluster'; tls?: boolean }): Promise<BenchEnv> {
   // The harness' Redis mode (test/harness/redis.ts) picks what startRedis() makes.
   if (opts.redis === 'cluster') process.env.SANDGATE_TEST_REDIS = 'cluster';
   const redis = await startRedis();
@@ -45,7 +45,7 @@ export async function startEnv(opts: { replicas: number; env?: Record<string, st
     // SANDGATE_BENCH_REPLICA_NODE_OPTIONS: Node options for the replicas alone (e.g. `--cpu-prof
     // --cpu-prof-dir=/tmp/prof`: a replica writes its profile when it exits after a drain).
     const nodeOptions = process.env.SANDGATE_BENCH_REPLICA_NODE_OPTIONS;
-    cluster = await Cluster.start({ redisUrl: redis.url, replicas: opts.replicas, env: { ...(nodeOptions ? { NODE_OPTIONS: nodeOptions } : {}), ...opts.env } });
+    cluster = await Cluster.start({ redisUrl: redis.url, replicas: opts.replicas, tls: opts.tls, env: { ...(nodeOptions ? { NODE_OPTIONS: nodeOptions } : {}), ...opts.env } });
   } catch (err) {
     // A replica that did not get ready in time leaves its siblings running: find them by our
     // private Redis URL (unique to this run) and stop them.

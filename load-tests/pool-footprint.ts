@@ -5,7 +5,8 @@
 // chain, the supervisor, the netns agent and the spare exec wrapper. A member has no workload.
 // Issue 16 measures the footprint over 100 idle sandboxes: `--sandboxes 100 --pool-size 10` (a
 // pool holds at most 64 members; its members and the idle sandboxes are medians of their own).
-//   node load-tests/pool-footprint.ts [--sandboxes 5] [--pool-size N (default: --sandboxes)] [--settle-seconds 10]
+// `--tls`: the replica serves TLS, as `sandgate up` runs it, so every supervisor's session is TLS.
+//   node load-tests/pool-footprint.ts [--sandboxes 5] [--pool-size N (default: --sandboxes)] [--settle-seconds 10] [--tls]
 import { parseArgs } from 'node:util';
 import { Redis } from 'ioredis';
 import { SandboxPhase, type SandboxResponse } from '@sandgate/protocols';
@@ -21,6 +22,7 @@ const { values } = parseArgs({
     sandboxes: { type: 'string', default: '5' },
     'pool-size': { type: 'string' },
     'settle-seconds': { type: 'string', default: '10' },
+    tls: { type: 'boolean', default: false },
     ...COMMON_OPTIONS,
   },
 });
@@ -31,7 +33,7 @@ const POOL = 'bench-footprint';
 
 async function main(): Promise<void> {
   const started = now();
-  const { cluster, redis: server } = await startEnv({ replicas: 1 });
+  const { cluster, redis: server } = await startEnv({ replicas: 1, tls: values.tls });
   const client = openShellClient(cluster.replicas[0]!.grpcAddress);
   onCleanup('grpc client', () => client.close());
   const redis = new Redis(server.url);
@@ -71,10 +73,10 @@ async function main(): Promise<void> {
   const report: BenchReport = {
     id: 'pool-footprint',
     title: 'A warm-pool member while it waits vs an idle sandbox',
-    command: `node load-tests/pool-footprint.ts --sandboxes ${perKind}${poolSize !== perKind ? ` --pool-size ${poolSize}` : ''} --settle-seconds ${settleSeconds}`,
+    command: `node load-tests/pool-footprint.ts --sandboxes ${perKind}${poolSize !== perKind ? ` --pool-size ${poolSize}` : ''} --settle-seconds ${settleSeconds}${values.tls ? ' --tls' : ''}`,
     tables: [
       {
-        caption: `PSS of each sandbox's processes besides its workload, ${poolSize} members of one pool and ${perKind} sandboxes running \`sleep infinity\`, all idle for ${settleSeconds} s, one replica, local driver; median per sandbox`,
+        caption: `PSS of each sandbox's processes besides its workload, ${poolSize} members of one pool and ${perKind} sandboxes running \`sleep infinity\`, all idle for ${settleSeconds} s, one replica${values.tls ? ' serving TLS' : ''}, local driver; median per sandbox`,
         headers: ['process', 'pool member', 'idle sandbox', 'member / idle', 'member − idle'],
         rows: [
           row('supervisor', (p) => p.supervisor),
