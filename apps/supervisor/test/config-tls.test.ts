@@ -49,11 +49,11 @@ describe('supervisor TLS configuration', () => {
     writeFileSync(caFile, gatewayCa.cert);
     const systemStore = path.join(dir, 'system-store.pem');
     writeFileSync(systemStore, gatewayCa.cert);
-    const long_ago = new Date(Date.now() - 86_400_000);
-    utimesSync(systemStore, long_ago, new Date());
+    const longAgo = new Date(Date.now() - 86_400_000);
+    utimesSync(systemStore, longAgo, new Date());
     readFileSync(systemStore);
-    expect(statSync(systemStore).atimeMs, 'this filesystem does not record reads (noatime): the test cannot see one').toBeGreaterThan(long_ago.getTime() + 1000);
-    utimesSync(systemStore, long_ago, new Date());
+    expect(statSync(systemStore).atimeMs, 'this filesystem does not record reads (noatime): the test cannot see one').toBeGreaterThan(longAgo.getTime() + 1000);
+    utimesSync(systemStore, longAgo, new Date());
 
     const gw = await new FakeGateway({ heartbeatIntervalMs: 1000, tls: pair }).start();
     const sup = startSupervisor({
@@ -64,7 +64,7 @@ describe('supervisor TLS configuration', () => {
     });
     try {
       await gw.waitHello(1, 15_000);
-      expect(statSync(systemStore).atimeMs, "the system store was read").toBeLessThan(long_ago.getTime() + 1000);
+      expect(statSync(systemStore).atimeMs, "the system store was read").toBeLessThan(longAgo.getTime() + 1000);
     } finally {
       await sup.stop();
       await gw.stop();
