@@ -40,6 +40,7 @@ export interface ReplicaConfig {
   dockerImage: string;
   /** Docker driver: network namespaces kept ready for creates (0: none). */
   dockerNetnsSpares: number;
+  localDiskSpares: number;
   /** Empty: derived (HKDF-SHA256) from the Redis URL's password; never stored in Redis. */
   peerSecret: string;
   /** PEM files of the public listeners' certificate and key; both empty: plaintext. */
@@ -356,6 +357,12 @@ export const REPLICA_OPTIONS: Specs = {
     env: 'SANDGATE_DOCKER_NETNS_SPARES',
     default: '2',
     description: 'network namespaces the docker driver keeps ready, each a small container on the sandbox network: a create that claims one starts its container about 250 ms sooner, for a containerd shim per sandbox; 0 gives every container its own bridge endpoint',
+    parse: integer(0, 64, 'a whole number from 0 to 64'),
+  },
+  localDiskSpares: {
+    env: 'SANDGATE_LOCAL_DISK_SPARES',
+    default: '2',
+    description: "sandbox disks of the default size the local driver keeps formatted and mounted: a create that claims one skips mkfs and mount (two forks of the replica), for an idle loop device each; 0 makes every sandbox's disk at its create",
     parse: integer(0, 64, 'a whole number from 0 to 64'),
   },
   peerSecret: {

@@ -102,14 +102,23 @@ async function listenForDockerSupervisors(server: Server, driver: ComputeDriver,
 
 /**
  * `role`: a replica's docker driver keeps `dockerNetnsSpares` network namespaces ready
- * (docker/netns-holders.ts); the worker's none, since it only restarts sandboxes, which keep theirs.
+ * (docker/netns-holders.ts), its local driver `localDiskSpares` disks (disk-spares.ts); the
+ * worker's none, since it only restarts sandboxes, which keep theirs.
  */
 export function createDriver(
-  config: Pick<ReplicaConfig, 'driver' | 'stateDir' | 'dockerImage' | 'supervisorCompileCache'> & Partial<Pick<ReplicaConfig, 'dockerNetnsSpares'>>,
+  config: Pick<ReplicaConfig, 'driver' | 'stateDir' | 'dockerImage' | 'supervisorCompileCache'> & Partial<Pick<ReplicaConfig, 'dockerNetnsSpares' | 'localDiskSpares'>>,
   role: 'replica' | 'worker' = 'replica',
   log?: Logger,
 ): ComputeDriver {
-  if (config.driver === 'local') return new LocalDriver({ stateDir: config.stateDir, supervisorEntry, compileCache: config.supervisorCompileCache });
+  if (config.driver === 'local') {
+    return new LocalDriver({
+      stateDir: config.stateDir,
+      supervisorEntry,
+      compileCache: config.supervisorCompileCache,
+      diskSpares: role === 'replica' ? (config.localDiskSpares ?? 0) : 0,
+      warn: log ? (msg, fields) => log.warn(msg, fields) : undefined,
+    });
+  }
   if (config.driver === 'docker') {
     return new DockerDriver({
       stateDir: config.stateDir,

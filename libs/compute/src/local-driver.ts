@@ -25,6 +25,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { compileCacheEnvironment, renderSandboxEnvironment, SANDBOX_GID, SANDBOX_UID, type WorkloadIsolation } from '@sandgate/protocols/contract';
 import { SUPERVISOR_NODE_FLAGS, waitForCompileCache, type ComputeDriver, type ComputeHandle, type ComputeState, type ComputeUsage, type LaunchSpec, type ObservedCompute } from './driver.ts';
 import { DEFAULT_DISK_BYTES, mountDisk, unmountDisk } from './disk.ts';
+import { DiskSpares } from './disk-spares.ts';
 import { buildBwrapArgs, buildSandboxEnv, DEFAULT_PATH, identityFilesFor, SANDBOX_MOUNT, sandboxCgroupDir, type RootEntry } from './bwrap-launch.ts';
 import { assertLimits, Cgroups, type SandboxCgroups } from './cgroups.ts';
 import { isAlive, isDead, killQuietly, listPids, readCmdline, readPidNamespace, readStat, type ProcStat } from './proc.ts';
@@ -67,6 +68,13 @@ export interface LocalDriverOptions {
   cgroupParent?: string;
   /** The hierarchies to use (for hosts whose layout detection misreads). Default: Cgroups.detect(). */
   cgroups?: Cgroups;
+  /**
+   * Sandbox disks of the default size kept formatted and mounted for creates (disk-spares.ts),
+   * 0 to 64. Default 0: every create makes its own.
+   */
+  diskSpares?: number;
+  /** Told what went wrong in the background (a spare disk that could not be made). */
+  warn?: (msg: string, fields: Record<string, unknown>) => void;
 }
 
 const HANDLE_FILE = 'handle.json';
@@ -99,6 +107,7 @@ export class LocalDriver implements ComputeDriver {
   private runtimeCache: SupervisorRuntime | null = null;
   private readonly cgroupParent: string;
   private cgroupsCache: Cgroups | null = null;
+  private readonly diskSpares: DiskSpares;
 
   constructor(opts: LocalDriverOptions) {
     if (!opts.stateDir) throw new Error('LocalDriver: stateDir is required');
@@ -129,11 +138,29 @@ export class LocalDriver implements ComputeDriver {
     for (const p of [this.supervisorEntry, this.nodePath, this.repoRoot]) {
       if (isWithin(this.stateDir, p)) throw new Error(`LocalDriver: ${p} is inside stateDir, which sandboxes cannot see`);
     }
+    const spares = opts.diskSpares ?? 0;
+    if (!Number.isInteger(spares) || spares < 0 || spares > 64) throw new Error(`LocalDriver: diskSpares must be an integer from 0 to 64 (got ${spares})`);
+    const warn = opts.warn;
+    this.diskSpares = new DiskSpares({
+      size: spares,
+      root: () => this.root(),
+      owner: { uid: SANDBOX_UID, gid: SANDBOX_GID },
+      onRefillFailed: warn
+        ? (err, retryInMs) => warn('local: a sandbox disk could not be made ready; creates make their own until the next try', { err, retry_in_s: retryInMs / 1000 })
+        : undefined,
+    });
+    // Ready before the first create, not after it.
+    this.diskSpares.warm();
+  }
+
+  /** Removes the disks kept ready (a replica shutting down). */
+  async close(): Promise<void> {
+    await this.diskSpares.close();
   }
 
   async create(spec: LaunchSpec): Promise<ComputeHandle> {
     const { root, dir } = await this.checkLaunch(spec);
-    await this.claimDir(spec.sandboxId, dir);
+    if (!(await this.claimSpareDisk(spec, dir))) await this.claimDir(spec.sandboxId, dir);
     return this.launch(spec, root, dir, true);
   }
 
@@ -488,7 +515,18 @@ export class LocalDriver implements ComputeDriver {
     return this.runtimeCache;
   }
 
+  /**
+   * A spare disk of the default size, renamed to be the sandbox's directory: false if none was
+   * ready, or the directory exists (claimDir then deals with what is there).
+   */
+  private async claimSpareDisk(spec: LaunchSpec, dir: string): Promise<boolean> {
+    if ((spec.limits?.diskBytes ?? DEFAULT_DISK_BYTES) !== DEFAULT_DISK_BYTES) return false;
+    await fsp.mkdir(path.dirname(dir), { recursive: true, mode: 0o700 });
+    return this.diskSpares.claim(dir);
+  }
+
   /** A fresh directory for the sandbox. Leftovers of a dead sandbox with the same id are cleared. */
+
   private async claimDir(id: string, dir: string): Promise<void> {
     await fsp.mkdir(path.dirname(dir), { recursive: true, mode: 0o700 });
     try {
