@@ -1,5 +1,5 @@
 // Create-to-first-exec latency and sustained creates per second.
-//   node load-tests/create-latency.ts [--iterations 20] [--duration 20] [--concurrency 4] [--docker-iterations 5] [--cache-iterations 20] [--pool-iterations 20] [--pool-idle-seconds 0] [--tty-main]
+//   node load-tests/create-latency.ts [--iterations 20] [--duration 20] [--concurrency 4] [--docker-iterations 5] [--cache-iterations 20] [--disk-spares-iterations 15] [--pool-iterations 20] [--pool-idle-seconds 0] [--tty-main]
 //
 // One sandbox = CreateSandbox (unary) → GetSandbox polled every 10 ms until Ready (the
 // supervisor's hello was accepted) → `true` exec'd until it exits 0. Every figure is measured
@@ -8,6 +8,8 @@
 //   2. sustained: `--concurrency` workers creating back to back for `--duration` seconds
 //      (sandboxes stay up: that is what a burst of agents does), creates/s and failures;
 //   1b. the supervisors' compile cache: a replica with it next to one without, alternately;
+//   1d. sandbox disks: a replica keeping them ready next to one making each at its create,
+//      alternately;
 //   1c. a warm pool (`sandgate pool set`): creates claiming a member next to cold creates,
 //      alternately (the pool refilled between claims, untimed; with --pool-idle-seconds N its
 //      members then wait N s more before the claim, as in a pool that waits for its callers);
@@ -16,7 +18,7 @@
 // Deletion is not timed into any create figure; every sandbox is deleted at the end (timed
 // separately), and the state dir is swept for leftovers.
 import { spawn } from 'node:child_process';
-import { mkdtempSync, readFileSync, realpathSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, realpathSync, rmSync, statSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
@@ -36,6 +38,8 @@ export interface CreateLatencyOptions {
   dockerIterations: number;
   /** Sandboxes per side of the compile cache comparison (0: skip it). */
   cacheIterations: number;
+  /** Sandboxes per side of the disks-kept-ready comparison (0: skip it). */
+  diskSparesIterations: number;
   /** Sandboxes per side of the warm pool comparison (0: skip it). */
   poolIterations: number;
   /** Seconds the refilled pool's members wait idle before each claim (untimed; 0: none). */
@@ -266,6 +270,9 @@ export async function run(opts: CreateLatencyOptions): Promise<BenchReport> {
   // 1b. the supervisors' compile cache, on vs off, interleaved
   notes.push(...(await compileCachePhase(opts, redis.url, tables)));
 
+  // 1d. sandbox disks kept ready vs made at each create, interleaved
+  notes.push(...(await diskSparesPhase(opts, redis.url, tables)));
+
   // 1c. a warm pool next to cold creates, interleaved
   notes.push(...(await poolPhase(opts, client, live, tables)));
 
@@ -324,7 +331,7 @@ export async function run(opts: CreateLatencyOptions): Promise<BenchReport> {
   return {
     id: 'create-latency',
     title: 'Sandbox create-to-first-exec latency and sustained creates',
-    command: `node load-tests/create-latency.ts --iterations ${opts.iterations} --duration ${opts.durationS} --concurrency ${opts.concurrency} --docker-iterations ${opts.dockerIterations} --cache-iterations ${opts.cacheIterations} --pool-iterations ${opts.poolIterations}${opts.poolIdleSeconds ? ` --pool-idle-seconds ${opts.poolIdleSeconds}` : ''}${opts.ttyMain ? ' --tty-main' : ''}`,
+    command: `node load-tests/create-latency.ts --iterations ${opts.iterations} --duration ${opts.durationS} --concurrency ${opts.concurrency} --docker-iterations ${opts.dockerIterations} --cache-iterations ${opts.cacheIterations} --disk-spares-iterations ${opts.diskSparesIterations} --pool-iterations ${opts.poolIterations}${opts.poolIdleSeconds ? ` --pool-idle-seconds ${opts.poolIdleSeconds}` : ''}${opts.ttyMain ? ' --tty-main' : ''}`,
     tables,
     notes,
     durationMs: now() - t0,
@@ -386,49 +393,102 @@ async function poolPhase(opts: CreateLatencyOptions, client: AnyClient, live: Se
  * Two single local-driver replicas side by side, one giving supervisors the compile cache (the
  * default) and one with SANDGATE_SUPERVISOR_COMPILE_CACHE=0, sandboxes created on each in turn.
  */
-async function compileCachePhase(opts: CreateLatencyOptions, redisUrl: string, tables: BenchTable[]): Promise<string[]> {
-  if (opts.cacheIterations <= 0) return ['compile cache: skipped (--cache-iterations 0)'];
-  const tag = `cc${process.pid.toString(36)}`;
+function compileCachePhase(opts: CreateLatencyOptions, redisUrl: string, tables: BenchTable[]): Promise<string[]> {
+  if (opts.cacheIterations <= 0) return Promise.resolve(['compile cache: skipped (--cache-iterations 0)']);
+  return sideBySidePhase(redisUrl, tables, {
+    tag: 'cc',
+    iterations: opts.cacheIterations,
+    sides: [
+      ['cache on', { SANDGATE_SUPERVISOR_COMPILE_CACHE: '1' }],
+      ['cache off', { SANDGATE_SUPERVISOR_COMPILE_CACHE: '0' }],
+    ],
+    caption: `local driver, supervisors' compile cache on vs off (SANDGATE_SUPERVISOR_COMPILE_CACHE): two single replicas, ${opts.cacheIterations} sandboxes on each, created alternately (after 1 warm-up each)`,
+    ratioLabel: 'p50 ratio on / off: Ready, first exec',
+  });
+}
+
+/**
+ * Two single local-driver replicas side by side, one keeping sandbox disks ready (the default,
+ * SANDGATE_LOCAL_DISK_SPARES=2) and one making each sandbox's disk at its create (0).
+ */
+function diskSparesPhase(opts: CreateLatencyOptions, redisUrl: string, tables: BenchTable[]): Promise<string[]> {
+  if (opts.diskSparesIterations <= 0) return Promise.resolve(['disks kept ready: skipped (--disk-spares-iterations 0)']);
+  return sideBySidePhase(redisUrl, tables, {
+    tag: 'ds',
+    iterations: opts.diskSparesIterations,
+    sides: [
+      ['disks kept ready', { SANDGATE_LOCAL_DISK_SPARES: '2' }],
+      ['disk made at create', { SANDGATE_LOCAL_DISK_SPARES: '0' }],
+    ],
+    caption: `local driver, sandbox disks kept ready vs made at each create (SANDGATE_LOCAL_DISK_SPARES 2 vs 0): two single replicas, ${opts.diskSparesIterations} sandboxes on each, created alternately (after 1 warm-up each)`,
+    ratioLabel: 'p50 ratio kept ready / made at create: Ready, first exec',
+    countSpares: true,
+  });
+}
+
+interface SideBySide {
+  tag: string;
+  iterations: number;
+  /** Each side's label and the environment its replica gets. */
+  sides: [string, Record<string, string>][];
+  caption: string;
+  ratioLabel: string;
+  /** Also say how many of each side's sandboxes got a disk made before their create. */
+  countSpares?: boolean;
+}
+
+/** One single replica per side, sandboxes created on each in turn, after a warm-up each. */
+async function sideBySidePhase(redisUrl: string, tables: BenchTable[], c: SideBySide): Promise<string[]> {
+  const tag = `${c.tag}${process.pid.toString(36)}`;
   interface Side { label: string; stateDir: string; client: AnyClient; live: Set<string>; created: Created[] }
   const sides: Side[] = [];
-  for (const [label, value] of [['cache on', '1'], ['cache off', '0']] as const) {
-    const stateDir = mkdtempSync(path.join(os.tmpdir(), 'sg-bench-cache-'));
+  for (const [label, env] of c.sides) {
+    const stateDir = mkdtempSync(path.join(os.tmpdir(), `sg-bench-${c.tag}-`));
     onCleanup(`${label} state dir`, () => rmSync(stateDir, { recursive: true, force: true }));
-    const gw = await startGateway({ redisUrl, driver: 'local', stateDir, replicaId: `r${label.replace(/[^a-z]+/g, '-')}`, env: { SANDGATE_SUPERVISOR_COMPILE_CACHE: value } });
+    const gw = await startGateway({ redisUrl, driver: 'local', stateDir, replicaId: `r${label.replace(/[^a-z]+/g, '-')}`, env });
     onCleanup(`${label} gateway`, () => gw.stop());
     onCleanup(`${label} compute`, () => killLeftoverCompute(stateDir));
     const client = openShellClient(gw.grpcAddress);
     onCleanup(`${label} grpc client`, () => client.close());
     const side: Side = { label, stateDir, client, live: new Set(), created: [] };
     onCleanup(`${label} sandboxes`, () => deleteAll(client, side.live));
-    // The first launch pays the start-up check and starts the cache's fill; give the fill time.
+    // The first launch pays the start-up check and starts the compile cache's fill (and the
+    // disks kept ready are made meanwhile); give both time.
     await createToFirstExec(client, `${tag}-${sides.length}-warm`, undefined, side.live);
     await sleep(3000);
     sides.push(side);
   }
-  for (let n = 0; n < opts.cacheIterations; n++) {
+  for (let n = 0; n < c.iterations; n++) {
     for (const [i, side] of sides.entries()) side.created.push(await createToFirstExec(side.client, `${tag}-${i}-${n}`, undefined, side.live));
   }
-  const [on, off] = sides as [Side, Side];
-  const ratio = (f: (c: Created) => number) => fixed(summarise(on.created.map(f)).p50 / summarise(off.created.map(f)).p50, 2);
+  const [a, b] = sides as [Side, Side];
+  const ratio = (f: (c: Created) => number) => fixed(summarise(a.created.map(f)).p50 / summarise(b.created.map(f)).p50, 2);
   tables.push({
-    caption: `local driver, supervisors' compile cache on vs off (SANDGATE_SUPERVISOR_COMPILE_CACHE): two single replicas, ${opts.cacheIterations} sandboxes on each, created alternately (after 1 warm-up each)`,
+    caption: c.caption,
     headers: LATENCY_HEADERS,
     rows: [
       ...sides.flatMap((side) => [
-        latencyRow(`${side.label}: CreateSandbox returned`, side.created.map((c) => c.rpcMs)),
+        latencyRow(`${side.label}: CreateSandbox returned`, side.created.map((x) => x.rpcMs)),
         ...timelineRows(side.stateDir, side.created, `${side.label}: `),
-        latencyRow(`${side.label}: phase Ready`, side.created.map((c) => c.readyMs)),
-        latencyRow(`${side.label}: first \`true\` exited 0`, side.created.map((c) => c.firstExecMs)),
+        latencyRow(`${side.label}: phase Ready`, side.created.map((x) => x.readyMs)),
+        latencyRow(`${side.label}: first \`true\` exited 0`, side.created.map((x) => x.firstExecMs)),
       ]),
-      ['p50 ratio on / off: Ready, first exec', '', `${ratio((c) => c.readyMs)}, ${ratio((c) => c.firstExecMs)}`, '', '', ''],
+      [c.ratioLabel, '', `${ratio((x) => x.readyMs)}, ${ratio((x) => x.firstExecMs)}`, '', '', ''],
     ],
   });
+  const notes = c.countSpares ? sides.map((side) => `${side.label}: ${side.created.filter((x) => diskMadeBefore(side.stateDir, x)).length} of ${side.created.length} sandboxes got a disk made before their create`) : [];
   for (const side of sides) {
     const del = await deleteAll(side.client, [...side.live]);
     for (const name of side.live) if (!del.failed.some((f) => f.startsWith(`${name}:`))) side.live.delete(name);
   }
-  return [];
+  return notes;
+}
+
+/** Whether the sandbox's disk image was born before its CreateSandbox call (a disk kept ready). */
+function diskMadeBefore(stateDir: string, c: Created): boolean {
+  const born = statSync(path.join(realpathSync(stateDir), 'sandboxes', c.id, 'disk.img')).birthtimeMs;
+  if (!born) throw new Error('this filesystem does not record birth times: cannot tell a disk kept ready from one made at the create');
+  return born < c.startedAtEpochMs;
 }
 
 /** The docker driver next to plain `docker run`, when both the engine and the driver are there. */
@@ -570,6 +630,7 @@ if (import.meta.main) {
       concurrency: { type: 'string', default: '4' },
       'docker-iterations': { type: 'string', default: '5' },
       'cache-iterations': { type: 'string', default: '20' },
+      'disk-spares-iterations': { type: 'string', default: '15' },
       'pool-iterations': { type: 'string', default: '20' },
       'pool-idle-seconds': { type: 'string', default: '0' },
       image: { type: 'string', default: 'sandgate-sandbox:latest' },
@@ -584,6 +645,7 @@ if (import.meta.main) {
       concurrency: Number(values.concurrency),
       dockerIterations: Number(values['docker-iterations']),
       cacheIterations: Number(values['cache-iterations']),
+      diskSparesIterations: Number(values['disk-spares-iterations']),
       poolIterations: Number(values['pool-iterations']),
       poolIdleSeconds: Number(values['pool-idle-seconds']),
       image: values.image!,

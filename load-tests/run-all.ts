@@ -59,9 +59,9 @@ const BENCHES: Bench[] = [
   { id: 'pool-footprint', args: ['--sandboxes', '5', '--settle-seconds', '10'], quickArgs: ['--sandboxes', '2', '--settle-seconds', '2'], timeoutMs: 300_000 },
   {
     id: 'create-latency',
-    args: ['--iterations', '20', '--duration', '20', '--concurrency', '4', '--docker-iterations', '5', '--cache-iterations', '20', '--pool-iterations', '20'],
-    quickArgs: ['--iterations', '3', '--duration', '5', '--concurrency', '2', '--docker-iterations', '1', '--cache-iterations', '3', '--pool-iterations', '3'],
-    timeoutMs: 360_000,
+    args: ['--iterations', '20', '--duration', '20', '--concurrency', '4', '--docker-iterations', '5', '--cache-iterations', '20', '--disk-spares-iterations', '15', '--pool-iterations', '20'],
+    quickArgs: ['--iterations', '3', '--duration', '5', '--concurrency', '2', '--docker-iterations', '1', '--cache-iterations', '3', '--disk-spares-iterations', '3', '--pool-iterations', '3'],
+    timeoutMs: 480_000,
   },
   {
     id: 'docker-create',
