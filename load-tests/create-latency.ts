@@ -264,6 +264,7 @@ export async function run(opts: CreateLatencyOptions): Promise<BenchReport> {
       latencyRow('first `true` exited 0', seq.map((c) => c.firstExecMs)),
     ],
   });
+  notes.push(`sequential: ${seq.filter((c) => diskMadeBefore(cluster.stateDir, c)).length} of ${seq.length} sandboxes got a disk kept ready (SANDGATE_LOCAL_DISK_SPARES, default 4)`);
   const retried = seq.filter((c) => c.execRetries > 0).length;
   if (retried) notes.push(`sequential: ${retried} sandbox(es) needed exec retries after Ready (an exec must work once Ready)`);
 
@@ -409,7 +410,7 @@ function compileCachePhase(opts: CreateLatencyOptions, redisUrl: string, tables:
 
 /**
  * Two single local-driver replicas side by side, one keeping sandbox disks ready (the default,
- * SANDGATE_LOCAL_DISK_SPARES=2) and one making each sandbox's disk at its create (0).
+ * SANDGATE_LOCAL_DISK_SPARES=4) and one making each sandbox's disk at its create (0).
  */
 function diskSparesPhase(opts: CreateLatencyOptions, redisUrl: string, tables: BenchTable[]): Promise<string[]> {
   if (opts.diskSparesIterations <= 0) return Promise.resolve(['disks kept ready: skipped (--disk-spares-iterations 0)']);
@@ -417,10 +418,10 @@ function diskSparesPhase(opts: CreateLatencyOptions, redisUrl: string, tables: B
     tag: 'ds',
     iterations: opts.diskSparesIterations,
     sides: [
-      ['disks kept ready', { SANDGATE_LOCAL_DISK_SPARES: '2' }],
+      ['disks kept ready', { SANDGATE_LOCAL_DISK_SPARES: '4' }],
       ['disk made at create', { SANDGATE_LOCAL_DISK_SPARES: '0' }],
     ],
-    caption: `local driver, sandbox disks kept ready vs made at each create (SANDGATE_LOCAL_DISK_SPARES 2 vs 0): two single replicas, ${opts.diskSparesIterations} sandboxes on each, created alternately (after 1 warm-up each)`,
+    caption: `local driver, sandbox disks kept ready vs made at each create (SANDGATE_LOCAL_DISK_SPARES 4 vs 0): two single replicas, ${opts.diskSparesIterations} sandboxes on each, created alternately (after 1 warm-up each)`,
     ratioLabel: 'p50 ratio kept ready / made at create: Ready, first exec',
     countSpares: true,
   });

@@ -60,7 +60,7 @@ describe('resolveReplicaConfig', () => {
       sshMaxConnectionsPerSandbox: 20,
       dockerImage: '',
       dockerNetnsSpares: 2,
-      localDiskSpares: 2,
+      localDiskSpares: 4,
       peerSecret: '',
       tlsCert: '',
       tlsKey: '',
@@ -136,7 +136,7 @@ describe('resolveReplicaConfig', () => {
     expect(resolveReplicaConfig([], { SANDGATE_DOCKER_NETNS_SPARES: '64' }, facts).dockerNetnsSpares).toBe(64);
     expect(() => resolveReplicaConfig([], { SANDGATE_DOCKER_NETNS_SPARES: '65' }, facts)).toThrow(/SANDGATE_DOCKER_NETNS_SPARES must be between 0 and 64, got '65'/);
     expect(() => resolveReplicaConfig([], { SANDGATE_DOCKER_NETNS_SPARES: 'two' }, facts)).toThrow(/SANDGATE_DOCKER_NETNS_SPARES must be a whole number from 0 to 64/);
-    expect(resolveReplicaConfig([], {}, facts).localDiskSpares).toBe(2);
+    expect(resolveReplicaConfig([], {}, facts).localDiskSpares).toBe(4);
     expect(resolveReplicaConfig([], { SANDGATE_LOCAL_DISK_SPARES: '0' }, facts).localDiskSpares).toBe(0);
     expect(() => resolveReplicaConfig([], { SANDGATE_LOCAL_DISK_SPARES: '65' }, facts)).toThrow(/SANDGATE_LOCAL_DISK_SPARES must be between 0 and 64, got '65'/);
     expect(resolveReplicaConfig([], { SANDGATE_SSH_SESSION_TTL_SECONDS: '60' }, facts).sshSessionTtlSeconds).toBe(60);
