@@ -104,7 +104,7 @@ export class LocalDriver implements ComputeDriver {
   private readonly deleteTimeoutMs: number;
   /** Real path of stateDir, resolved once it exists (bwrap mounts need real paths). */
   private stateRoot: string | null = null;
-  private runtimeCache: SupervisorRuntime | null = null;
+  private runtimePending: Promise<SupervisorRuntime> | null = null;
   private readonly cgroupParent: string;
   private cgroupsCache: Cgroups | null = null;
   private readonly diskSpares: DiskSpares;
@@ -480,8 +480,20 @@ export class LocalDriver implements ComputeDriver {
   }
 
   /** Real paths of node, the supervisor entry and what to bind for them, checked once. */
-  private async runtime(): Promise<SupervisorRuntime> {
-    if (this.runtimeCache) return this.runtimeCache;
+  /**
+   * Once per driver, shared by creates that start together: each call of resolveRuntime() would
+   * start a fill of the compile cache of its own. Forgotten if it fails, so a fixed host is
+   * tried again.
+   */
+  private runtime(): Promise<SupervisorRuntime> {
+    this.runtimePending ??= this.resolveRuntime().catch((err: unknown) => {
+      this.runtimePending = null;
+      throw err;
+    });
+    return this.runtimePending;
+  }
+
+  private async resolveRuntime(): Promise<SupervisorRuntime> {
     let nodePath: string;
     try {
       nodePath = await fsp.realpath(this.nodePath);
@@ -511,8 +523,7 @@ export class LocalDriver implements ComputeDriver {
     }
     const cache = this.useCompileCache ? await startCompileCache(stateRoot, nodePath, supervisorEntry) : null;
     // The binary alone, not its directory: node in /tmp would otherwise bring the host's /tmp.
-    this.runtimeCache = { nodePath, supervisorEntry, paths: [nodePath, repoRoot], compileCacheDir: cache?.dir ?? null, compileCacheFilled: cache?.filled ?? null };
-    return this.runtimeCache;
+    return { nodePath, supervisorEntry, paths: [nodePath, repoRoot], compileCacheDir: cache?.dir ?? null, compileCacheFilled: cache?.filled ?? null };
   }
 
   /**

@@ -207,8 +207,11 @@ describe('LocalDriver input validation', () => {
   it('shows supervisors the compile cache it filled on the host, read-only: nothing in a sandbox can plant code there', async () => {
     const d = new LocalDriver({ stateDir, supervisorEntry: fakeSupervisor });
     const first = `cache-first-${RUN}`;
-    const h1 = await d.create(spec(first)); // starts the fill
     const entry = path.join(fs.realpathSync(stateDir), 'compile-cache', 'fake-entry');
+    // An earlier driver's entry would end the wait below before this driver's own fill ends, and
+    // that fill would then write its entry during the next test.
+    fs.rmSync(entry, { force: true });
+    const h1 = await d.create(spec(first)); // starts the fill
     await waitFor('the fill to write its entry on the host', () => fs.existsSync(entry), 15_000);
     const id = `cache-${RUN}`;
     const h2 = await d.create(spec(id));
@@ -235,6 +238,9 @@ describe('LocalDriver input validation', () => {
     // ends would compile its modules itself, and hold more memory for its whole life.
     // A fresh driver fills again; what an earlier one filled is taken away first.
     fs.rmSync(path.join(fs.realpathSync(stateDir), 'compile-cache', 'fake-entry'), { force: true });
+    const fills = path.join(fs.realpathSync(stateDir), 'compile-cache', 'fills');
+    const fillCount = () => (fs.existsSync(fills) ? fs.readFileSync(fills, 'utf8').split('\n').filter(Boolean).length : 0);
+    const fillsBefore = fillCount();
     const d = new LocalDriver({ stateDir, supervisorEntry: fakeSupervisor });
     const plain = `fill-plain-${RUN}`;
     const member = `fill-member-${RUN}`;
@@ -243,6 +249,9 @@ describe('LocalDriver input validation', () => {
     const rMember = await waitFor('report.json', () => readReport(member), 15_000);
     expect(rPlain.compileCacheEntry, 'the caller\'s sandbox started at once, before the fill ended').toMatch(/^ERR:/);
     expect(rMember.compileCacheEntry, 'the member started after the fill').toBe('cached');
+    // Two creates at a fresh driver's start: one fill, not one each.
+    await sleep(500);
+    expect(fillCount() - fillsBefore, 'fills started by the two creates').toBe(1);
     for (const [i, h] of [[plain, hPlain], [member, hMember]] as const) expect(await d.delete(i, h)).toBe(true);
   }, 30_000);
 
