@@ -26,6 +26,7 @@ import { randomBytes } from 'node:crypto';
 import fsp from 'node:fs/promises';
 import path from 'node:path';
 import { DEFAULT_DISK_BYTES, mountDisk, unmountDisk } from './disk.ts';
+import { KeptReady } from './kept-ready.ts';
 
 /** Below the driver's state root. */
 export const DISK_SPARES_DIR = 'disk-spares';
@@ -56,32 +57,13 @@ export interface DiskSparesOptions {
   onRefillFailed?: (err: unknown, retryInMs: number) => void;
 }
 
-export class DiskSpares {
-  private readonly spares: Spare[] = [];
-  private refilling: Promise<void> | null = null;
-  private sweeper: NodeJS.Timeout | null = null;
-  private refillTimer: NodeJS.Timeout | null = null;
-  private failed = false;
-  private closed = false;
+export class DiskSpares extends KeptReady<Spare> {
   private readonly opts: DiskSparesOptions;
 
   constructor(opts: DiskSparesOptions) {
     if (!Number.isInteger(opts.size) || opts.size < 0 || opts.size > 64) throw new Error(`DiskSpares: size must be an integer from 0 to 64 (got ${opts.size})`);
+    super({ size: opts.size, maxAgeMs: DISK_SPARE_MAX_AGE_MS, sweepEveryMs: SWEEP_EVERY_MS, refillAfterClaimMs: DISK_REFILL_AFTER_CLAIM_MS, onRefillFailed: opts.onRefillFailed });
     this.opts = opts;
-  }
-
-  /** Starts making spares (and sweeping stale ones) in the background, if there are to be any. */
-  warm(): void {
-    if (this.opts.size <= 0 || this.closed) return;
-    if (!this.sweeper) {
-      this.sweeper = setInterval(() => void this.sweep().then(() => this.warm()), SWEEP_EVERY_MS).unref();
-      void this.sweep();
-    }
-    if (!this.refilling && !this.failed && this.spares.length < this.opts.size) {
-      this.refilling = this.refill().finally(() => {
-        this.refilling = null;
-      });
-    }
   }
 
   /**
@@ -90,120 +72,65 @@ export class DiskSpares {
    * makes the directory and the disk itself).
    */
   async claim(dir: string): Promise<boolean> {
-    if (this.opts.size <= 0 || this.closed) return false;
-    const fresh = Date.now() - DISK_SPARE_MAX_AGE_MS / 2;
-    try {
-      for (let spare = this.spares.pop(); spare; spare = this.spares.pop()) {
-        if (spare.bornMs < fresh) {
-          void this.remove(spare.path);
-          continue;
-        }
-        try {
-          await fsp.rename(spare.path, dir);
-          return true;
-        } catch (err) {
-          // Gone: another driver's sweep removed it. Anything else (the directory exists): the
-          // spare stays for the next create, and this one takes the usual path.
-          if ((err as NodeJS.ErrnoException).code === 'ENOENT') continue;
-          this.spares.push(spare);
-          return false;
-        }
+    if (this.closed || this.opts.size <= 0) return false;
+    const claimed = await this.claimWith(async (spare) => {
+      try {
+        await fsp.rename(spare.path, dir);
+        return { taken: true };
+      } catch (err) {
+        // Gone: another driver's sweep removed it. Anything else (the directory exists): the
+        // spare stays for the next create, and this one takes the usual path.
+        return (err as NodeJS.ErrnoException).code === 'ENOENT' ? 'gone' : 'keep';
       }
-      return false;
-    } finally {
-      this.warmLater();
+    });
+    return claimed ?? false;
+  }
+
+  protected async make(): Promise<Spare> {
+    const base = await this.base();
+    const bornMs = Date.now();
+    const name = `${bornMs}-${randomBytes(6).toString('hex')}`;
+    const making = path.join(base, `${MAKING}${name}`);
+    const ready = path.join(base, name);
+    await fsp.mkdir(making, { mode: 0o700 });
+    try {
+      await mountDisk(making, DEFAULT_DISK_BYTES, this.opts.owner);
+      await fsp.rename(making, ready);
+    } catch (err) {
+      await removeEntry(making).catch(() => undefined);
+      throw err;
     }
+    return { path: ready, bornMs };
   }
 
-  /** Spares ready now (for tests and logs). */
-  get ready(): number {
-    return this.spares.length;
+  /** Takes a spare out of reach of claims (a rename), then unmounts and removes it. */
+  protected async remove(spare: Spare): Promise<void> {
+    const removing = path.join(path.dirname(spare.path), `${REMOVING}${path.basename(spare.path)}`);
+    try {
+      await fsp.rename(spare.path, removing);
+    } catch {
+      return; // claimed or removed by someone else
+    }
+    await removeEntry(removing).catch(() => undefined);
   }
 
-  /** Removes this driver's spares (a replica shutting down); later claims find none. */
-  async close(): Promise<void> {
-    this.closed = true;
-    if (this.sweeper) clearInterval(this.sweeper);
-    if (this.refillTimer) clearTimeout(this.refillTimer);
-    await this.refilling?.catch(() => undefined);
-    await Promise.all(this.spares.splice(0).map((s) => this.remove(s.path)));
-  }
-
-  private warmLater(): void {
-    if (this.refillTimer || this.closed) return;
-    this.refillTimer = setTimeout(() => {
-      this.refillTimer = null;
-      this.warm();
-    }, DISK_REFILL_AFTER_CLAIM_MS).unref();
+  /** Removes every driver's entries older than `oldestMs`: spares, half-made and half-removed ones. */
+  protected async sweepShared(oldestMs: number): Promise<void> {
+    const base = await this.base();
+    for (const name of await fsp.readdir(base)) {
+      const born = Number(name.replace(MAKING, '').replace(REMOVING, '').split('-')[0]);
+      if (born >= oldestMs) continue;
+      const p = path.join(base, name);
+      // Half-made or half-removed entries are nobody's to claim: removed where they are.
+      if (name.startsWith('.')) await removeEntry(p).catch(() => undefined);
+      else await this.remove({ path: p, bornMs: born });
+    }
   }
 
   private async base(): Promise<string> {
     const base = path.join(await this.opts.root(), DISK_SPARES_DIR);
     await fsp.mkdir(base, { recursive: true, mode: 0o700 });
     return base;
-  }
-
-  private async refill(): Promise<void> {
-    try {
-      const base = await this.base();
-      while (!this.closed && this.spares.length < this.opts.size) {
-        const bornMs = Date.now();
-        const name = `${bornMs}-${randomBytes(6).toString('hex')}`;
-        const making = path.join(base, `${MAKING}${name}`);
-        const ready = path.join(base, name);
-        await fsp.mkdir(making, { mode: 0o700 });
-        try {
-          await mountDisk(making, DEFAULT_DISK_BYTES, this.opts.owner);
-          await fsp.rename(making, ready);
-        } catch (err) {
-          await removeEntry(making);
-          throw err;
-        }
-        if (this.closed) await this.remove(ready);
-        else this.spares.push({ path: ready, bornMs });
-      }
-    } catch (err) {
-      // Creates go on making their own disks. Not retried until the next sweep.
-      this.failed = true;
-      if (!this.closed) this.opts.onRefillFailed?.(err, SWEEP_EVERY_MS);
-    }
-  }
-
-  /** Removes every driver's entries older than DISK_SPARE_MAX_AGE_MS, and this one's past claiming. */
-  private async sweep(): Promise<void> {
-    this.failed = false;
-    const oldest = Date.now() - DISK_SPARE_MAX_AGE_MS;
-    const fresh = Date.now() - DISK_SPARE_MAX_AGE_MS / 2;
-    for (let i = this.spares.length - 1; i >= 0; i--) {
-      if (this.spares[i]!.bornMs < fresh) void this.remove(this.spares.splice(i, 1)[0]!.path);
-    }
-    let base: string;
-    let names: string[];
-    try {
-      base = await this.base();
-      names = await fsp.readdir(base);
-    } catch {
-      return;
-    }
-    for (const name of names) {
-      const born = Number(name.replace(MAKING, '').replace(REMOVING, '').split('-')[0]);
-      if (born >= oldest) continue;
-      const p = path.join(base, name);
-      // Half-made or half-removed entries are nobody's to claim: removed where they are.
-      if (name.startsWith('.')) await removeEntry(p).catch(() => undefined);
-      else await this.remove(p);
-    }
-  }
-
-  /** Takes a spare out of reach of claims (a rename), then unmounts and removes it. */
-  private async remove(spare: string): Promise<void> {
-    const removing = path.join(path.dirname(spare), `${REMOVING}${path.basename(spare)}`);
-    try {
-      await fsp.rename(spare, removing);
-    } catch {
-      return; // claimed or removed by someone else
-    }
-    await removeEntry(removing).catch(() => undefined);
   }
 }
 

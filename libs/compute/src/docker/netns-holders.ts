@@ -22,6 +22,7 @@
 // engine error) the sandbox's container gets its own endpoint on the bridge, as before.
 import { randomBytes } from 'node:crypto';
 import type Dockerode from 'dockerode';
+import { KeptReady } from '../kept-ready.ts';
 import { LABEL_MANAGED } from './launch.ts';
 import { statusOf } from './network.ts';
 
@@ -97,115 +98,56 @@ export interface NetnsHoldersOptions {
   onRefillFailed?: (err: unknown, retryInMs: number) => void;
 }
 
-export class NetnsHolders {
-  private readonly spares: Spare[] = [];
-  private refilling: Promise<void> | null = null;
-  private sweeper: NodeJS.Timeout | null = null;
-  private refillTimer: NodeJS.Timeout | null = null;
-  private failed = false;
-  private closed = false;
+export class NetnsHolders extends KeptReady<Spare> {
   private readonly docker: Dockerode;
   private readonly opts: NetnsHoldersOptions;
 
   constructor(docker: Dockerode, opts: NetnsHoldersOptions) {
+    super({ size: opts.size, maxAgeMs: SPARE_MAX_AGE_MS, sweepEveryMs: SWEEP_EVERY_MS, refillAfterClaimMs: REFILL_AFTER_CLAIM_MS, onRefillFailed: opts.onRefillFailed });
     this.docker = docker;
     this.opts = opts;
-  }
-
-  /** Starts making spares (and sweeping stale ones) in the background, if there are to be any. */
-  warm(): void {
-    if (this.opts.size <= 0 || this.closed) return;
-    if (!this.sweeper) {
-      this.sweeper = setInterval(() => void this.sweep().then(() => this.warm()), SWEEP_EVERY_MS).unref();
-      void this.sweep();
-    }
-    if (!this.refilling && !this.failed && this.spares.length < this.opts.size) {
-      this.refilling = this.refill().finally(() => {
-        this.refilling = null;
-      });
-    }
   }
 
   /**
    * A running spare, renamed after `sandboxId`: its id, or null when none is ready (the caller
    * uses the bridge).
    */
-  async claim(sandboxId: string): Promise<string | null> {
-    const fresh = Date.now() - SPARE_MAX_AGE_MS / 2;
-    for (let spare = this.spares.pop(); spare; spare = this.spares.pop()) {
-      if (spare.bornMs < fresh) {
-        void this.remove(spare.id);
-        continue;
-      }
+  claim(sandboxId: string): Promise<string | null> {
+    return this.claimWith(async (spare) => {
       try {
         await this.docker.getContainer(spare.id).rename({ name: holderName(sandboxId) });
-        this.warmLater();
-        return spare.id;
+        return { taken: spare.id };
       } catch (err) {
-        if (statusOf(err) === 409) {
-          // A holder of that name exists: an earlier attempt at this same sandbox left it (its
-          // delete removes it). Never removed here, in case that attempt is still running: this
-          // launch takes the bridge, and the spare stays for the next create.
-          this.spares.push(spare);
-          return null;
-        }
+        // A holder of that name exists: an earlier attempt at this same sandbox left it (its
+        // delete removes it). Never removed here, in case that attempt is still running: this
+        // launch takes the bridge, and the spare stays for the next create.
+        if (statusOf(err) === 409) return 'keep';
         // Gone behind our back: never a reason to fail the create.
-        void this.remove(spare.id);
+        return 'gone';
       }
-    }
-    this.warmLater();
-    return null;
+    });
   }
 
-  private warmLater(): void {
-    if (this.refillTimer || this.closed) return;
-    this.refillTimer = setTimeout(() => {
-      this.refillTimer = null;
-      this.warm();
-    }, REFILL_AFTER_CLAIM_MS).unref();
-  }
-
-  /** Removes this driver's spares (a replica shutting down); later claims find none. */
-  async close(): Promise<void> {
-    this.closed = true;
-    if (this.sweeper) clearInterval(this.sweeper);
-    if (this.refillTimer) clearTimeout(this.refillTimer);
-    await this.refilling?.catch(() => undefined);
-    await Promise.all(this.spares.splice(0).map((s) => this.remove(s.id)));
-  }
-
-  private async refill(): Promise<void> {
+  protected async make(): Promise<Spare> {
+    const network = await this.opts.network();
+    const bornMs = Date.now();
+    const name = `${SPARE_PREFIX}${randomBytes(6).toString('hex')}`;
+    const container = await this.docker.createContainer(buildHolderCreateOptions({ image: this.opts.image, network, name, bornMs }));
     try {
-      const network = await this.opts.network();
-      while (!this.closed && this.spares.length < this.opts.size) {
-        const bornMs = Date.now();
-        const name = `${SPARE_PREFIX}${randomBytes(6).toString('hex')}`;
-        const container = await this.docker.createContainer(buildHolderCreateOptions({ image: this.opts.image, network, name, bornMs }));
-        try {
-          await container.start();
-        } catch (err) {
-          await this.remove(container.id);
-          throw err;
-        }
-        if (this.closed) await this.remove(container.id);
-        else this.spares.push({ id: container.id, bornMs, readyMs: Date.now() });
-      }
+      await container.start();
     } catch (err) {
-      // Creates go on without spares (the bridge). Not retried until the next sweep: an image
-      // without `sleep` must not make a container a second.
-      this.failed = true;
-      if (!this.closed) this.opts.onRefillFailed?.(err, SWEEP_EVERY_MS);
+      await this.removeContainer(container.id);
+      throw err;
     }
+    return { id: container.id, bornMs, readyMs: Date.now() };
   }
 
-  /** Removes every driver's spares older than SPARE_MAX_AGE_MS, and this one's past claiming. */
-  private async sweep(): Promise<void> {
-    this.failed = false;
-    const oldest = Date.now() - SPARE_MAX_AGE_MS;
-    const fresh = Date.now() - SPARE_MAX_AGE_MS / 2;
-    for (let i = this.spares.length - 1; i >= 0; i--) {
-      if (this.spares[i]!.bornMs < fresh) void this.remove(this.spares.splice(i, 1)[0]!.id);
-    }
+  protected remove(spare: Spare): Promise<void> {
+    return this.removeContainer(spare.id);
+  }
+
+  /** Removes every driver's spares older than `oldestMs`, and this one's that stopped. */
+  protected async sweepShared(oldestMs: number): Promise<void> {
     const listedAt = Date.now();
     let holders: Dockerode.ContainerInfo[];
     try {
@@ -216,17 +158,17 @@ export class NetnsHolders {
     for (const h of holders) {
       const spare = h.Names?.some((n) => n.replace(/^\//, '').startsWith(SPARE_PREFIX));
       const born = Number(h.Labels?.[LABEL_HOLDER_BORN]);
-      if (spare && !(born >= oldest)) await this.remove(h.Id);
+      if (spare && !(born >= oldestMs)) await this.removeContainer(h.Id);
     }
     // Ours that stopped (an engine restart stops every container): replaced, never claimed. Not
     // one the refill added while the list was being read: the list may not show it running.
     const running = new Set(holders.filter((h) => h.State === 'running').map((h) => h.Id));
     for (let i = this.spares.length - 1; i >= 0; i--) {
-      if (this.spares[i]!.readyMs < listedAt && !running.has(this.spares[i]!.id)) void this.remove(this.spares.splice(i, 1)[0]!.id);
+      if (this.spares[i]!.readyMs < listedAt && !running.has(this.spares[i]!.id)) void this.remove(this.spares.splice(i, 1)[0]!);
     }
   }
 
-  private async remove(id: string): Promise<void> {
+  private async removeContainer(id: string): Promise<void> {
     await this.docker
       .getContainer(id)
       .remove({ force: true })
