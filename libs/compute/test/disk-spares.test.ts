@@ -3,8 +3,8 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
+import { waitFor } from '@sandgate/test-harness/wait';
 import { afterAll, describe, expect, it } from 'vitest';
 import { DEFAULT_DISK_BYTES, isMountPoint } from '../src/disk.ts';
 import { DISK_SPARE_MAX_AGE_MS, DISK_SPARES_DIR, DiskSpares } from '../src/disk-spares.ts';
@@ -58,16 +58,6 @@ function sparesIn(dir: string): string[] {
     return fs.readdirSync(path.join(dir, DISK_SPARES_DIR)).filter((n) => !n.startsWith('.'));
   } catch {
     return [];
-  }
-}
-
-async function waitFor<T>(what: string, fn: () => T | null | undefined | false, timeoutMs = 15_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const v = fn();
-    if (v) return v;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await sleep(25);
   }
 }
 
