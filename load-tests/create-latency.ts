@@ -252,6 +252,8 @@ export async function run(opts: CreateLatencyOptions): Promise<BenchReport> {
   // 1. sequential
   const seq: Created[] = [];
   await createToFirstExec(client, `${tag}-warm`, undefined, live); // first launch pays cold caches
+  // …and starts the compile cache's fill and, a second later, the disks kept ready: give both time.
+  await sleep(3000);
   for (let i = 0; i < opts.iterations; i++) seq.push(await createToFirstExec(client, `${tag}-s${i}`, undefined, live));
   tables.push({
     caption: `local driver, ${opts.iterations} sandboxes created one after another (after 1 warm-up); ${mainDescription()}; 2 replicas, client on r0`,

@@ -362,7 +362,7 @@ export const REPLICA_OPTIONS: Specs = {
   localDiskSpares: {
     env: 'SANDGATE_LOCAL_DISK_SPARES',
     default: '4',
-    description: "sandbox disks of the default size the local driver keeps formatted and mounted: a create that claims one skips mkfs and mount (two forks of the replica), for an idle loop device each; 0 makes every sandbox's disk at its create",
+    description: "sandbox disks of the default size the local driver keeps formatted and mounted from its first create on: a create that claims one skips mkfs and mount (two forks of the replica), for an idle loop device each; 0 makes every sandbox's disk at its create",
     parse: integer(0, 64, 'a whole number from 0 to 64'),
   },
   peerSecret: {

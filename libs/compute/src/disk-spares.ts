@@ -18,8 +18,10 @@
 //   after that; any driver's sweep removes every entry (spare, half-made, half-removed) older than
 //   DISK_SPARE_MAX_AGE_MS. A replica killed with spares leaves them for at most that long after
 //   another local replica on the host runs; `close()` removes a replica's own.
-// - A replica in another mount namespace that claims a spare gets its image unmounted: mountDisk
-//   mounts it, as at a restart.
+// Replicas that share a state directory share its mounts, as every local sandbox already needs:
+// any of them unmounts a sandbox's disk at its delete.
+// The first spares are made a second after the driver's first claim (which finds none), not at
+// its start: a replica that never creates a local sandbox keeps no disks.
 // Nothing here is needed for a create: with no spare ready (a burst, mkfs failing) the create makes
 // its disk itself.
 import { randomBytes } from 'node:crypto';

@@ -3,7 +3,8 @@
 // (disk-spares.ts). This is their shared life cycle; what a spare is, how it is made, claimed,
 // removed and found by other drivers is each one's own.
 //
-// - warm() makes spares up to `size` in the background and starts the sweep.
+// - warm() makes spares up to `size` in the background and starts the sweep; sweepOnly() only
+//   sweeps, and the first claim then makes the spares.
 // - A claim takes the newest spare younger than half of `maxAgeMs` (older ones are removed) and
 //   schedules a refill `refillAfterClaimMs` later, not at once: making a spare would otherwise
 //   compete with the start of the sandbox that claimed one.
@@ -34,6 +35,8 @@ export abstract class KeptReady<S extends { bornMs: number }> {
   private sweeper: NodeJS.Timeout | null = null;
   private refillTimer: NodeJS.Timeout | null = null;
   private failed = false;
+  /** warm() was called: the sweep's timer refills too. */
+  private used = false;
   private readonly keep: KeptReadyOptions;
 
   constructor(keep: KeptReadyOptions) {
@@ -47,9 +50,20 @@ export abstract class KeptReady<S extends { bornMs: number }> {
   /** Removes what any driver left past `oldestMs` (and anything else of this driver's gone bad). */
   protected abstract sweepShared(oldestMs: number): Promise<void>;
 
+  /**
+   * Starts sweeping stale spares (any driver's) in the background, without making any: for a
+   * driver that makes its first spares only once it is used (its first claim).
+   */
+  sweepOnly(): void {
+    if (this.keep.size <= 0 || this.closed || this.sweeper) return;
+    this.sweeper = setInterval(() => void this.sweep().then(() => this.used && this.warm()), this.keep.sweepEveryMs).unref();
+    void this.sweep();
+  }
+
   /** Starts making spares (and sweeping stale ones) in the background, if there are to be any. */
   warm(): void {
     if (this.keep.size <= 0 || this.closed) return;
+    this.used = true;
     if (!this.sweeper) {
       this.sweeper = setInterval(() => void this.sweep().then(() => this.warm()), this.keep.sweepEveryMs).unref();
       void this.sweep();
@@ -106,7 +120,7 @@ export abstract class KeptReady<S extends { bornMs: number }> {
   }
 
   private warmLater(): void {
-    if (this.refillTimer || this.closed) return;
+    if (this.refillTimer || this.closed || this.keep.size <= 0) return;
     this.refillTimer = setTimeout(() => {
       this.refillTimer = null;
       this.warm();

@@ -149,8 +149,10 @@ export class LocalDriver implements ComputeDriver {
         ? (err, retryInMs) => warn('local: a sandbox disk could not be made ready; creates make their own until the next try', { err, retry_in_s: retryInMs / 1000 })
         : undefined,
     });
-    // Ready before the first create, not after it.
-    this.diskSpares.warm();
+    // Made once the driver is used (its first create's claim finds none and schedules them): a
+    // replica that never creates a local sandbox keeps no disks. Stale spares any driver left
+    // are swept from the start.
+    this.diskSpares.sweepOnly();
   }
 
   /** Removes the disks kept ready (a replica shutting down). */

@@ -3,6 +3,7 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { waitFor } from '@sandgate/test-harness/wait';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -27,6 +28,13 @@ function driverWith(dir: string, diskSpares: number): { driver: LocalDriver; ids
   const d = { driver: new LocalDriver({ stateDir: dir, supervisorEntry: fakeSupervisor, diskSpares }), ids: [] as string[] };
   drivers.push(d);
   return d;
+}
+
+/** A create of the driver's own: spares are made only once a driver is used. */
+async function firstCreate(d: { driver: LocalDriver; ids: string[] }, name: string): Promise<void> {
+  const id = `${name}-${RUN}`;
+  d.ids.push(id);
+  await d.driver.create(spec(id));
 }
 
 function spec(sandboxId: string, over: Partial<LaunchSpec> = {}): LaunchSpec {
@@ -76,6 +84,10 @@ describe('sandbox disks kept ready (local driver)', () => {
   it('a create claims a ready spare: its disk is the spare itself, mounted; the spare is then replaced', async () => {
     const dir = stateDir();
     const d = driverWith(dir, 2);
+    // None until the driver is used: a replica that never creates a local sandbox keeps no disks.
+    await sleep(1500);
+    expect(sparesIn(dir)).toEqual([]);
+    await firstCreate(d, 'spare-first');
     const [spare] = await waitFor('two spares', () => (sparesIn(dir).length === 2 ? sparesIn(dir) : null));
     const spareImages = new Set(sparesIn(dir).map((n) => fs.statSync(path.join(dir, DISK_SPARES_DIR, n, 'disk.img')).ino));
     expect(spare).toBeDefined();
@@ -93,14 +105,15 @@ describe('sandbox disks kept ready (local driver)', () => {
     expect(fs.statSync(path.join(sandbox, 'work')).uid).toBe(10001);
     // Replaced after the claim (DISK_REFILL_AFTER_CLAIM_MS), not during it.
     await waitFor('the spare replaced', () => sparesIn(dir).length === 2);
-    // Deleting the sandbox unmounts what it claimed: only the two spares stay mounted.
+    // Deleting the sandbox unmounts what it claimed.
     await d.driver.delete(id, null);
-    expect(mountsUnder(dir).filter((m) => m.includes('/sandboxes/'))).toEqual([]);
+    expect(mountsUnder(sandbox)).toEqual([]);
   });
 
   it('a create with a disk size of its own makes its own disk and leaves the spares alone', async () => {
     const dir = stateDir();
     const d = driverWith(dir, 1);
+    await firstCreate(d, 'spare-sized-first');
     await waitFor('a spare', () => sparesIn(dir).length === 1);
     const before = sparesIn(dir);
     const id = `spare-sized-${RUN}`;
@@ -114,6 +127,7 @@ describe('sandbox disks kept ready (local driver)', () => {
     const dir = stateDir();
     const a = driverWith(dir, 2);
     const b = driverWith(dir, 2);
+    await Promise.all([firstCreate(a, 'spare-race-a'), firstCreate(b, 'spare-race-b')]);
     await waitFor('four spares', () => sparesIn(dir).length === 4);
     const ids = [0, 1, 2, 3, 4, 5].map((i) => `spare-race-${i}-${RUN}`);
     await Promise.all(ids.map((id, i) => ((i % 2 ? a : b).ids.push(id), (i % 2 ? a : b).driver.create(spec(id)))));
@@ -137,11 +151,12 @@ describe('sandbox disks kept ready (local driver)', () => {
     // Another replica starts on the host: its first sweep removes all three, then it makes its own.
     const live = driverWith(dir, 1);
     await waitFor('the stale entries removed', () => !fs.readdirSync(path.join(dir, DISK_SPARES_DIR)).some((n) => n.includes(old)));
+    await firstCreate(live, 'spare-live-first');
     await waitFor('its own spare', () => sparesIn(dir).length === 1);
-    expect(mountsUnder(dir)).toEqual([path.join(dir, DISK_SPARES_DIR, sparesIn(dir)[0]!, 'work')]);
+    expect(mountsUnder(path.join(dir, DISK_SPARES_DIR))).toEqual([path.join(dir, DISK_SPARES_DIR, sparesIn(dir)[0]!, 'work')]);
     await live.driver.close();
     // close() removes a replica's own: nothing mounted, nothing left.
-    expect(mountsUnder(dir)).toEqual([]);
+    expect(mountsUnder(path.join(dir, DISK_SPARES_DIR))).toEqual([]);
     expect(fs.readdirSync(path.join(dir, DISK_SPARES_DIR))).toEqual([]);
   });
 
