@@ -481,11 +481,10 @@ export class LocalDriver implements ComputeDriver {
     return cg.remove(sandboxId, this.deleteTimeoutMs);
   }
 
-  /** Real paths of node, the supervisor entry and what to bind for them, checked once. */
   /**
-   * Once per driver, shared by creates that start together: each call of resolveRuntime() would
-   * start a fill of the compile cache of its own. Forgotten if it fails, so a fixed host is
-   * tried again.
+   * Real paths of node, the supervisor entry and what to bind for them: checked once per driver,
+   * one resolution shared by creates that start together (each resolution starts a fill of the
+   * compile cache of its own). Forgotten if it fails, so a fixed host is tried again.
    */
   private runtime(): Promise<SupervisorRuntime> {
     this.runtimePending ??= this.resolveRuntime().catch((err: unknown) => {
@@ -539,7 +538,6 @@ export class LocalDriver implements ComputeDriver {
   }
 
   /** A fresh directory for the sandbox. Leftovers of a dead sandbox with the same id are cleared. */
-
   private async claimDir(id: string, dir: string): Promise<void> {
     await fsp.mkdir(path.dirname(dir), { recursive: true, mode: 0o700 });
     try {
