@@ -63,7 +63,6 @@ export class DiskSpares extends KeptReady<Spare> {
   private readonly opts: DiskSparesOptions;
 
   constructor(opts: DiskSparesOptions) {
-    if (!Number.isInteger(opts.size) || opts.size < 0 || opts.size > 64) throw new Error(`DiskSpares: size must be an integer from 0 to 64 (got ${opts.size})`);
     super({ size: opts.size, maxAgeMs: DISK_SPARE_MAX_AGE_MS, sweepEveryMs: SWEEP_EVERY_MS, refillAfterClaimMs: DISK_REFILL_AFTER_CLAIM_MS, onRefillFailed: opts.onRefillFailed });
     this.opts = opts;
   }
@@ -74,7 +73,6 @@ export class DiskSpares extends KeptReady<Spare> {
    * makes the directory and the disk itself).
    */
   async claim(dir: string): Promise<boolean> {
-    if (this.closed || this.opts.size <= 0) return false;
     const claimed = await this.claimWith(async (spare) => {
       try {
         await fsp.rename(spare.path, dir);

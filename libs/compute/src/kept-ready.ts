@@ -30,7 +30,7 @@ export type TakeResult<T> = { taken: T } | 'keep' | 'gone';
 
 export abstract class KeptReady<S extends { bornMs: number }> {
   protected readonly spares: S[] = [];
-  protected closed = false;
+  private closed = false;
   private refilling: Promise<void> | null = null;
   private sweeper: NodeJS.Timeout | null = null;
   private refillTimer: NodeJS.Timeout | null = null;
@@ -64,20 +64,12 @@ export abstract class KeptReady<S extends { bornMs: number }> {
   warm(): void {
     if (this.keep.size <= 0 || this.closed) return;
     this.used = true;
-    if (!this.sweeper) {
-      this.sweeper = setInterval(() => void this.sweep().then(() => this.warm()), this.keep.sweepEveryMs).unref();
-      void this.sweep();
-    }
+    this.sweepOnly();
     if (!this.refilling && !this.failed && this.spares.length < this.keep.size) {
       this.refilling = this.refill().finally(() => {
         this.refilling = null;
       });
     }
-  }
-
-  /** Spares ready now. */
-  get ready(): number {
-    return this.spares.length;
   }
 
   /** Removes this driver's spares (a replica shutting down); later claims find none. */
